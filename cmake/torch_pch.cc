@@ -1,0 +1,1 @@
+// Translation unit that hosts the shared LibTorch precompiled header (cmake/FlywheelHelpers.cmake).

@@ -1,0 +1,44 @@
+// `buffer:` — the controller: trajectory buffer, staleness budget, leases and its gRPC server.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "flywheel/core/field_binder.h"
+
+namespace flywheel::core {
+
+struct ServerOptions {
+  std::string bind_address = "127.0.0.1:0";  // loopback by default; port 0 = pick one
+  std::string auth_token_file;               // shared token file; "" = use auth_token_env
+  std::string auth_token_env = "FLYWHEEL_TOKEN";
+  std::string tls_cert;       // PEM; "" = plaintext
+  std::string tls_key;        // PEM
+  std::string tls_client_ca;  // PEM; set = require client certificates (mTLS)
+  int64_t max_message_bytes = 64 << 20;
+  double rpc_deadline_s = 30.0;  // deadline on every client call
+
+  absl::Status validate() const;
+};
+
+struct BufferOptions {
+  int64_t max_staleness = 1;          // 0 = synchronous on-policy
+  std::string stale_policy = "drop";  // drop | requeue
+  std::string sampling = "fifo";      // fifo | freshest
+  int64_t capacity_groups = 1024;
+  int64_t capacity_bytes = int64_t{1} << 30;
+  double push_timeout_s = 60.0;  // backpressure wait before RESOURCE_EXHAUSTED
+  double lease_timeout_s = 600.0;
+  double heartbeat_interval_s = 5.0;
+  int64_t missed_heartbeats = 3;  // a worker is gone after this many
+  std::string filter;             // group filter, e.g. nonzero_reward_std; "" = none
+  ServerOptions server;
+
+  absl::Status validate() const;
+};
+
+void bind_options(FieldBinder& b, ServerOptions& o);
+void bind_options(FieldBinder& b, BufferOptions& o);
+
+}  // namespace flywheel::core

@@ -1,0 +1,21 @@
+// `cluster:` — processes, threads and collective backends.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "flywheel/core/field_binder.h"
+
+namespace flywheel::core {
+
+struct ClusterOptions {
+  int64_t num_learners = 1;         // MPI ranks started by `flywheel train`
+  std::string controller_address;   // HOST:PORT rollout workers connect to; "" = local
+  int64_t threads_per_process = 1;  // intra-op threads (torch, OpenBLAS) per process
+  std::string backend = "auto";     // auto | mpi | nccl
+  double collective_timeout_s = 300.0;
+};
+
+void bind_options(FieldBinder& b, ClusterOptions& o);
+
+}  // namespace flywheel::core

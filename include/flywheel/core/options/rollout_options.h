@@ -1,0 +1,31 @@
+// `rollout:` — the generation engine and rollout workers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "flywheel/core/field_binder.h"
+
+namespace flywheel::core {
+
+struct RolloutOptions {
+  int64_t num_workers = 1;                  // rollout processes started by `flywheel train`
+  int64_t group_size = 8;                   // completions per prompt (GRPO group)
+  int64_t max_new_tokens = 1024;            // hard cap per completion
+  double temperature = 1.0;                 // 0 = greedy
+  int64_t top_k = 0;                        // 0 = off
+  double top_p = 1.0;                       // 1 = off
+  double min_p = 0.0;                       // 0 = off
+  std::vector<std::string> stop;            // stop strings
+  int64_t max_slots = 32;                   // concurrent sequences per engine (KV-cache slots)
+  int64_t seed = 1;                         // base sampling seed
+  std::string weight_update = "in_flight";  // in_flight | drain
+
+  absl::Status validate() const;
+};
+
+void bind_options(FieldBinder& b, RolloutOptions& o);
+
+}  // namespace flywheel::core

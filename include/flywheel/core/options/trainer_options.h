@@ -1,0 +1,35 @@
+// `trainer:` — learner optimisation: steps, batches, optimizer, schedule.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "flywheel/core/field_binder.h"
+
+namespace flywheel::core {
+
+struct TrainerOptions {
+  int64_t total_steps = 100;          // optimizer steps (the policy version counts them)
+  int64_t groups_per_step = 8;        // prompt groups consumed per optimizer step
+  int64_t ppo_epochs = 1;             // passes over each step's batch
+  int64_t mini_batches = 1;           // optimizer updates per epoch
+  int64_t micro_batch_tokens = 8192;  // tokens per forward/backward chunk
+  double lr = 1e-6;
+  std::string lr_schedule = "constant";  // constant | linear | cosine
+  int64_t warmup_steps = 0;
+  double min_lr_ratio = 0.0;  // final lr / lr for linear and cosine
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
+  double grad_clip = 1.0;  // global gradient-norm clip; 0 = off
+  double critic_lr = 1e-5;
+  int64_t seed = 1;
+
+  absl::Status validate() const;
+};
+
+void bind_options(FieldBinder& b, TrainerOptions& o);
+
+}  // namespace flywheel::core

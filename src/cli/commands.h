@@ -1,0 +1,20 @@
+// Subcommands of the `flywheel` binary. Each add_*_command() registers one subcommand on `app`;
+// when it runs, its exit status is stored in *exit_code.
+#pragma once
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace flywheel::cli {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;  // the command ran and failed
+constexpr int kExitUsage = 2;    // bad arguments or an invalid configuration
+
+void add_version_command(CLI::App& app, int* exit_code);
+void add_validate_config_command(CLI::App& app, int* exit_code);
+void add_config_doc_command(CLI::App& app, int* exit_code);
+void add_plot_command(CLI::App& app, int* exit_code);
+
+}  // namespace flywheel::cli

@@ -1,0 +1,29 @@
+#include "job_setup.h"
+
+#include "absl/strings/str_cat.h"
+#include "flywheel/core/builtins.h"
+#include "flywheel/core/status_macros.h"
+
+namespace flywheel::cli {
+
+absl::StatusOr<JobSetup> set_up_job(const std::string& config_path,
+                                    const std::vector<std::string>& overrides, bool load_plugins) {
+  JobSetup job;
+  core::ConfigLoadOptions options;
+  options.overrides = overrides;
+  FLYWHEEL_ASSIGN_OR_RETURN(job.loaded, core::load_config_file(config_path, options));
+  job.registry = std::make_unique<core::PluginRegistry>();
+  FLYWHEEL_RETURN_IF_ERROR(core::register_core_builtins(*job.registry));
+  if (load_plugins) {
+    absl::Status status = job.registry->load_plugins(job.loaded.config.plugins);
+    if (!status.ok()) {
+      std::string where =
+          job.loaded.origins.count("plugins") ? job.loaded.origins.at("plugins") : config_path;
+      return absl::Status(status.code(), absl::StrCat(where, ": plugins: ", status.message()));
+    }
+    FLYWHEEL_RETURN_IF_ERROR(core::check_registered_names(job.loaded, *job.registry));
+  }
+  return job;
+}
+
+}  // namespace flywheel::cli

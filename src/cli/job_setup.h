@@ -1,0 +1,26 @@
+// Shared start-up of flywheel jobs: load the config, build the registries, load plugins.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "flywheel/core/config_loader.h"
+#include "flywheel/core/plugin_registry.h"
+
+namespace flywheel::cli {
+
+struct JobSetup {
+  core::LoadedConfig loaded;
+  std::unique_ptr<core::PluginRegistry> registry;  // built-ins and the config's plugins
+};
+
+// Loads `config_path` with `overrides`, registers the built-ins of every component, loads the
+// config's plugins and checks that every component the config names exists. All errors are
+// InvalidArgument or the plugin loader's status, with file and key in the message.
+absl::StatusOr<JobSetup> set_up_job(const std::string& config_path,
+                                    const std::vector<std::string>& overrides,
+                                    bool load_plugins = true);
+
+}  // namespace flywheel::cli

@@ -1,0 +1,29 @@
+// flywheel: RL post-training of LLMs. `flywheel --help` lists the subcommands.
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "commands.h"
+#include "flywheel/core/build_info.h"
+
+int main(int argc, char** argv) {
+  using namespace flywheel::cli;
+  CLI::App app{"flywheel " FLYWHEEL_VERSION_STRING
+               ": reinforcement-learning post-training of large language models",
+               "flywheel"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "flywheel " FLYWHEEL_VERSION_STRING);
+  int exit_code = kExitOk;
+  add_version_command(app, &exit_code);
+  add_validate_config_command(app, &exit_code);
+  add_config_doc_command(app, &exit_code);
+  add_plot_command(app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+  return exit_code;
+}

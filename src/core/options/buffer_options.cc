@@ -1,0 +1,68 @@
+#include "flywheel/core/options/buffer_options.h"
+
+namespace flywheel::core {
+
+void bind_options(FieldBinder& b, ServerOptions& o) {
+  b.field("bind_address", &o.bind_address,
+          FieldInfo("HOST:PORT the controller listens on; loopback by default, port 0 picks a "
+                    "free port."));
+  b.field("auth_token_file", &o.auth_token_file,
+          FieldInfo("File holding the shared authentication token. Empty: read auth_token_env."));
+  b.field("auth_token_env", &o.auth_token_env,
+          FieldInfo("Environment variable holding the shared token (never put it in YAML)."));
+  b.field("tls_cert", &o.tls_cert, FieldInfo("Server certificate (PEM). Empty: no TLS."));
+  b.field("tls_key", &o.tls_key, FieldInfo("Server private key (PEM)."));
+  b.field("tls_client_ca", &o.tls_client_ca,
+          FieldInfo("CA for client certificates; set to require mutual TLS."));
+  b.field("max_message_bytes", &o.max_message_bytes,
+          FieldInfo("Largest gRPC message accepted or sent.").min(1024));
+  b.field("rpc_deadline_s", &o.rpc_deadline_s,
+          FieldInfo("Deadline of every client call in seconds.").greater_than(0));
+}
+
+absl::Status ServerOptions::validate() const {
+  if (tls_cert.empty() != tls_key.empty()) {
+    return absl::InvalidArgumentError("tls_key: tls_cert and tls_key must be set together");
+  }
+  if (!tls_client_ca.empty() && tls_cert.empty()) {
+    return absl::InvalidArgumentError("tls_client_ca: needs tls_cert and tls_key");
+  }
+  return absl::OkStatus();
+}
+
+void bind_options(FieldBinder& b, BufferOptions& o) {
+  b.field(
+      "max_staleness", &o.max_staleness,
+      FieldInfo("Largest allowed learner_version - oldest token version; 0 = synchronous.").min(0));
+  b.field("stale_policy", &o.stale_policy,
+          FieldInfo("What happens to a group that became too stale: drop it or re-issue its "
+                    "prompt.")
+              .one_of({"drop", "requeue"}));
+  b.field(
+      "sampling", &o.sampling,
+      FieldInfo("Order in which buffered groups reach the learners.").one_of({"fifo", "freshest"}));
+  b.field("capacity_groups", &o.capacity_groups, FieldInfo("Maximum buffered groups.").min(1));
+  b.field("capacity_bytes", &o.capacity_bytes, FieldInfo("Maximum buffered bytes.").min(1));
+  b.field("push_timeout_s", &o.push_timeout_s,
+          FieldInfo("How long a push waits on a full buffer before RESOURCE_EXHAUSTED.").min(0));
+  b.field("lease_timeout_s", &o.lease_timeout_s,
+          FieldInfo("A prompt lease expires after this many seconds.").greater_than(0));
+  b.field("heartbeat_interval_s", &o.heartbeat_interval_s,
+          FieldInfo("Interval of worker heartbeats in seconds.").greater_than(0));
+  b.field("missed_heartbeats", &o.missed_heartbeats,
+          FieldInfo("Missed heartbeats after which a worker's leases expire.").min(1));
+  b.field("filter", &o.filter,
+          FieldInfo("Group filter applied on insert (e.g. nonzero_reward_std). Empty: none."));
+  b.section("server", &o.server, "The controller's gRPC server.");
+}
+
+absl::Status BufferOptions::validate() const {
+  absl::Status server_status = server.validate();
+  if (!server_status.ok()) {
+    return absl::InvalidArgumentError(std::string("server.") +
+                                      std::string(server_status.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace flywheel::core

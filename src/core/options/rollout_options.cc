@@ -1,0 +1,35 @@
+#include "flywheel/core/options/rollout_options.h"
+
+namespace flywheel::core {
+
+void bind_options(FieldBinder& b, RolloutOptions& o) {
+  b.field("num_workers", &o.num_workers,
+          FieldInfo("Rollout worker processes started by `flywheel train`.").min(0));
+  b.field("group_size", &o.group_size,
+          FieldInfo("Completions sampled per prompt (the GRPO group).").min(1));
+  b.field("max_new_tokens", &o.max_new_tokens,
+          FieldInfo("Maximum generated tokens per completion.").min(1));
+  b.field("temperature", &o.temperature, FieldInfo("Sampling temperature; 0 = greedy.").min(0));
+  b.field("top_k", &o.top_k, FieldInfo("Keep the k most likely tokens; 0 = off.").min(0));
+  b.field("top_p", &o.top_p, FieldInfo("Nucleus sampling mass; 1 = off.").greater_than(0).max(1));
+  b.field("min_p", &o.min_p,
+          FieldInfo("Drop tokens below min_p x the top probability; 0 = off.").min(0).max(1));
+  b.field("stop", &o.stop, FieldInfo("Stop strings; generation ends after any of them."));
+  b.field("max_slots", &o.max_slots,
+          FieldInfo("Concurrent sequences per engine (preallocated KV-cache slots).").min(1));
+  b.field("seed", &o.seed, FieldInfo("Base sampling seed.").min(0));
+  b.field("weight_update", &o.weight_update,
+          FieldInfo("in_flight: apply new weights between decode steps; drain: wait until "
+                    "active sequences finish.")
+              .one_of({"in_flight", "drain"}));
+}
+
+absl::Status RolloutOptions::validate() const {
+  if (max_slots < group_size) {
+    return absl::InvalidArgumentError(
+        "max_slots: must be >= group_size so that one prompt's group fits in the engine");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace flywheel::core

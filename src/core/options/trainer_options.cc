@@ -1,0 +1,41 @@
+#include "flywheel/core/options/trainer_options.h"
+
+namespace flywheel::core {
+
+void bind_options(FieldBinder& b, TrainerOptions& o) {
+  b.field("total_steps", &o.total_steps,
+          FieldInfo("Optimizer steps to run; the policy version counts them.").min(1));
+  b.field("groups_per_step", &o.groups_per_step,
+          FieldInfo("Prompt groups consumed per optimizer step.").min(1));
+  b.field("ppo_epochs", &o.ppo_epochs, FieldInfo("Passes over each step's batch.").min(1));
+  b.field("mini_batches", &o.mini_batches,
+          FieldInfo("Optimizer updates per epoch (the batch is split evenly).").min(1));
+  b.field("micro_batch_tokens", &o.micro_batch_tokens,
+          FieldInfo("Token budget of one forward/backward chunk (gradient accumulation).").min(1));
+  b.field("lr", &o.lr, FieldInfo("Peak learning rate of the policy.").greater_than(0));
+  b.field("lr_schedule", &o.lr_schedule,
+          FieldInfo("Schedule after warmup.").one_of({"constant", "linear", "cosine"}));
+  b.field("warmup_steps", &o.warmup_steps, FieldInfo("Linear warmup steps.").min(0));
+  b.field("min_lr_ratio", &o.min_lr_ratio,
+          FieldInfo("Final lr as a fraction of lr (linear, cosine).").min(0).max(1));
+  b.field("weight_decay", &o.weight_decay, FieldInfo("AdamW weight decay.").min(0));
+  b.field("adam_beta1", &o.adam_beta1, FieldInfo("AdamW beta1.").min(0).max(1));
+  b.field("adam_beta2", &o.adam_beta2, FieldInfo("AdamW beta2.").min(0).max(1));
+  b.field("adam_eps", &o.adam_eps, FieldInfo("AdamW epsilon.").greater_than(0));
+  b.field("grad_clip", &o.grad_clip, FieldInfo("Global gradient-norm clip; 0 = off.").min(0));
+  b.field("critic_lr", &o.critic_lr, FieldInfo("Learning rate of the critic.").greater_than(0));
+  b.field("seed", &o.seed, FieldInfo("Seed of initialisation and learner randomness.").min(0));
+}
+
+absl::Status TrainerOptions::validate() const {
+  if (warmup_steps > total_steps) {
+    return absl::InvalidArgumentError("warmup_steps: must be <= total_steps");
+  }
+  if (groups_per_step % mini_batches != 0) {
+    return absl::InvalidArgumentError(
+        "mini_batches: must divide groups_per_step so mini-batches hold whole groups");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace flywheel::core
