@@ -20,13 +20,9 @@ function(flywheel_add_component name)
   set_property(GLOBAL APPEND PROPERTY FLYWHEEL_COMPONENTS ${target})
 endfunction()
 
-# flywheel_torch_pch(TARGET): precompile the LibTorch headers for a LibTorch-heavy target. All such
-# targets reuse one PCH (built once for flywheel_torch_pch_host) to keep 2-core builds sane.
+# flywheel_torch_pch(TARGET): precompile the LibTorch headers for a LibTorch-heavy target (one PCH
+# per target: sharing one with REUSE_FROM breaks between libraries (-fPIC) and executables
+# (-fPIE)). Worth it once a target has several TUs that include ATen.
 function(flywheel_torch_pch target)
-  if(NOT TARGET flywheel_torch_pch_host)
-    add_library(flywheel_torch_pch_host OBJECT ${PROJECT_SOURCE_DIR}/cmake/torch_pch.cc)
-    target_link_libraries(flywheel_torch_pch_host PRIVATE ${TORCH_LIBRARIES})
-    target_precompile_headers(flywheel_torch_pch_host PRIVATE <ATen/ATen.h>)
-  endif()
-  target_precompile_headers(${target} REUSE_FROM flywheel_torch_pch_host)
+  target_precompile_headers(${target} PRIVATE <ATen/ATen.h>)
 endfunction()

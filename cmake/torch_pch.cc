@@ -1,1 +1,0 @@
-// Translation unit that hosts the shared LibTorch precompiled header (cmake/FlywheelHelpers.cmake).
