@@ -71,7 +71,7 @@ class LayeredLoader {
 
  private:
   void apply_document(const YAML::Node& root, const std::string& source,
-                      const std::string& base_dir, bool has_positions);
+                      const std::string& base_dir, bool from_file);
   void apply_includes(const YAML::Node& root, const std::string& source,
                       const std::string& base_dir, int depth);
   SourceLocation location_for(const std::string& path, const std::string& fallback) const;
@@ -143,7 +143,7 @@ void LayeredLoader::apply_text(absl::string_view text, const std::string& source
     return;
   }
   if (root.IsMap()) apply_includes(root, source, base_dir, depth);
-  apply_document(root, source, base_dir, /*has_positions=*/true);
+  apply_document(root, source, base_dir, /*from_file=*/true);
 }
 
 void LayeredLoader::apply_includes(const YAML::Node& root, const std::string& source,
@@ -177,11 +177,12 @@ void LayeredLoader::apply_includes(const YAML::Node& root, const std::string& so
 }
 
 void LayeredLoader::apply_document(const YAML::Node& root, const std::string& source,
-                                   const std::string& base_dir, bool has_positions) {
+                                   const std::string& base_dir, bool from_file) {
   YamlOptionsReader::Context context;
   context.source = source;
-  context.has_positions = has_positions;
-  context.root_keys_handled_elsewhere = {"include"};
+  context.has_positions = from_file;  // an override's YAML marks point into its value
+  // `include:` is a file-level key; an override cannot include files.
+  if (from_file) context.root_keys_handled_elsewhere = {"include"};
   context.all_paths = &all_paths_;
   context.errors = &errors_;
   context.set_locations = &set_locations_;
@@ -228,7 +229,7 @@ void LayeredLoader::apply_override(const std::string& assignment) {
     errors_.push_back({{source}, key, absl::StrCat("value is not valid YAML: ", e.msg)});
     return;
   }
-  apply_document(nest(parts, 0, value), source, "", /*has_positions=*/false);
+  apply_document(nest(parts, 0, value), source, "", /*from_file=*/false);
 }
 
 SourceLocation LayeredLoader::location_for(const std::string& path,

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -301,6 +302,45 @@ TEST_F(ConfigLoaderTest, EveryErrorIsReportedAtOnce) {
   EXPECT_THAT(error, HasSubstr("trainer.lrr"));
   EXPECT_THAT(error, HasSubstr("trainer.total_steps"));
   EXPECT_THAT(error, HasSubstr("modle: unknown key; did you mean 'model'?"));
+}
+
+TEST(ConfigFuzzTest, MutatedConfigsNeverCrashAndErrorsAlwaysNameTheSource) {
+  // Byte-level mutations of a valid config: every outcome must be a Config or an
+  // InvalidArgument naming the source, never a crash or another error code.
+  const std::string seed =
+      "include: []\ntrainer:\n  lr: 1e-5\n  total_steps: 10\nrollout:\n  stop: ['a', 'b']\n"
+      "rewards:\n  functions:\n    - {name: x, weight: 2, params: {k: v}}\n"
+      "logging: {sinks: [console]}\nplugins: []\n";
+  const std::string alphabet = " :-[]{}'\"\n\t#&*!|>%@`,?0123456789abcxyz.\\";
+  std::mt19937 rng(/*seed=*/12345);
+  int accepted = 0;
+  for (int iteration = 0; iteration < 3000; ++iteration) {
+    std::string text = seed;
+    int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      size_t at = rng() % (text.size() + 1);
+      char c = alphabet[rng() % alphabet.size()];
+      switch (rng() % 3) {
+        case 0:
+          text.insert(text.begin() + at, c);
+          break;
+        case 1:
+          if (at < text.size()) text.erase(at, 1);
+          break;
+        default:
+          if (at < text.size()) text[at] = c;
+      }
+    }
+    absl::StatusOr<LoadedConfig> loaded = load_config_text(text, "fuzz.yaml", "/nonexistent");
+    if (loaded.ok()) {
+      ++accepted;
+      EXPECT_TRUE(loaded->config.validate().ok()) << text;
+    } else {
+      ASSERT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument) << text;
+      ASSERT_THAT(std::string(loaded.status().message()), HasSubstr("fuzz.yaml")) << text;
+    }
+  }
+  EXPECT_GT(accepted, 0);  // some mutations (comments, whitespace) stay valid
 }
 
 TEST(ConfigValidateTest, ProgrammaticConfigIsCheckedToo) {
