@@ -3,8 +3,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/struct.pb.h"
-#include "google/protobuf/util/json_util.h"
+#include "flywheel/core/json.h"
 
 namespace flywheel::cli {
 
@@ -23,26 +22,21 @@ absl::StatusOr<MetricsFile> read_metrics_jsonl(const std::string& path) {
   while (std::getline(in, line)) {
     ++line_number;
     if (line.empty()) continue;
-    google::protobuf::Struct record;
-    auto parsed = google::protobuf::util::JsonStringToMessage(line, &record);
-    if (!parsed.ok()) {
-      skip(absl::StrCat("not a JSON object: ", parsed.message().as_string()));
+    absl::StatusOr<core::Json> record = core::Json::parse(line);
+    if (!record.ok()) {
+      skip(absl::StrCat("not JSON: ", record.status().message()));
       continue;
     }
-    const auto& fields = record.fields();
-    auto step = fields.find("step");
-    auto scalars = fields.find("scalars");
-    if (step == fields.end() || !step->second.has_number_value() || scalars == fields.end() ||
-        !scalars->second.has_struct_value()) {
+    const core::Json* step = record->find("step");
+    const core::Json* scalars = record->find("scalars");
+    if (step == nullptr || !step->is_integer() || scalars == nullptr || !scalars->is_object()) {
       skip("expected {\"step\": N, \"scalars\": {...}}");
       continue;
     }
     ++good_lines;
-    auto step_value = static_cast<int64_t>(step->second.number_value());
-    for (const auto& [name, value] : scalars->second.struct_value().fields()) {
-      if (value.has_number_value()) {
-        file.series[name].points.emplace_back(step_value, value.number_value());
-      }
+    for (const auto& [name, value] : scalars->as_object()) {
+      if (value.is_number())
+        file.series[name].points.emplace_back(step->as_int(), value.as_double());
     }
   }
   if (good_lines == 0) {
