@@ -7,40 +7,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "flywheel/core/json.h"
 #include "format_number.h"
 
 namespace flywheel::core {
 
+namespace {
+
 std::string json_quote(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(c));
-        } else {
-          out.push_back(c);
-        }
-    }
-  }
-  out += "\"";
+  std::string out;
+  append_json_string(s, &out);
   return out;
 }
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsSink>> JsonlSink::create(const MetricsSinkOptions& options) {
   namespace fs = std::filesystem;

@@ -13,9 +13,6 @@
 
 namespace flywheel::core {
 
-// Escapes `s` as a JSON string literal, quotes included.
-std::string json_quote(absl::string_view s);
-
 class JsonlSink : public MetricsSink {
  public:
   static absl::StatusOr<std::unique_ptr<MetricsSink>> create(const MetricsSinkOptions& options);
