@@ -1,0 +1,109 @@
+// The decoder-only transformer of the Qwen2 / Qwen3 / Llama 3 families, configured from a
+// Hugging Face config.json (ModelConfig), with Hugging Face tensor names.
+//
+// One forward() serves training (full sequences, causal, with padding/packing) and generation
+// (prefill and decode into a KvCache). Parameters are plain leaf tensors in the model dtype;
+// RMSNorm, RoPE tables and attention softmax run in float32.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "flywheel/model/kv_cache.h"
+#include "flywheel/model/model_config.h"
+
+namespace flywheel::model {
+
+struct DecoderOptions {
+  at::ScalarType dtype = at::kFloat;  // kFloat, kBFloat16 or kHalf (kHalf needs a GPU)
+  at::Device device = at::kCPU;
+};
+
+// One forward pass. Rows are right-padded to T tokens.
+struct ForwardBatch {
+  at::Tensor tokens;     // [B, T] int64
+  at::Tensor positions;  // [B, T] int64: RoPE position of each token (>= 0, also for padding)
+  // Without a cache: segment id of each token [B, T] int64. A token attends causally to earlier
+  // tokens of its own segment; 0 marks padding (attends only to itself). Undefined: one segment
+  // per row, no padding.
+  at::Tensor segment_ids;
+  // With a cache: row b's first lengths[b] tokens are written to slot slots[b] at their
+  // positions, and attend to every position of that slot up to their own (earlier prefill or
+  // decode steps included). Tokens past lengths[b] are padding and are not written.
+  std::vector<int64_t> slots;
+  std::vector<int64_t> lengths;
+};
+
+class DecoderModel {
+ public:
+  // A model with zero parameters (load() or init_random() fills them). InvalidArgument for an
+  // invalid config or an unsupported dtype/device combination.
+  static absl::StatusOr<std::unique_ptr<DecoderModel>> create(const ModelConfig& config,
+                                                              const DecoderOptions& options);
+
+  const ModelConfig& config() const { return config_; }
+  const DecoderOptions& options() const { return options_; }
+
+  // Parameters with their Hugging Face names, in a fixed order. For tied embeddings there is no
+  // "lm_head.weight".
+  const std::vector<std::pair<std::string, at::Tensor>>& named_parameters() const {
+    return parameters_;
+  }
+
+  // Fills every parameter from `lookup(name)` (converted to the model dtype and device).
+  // lookup returns NotFound for absent names. Errors: a missing tensor, or a shape mismatch
+  // (naming the tensor and both shapes).
+  using TensorLookup = std::function<absl::StatusOr<at::Tensor>(const std::string& name)>;
+  absl::Status load(const TensorLookup& lookup);
+
+  // Hugging Face's initialisation: weights ~ N(0, initializer_range), norms 1, biases 0.
+  // Deterministic for a seed (drawn in float32, then cast).
+  void init_random(uint64_t seed);
+
+  // Final hidden states [B, T, hidden] (after the last RMSNorm), in the model dtype. A malformed
+  // batch (shapes, lengths, slots or positions outside the cache) throws c10::Error: batches are
+  // built by flywheel's own code, so a bad one is a bug. Token ids must be < vocab_size.
+  at::Tensor forward(const ForwardBatch& batch, KvCache* cache = nullptr) const;
+
+  // The output projection [vocab, hidden] (the embedding matrix when tied).
+  const at::Tensor& lm_head_weight() const { return lm_head_; }
+  // Float32 logits for hidden states [..., hidden].
+  at::Tensor logits(const at::Tensor& hidden) const;
+
+  // A cache sized for this model, in the model dtype and device.
+  absl::StatusOr<std::unique_ptr<KvCache>> make_cache(int64_t slots, int64_t max_len) const;
+
+ private:
+  struct Layer {
+    at::Tensor input_norm, q, q_bias, k, k_bias, v, v_bias, o, o_bias, q_norm, k_norm;
+    at::Tensor post_norm, gate, up, down;
+  };
+
+  DecoderModel(const ModelConfig& config, const DecoderOptions& options);
+  at::Tensor& add_parameter(const std::string& name, std::vector<int64_t> shape);
+  at::Tensor attention(const Layer& layer, int64_t index, const at::Tensor& x,
+                       const ForwardBatch& batch, const at::Tensor& cos, const at::Tensor& sin,
+                       const at::Tensor& cache_mask, KvCache* cache) const;
+
+  ModelConfig config_;
+  DecoderOptions options_;
+  std::vector<std::pair<std::string, at::Tensor>> parameters_;
+  at::Tensor embed_, final_norm_, lm_head_;
+  std::vector<Layer> layers_;
+  at::Tensor inv_freq_;  // float32 [head_dim / 2]
+};
+
+// RMSNorm as Hugging Face computes it: normalise in float32, cast back, multiply by weight.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// Inverse RoPE frequencies [head_dim / 2] in float32, with Llama 3 scaling when configured.
+at::Tensor rope_inverse_frequencies(const ModelConfig& config);
+
+}  // namespace flywheel::model

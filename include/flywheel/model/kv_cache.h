@@ -1,0 +1,46 @@
+// Preallocated key/value cache for the decoder, organised in sequence slots.
+//
+// Layout per layer: keys and values of shape [slots, max_len, kv_heads, head_dim], allocated once.
+// A slot holds one sequence; position p of a slot holds the key/value of that sequence's token
+// at position p. The rollout engine assigns slots to sequences (continuous batching); nothing
+// here is reallocated per step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "flywheel/model/model_config.h"
+
+namespace flywheel::model {
+
+class KvCache {
+ public:
+  // InvalidArgument for non-positive sizes.
+  static absl::StatusOr<std::unique_ptr<KvCache>> create(const ModelConfig& config, int64_t slots,
+                                                         int64_t max_len,
+                                                         const at::TensorOptions& options);
+
+  int64_t slots() const { return slots_; }
+  int64_t max_len() const { return max_len_; }
+  int64_t num_layers() const { return static_cast<int64_t>(keys_.size()); }
+  at::Tensor& keys(int64_t layer) { return keys_[layer]; }
+  at::Tensor& values(int64_t layer) { return values_[layer]; }
+
+  // Copies positions [0, length) of slot `from` into slot `to` in every layer (n samples of one
+  // prompt share its prefill).
+  void copy_prefix(int64_t from, int64_t to, int64_t length);
+
+ private:
+  KvCache(int64_t slots, int64_t max_len) : slots_(slots), max_len_(max_len) {}
+
+  int64_t slots_;
+  int64_t max_len_;
+  std::vector<at::Tensor> keys_;
+  std::vector<at::Tensor> values_;
+};
+
+}  // namespace flywheel::model

@@ -1,0 +1,29 @@
+// Per-token log-probabilities (and entropy) of target tokens, computed in chunks of positions so
+// that peak memory is chunk_size x vocab floats rather than batch x length x vocab. The backward
+// pass recomputes each chunk's logits instead of keeping them, so training has the same bound.
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+
+namespace flywheel::model {
+
+struct TokenLogprobOptions {
+  double temperature = 1.0;   // logits are divided by it (> 0)
+  int64_t chunk_size = 1024;  // positions per chunk
+  bool with_entropy = false;  // also compute the entropy of each position's distribution
+};
+
+struct TokenLogprobs {
+  at::Tensor logprobs;  // float32, shape of `targets`
+  at::Tensor entropy;   // float32, shape of `targets`; undefined unless with_entropy
+};
+
+// log softmax(hidden @ weight^T / temperature)[target] for every position. hidden [..., H]
+// (any dtype), weight [V, H], targets [...] int64 in [0, V). Differentiable with respect to
+// hidden and weight (for both outputs).
+TokenLogprobs token_logprobs(const at::Tensor& hidden, const at::Tensor& weight,
+                             const at::Tensor& targets, const TokenLogprobOptions& options = {});
+
+}  // namespace flywheel::model

@@ -1,0 +1,59 @@
+// The architecture of a decoder-only model, read from a Hugging Face config.json.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "flywheel/core/json.h"
+
+namespace flywheel::model {
+
+// Llama 3 rope_scaling ("rope_type" or "type" == "llama3").
+struct Llama3RopeScaling {
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  std::string model_type;  // qwen2 | qwen3 | llama
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;  // GQA; defaults to num_attention_heads
+  int64_t head_dim = 0;             // defaults to hidden_size / num_attention_heads
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  bool has_llama3_rope_scaling = false;
+  Llama3RopeScaling rope_scaling;
+  int64_t max_position_embeddings = 4096;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;  // biases on q, k, v (Qwen2 always; Llama/Qwen3 with attention_bias)
+  bool o_bias = false;    // bias on o_proj (Llama/Qwen3 with attention_bias)
+  bool qk_norm = false;   // per-head RMSNorm of q and k before RoPE (Qwen3)
+  double initializer_range = 0.02;
+  std::string torch_dtype = "float32";
+  std::vector<int64_t> bos_token_ids;
+  std::vector<int64_t> eos_token_ids;
+
+  // Reads config.json. Errors name `source` and the key: a missing required key, a wrong type,
+  // an unknown model_type or an unsupported option (sliding window, other rope_scaling types,
+  // activations other than silu), with what is supported.
+  static absl::StatusOr<ModelConfig> from_json(const core::Json& json, const std::string& source);
+  static absl::StatusOr<ModelConfig> from_file(const std::string& path);
+
+  // config.json for this model, loadable by transformers.
+  core::Json to_json() const;
+
+  // Shape consistency (heads divide, head_dim even, ...).
+  absl::Status validate() const;
+
+  int64_t num_parameters() const;
+};
+
+}  // namespace flywheel::model

@@ -1,0 +1,311 @@
+#include "flywheel/model/decoder.h"
+
+#include <cmath>
+#include <limits>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace flywheel::model {
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor h = x.to(at::kFloat);
+  at::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
+  h = h * at::rsqrt(variance + eps);
+  return weight * h.to(x.scalar_type());
+}
+
+at::Tensor rope_inverse_frequencies(const ModelConfig& config) {
+  const int64_t half = config.head_dim / 2;
+  std::vector<float> inv(half);
+  for (int64_t i = 0; i < half; ++i) {
+    // Same float32 arithmetic order as transformers: base ** (arange(0, dim, 2) / dim).
+    float exponent = static_cast<float>(2 * i) / static_cast<float>(config.head_dim);
+    inv[i] = 1.0f / std::pow(static_cast<float>(config.rope_theta), exponent);
+  }
+  if (config.has_llama3_rope_scaling) {
+    const auto& s = config.rope_scaling;
+    const double low_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
+    const double high_wavelen = s.original_max_position_embeddings / s.high_freq_factor;
+    for (int64_t i = 0; i < half; ++i) {
+      const double wavelen = 2 * M_PI / inv[i];
+      if (wavelen > low_wavelen) {
+        inv[i] = static_cast<float>(inv[i] / s.factor);
+      } else if (wavelen >= high_wavelen) {  // medium band: smooth interpolation
+        const double smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) /
+                              (s.high_freq_factor - s.low_freq_factor);
+        inv[i] = static_cast<float>((1 - smooth) * inv[i] / s.factor + smooth * inv[i]);
+      }
+    }
+  }
+  return at::tensor(inv, at::kFloat);
+}
+
+namespace {
+
+// Rotate-half RoPE: dimension i pairs with i + head_dim / 2.
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor x1 = x.narrow(-1, 0, half);
+  at::Tensor x2 = x.narrow(-1, half, half);
+  at::Tensor rotated = at::cat({-x2, x1}, -1);
+  return x * cos + rotated * sin;
+}
+
+bool is_contiguous_range(const std::vector<int64_t>& slots) {
+  for (size_t i = 1; i < slots.size(); ++i) {
+    if (slots[i] != slots[0] + static_cast<int64_t>(i)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+DecoderModel::DecoderModel(const ModelConfig& config, const DecoderOptions& options)
+    : config_(config), options_(options) {}
+
+at::Tensor& DecoderModel::add_parameter(const std::string& name, std::vector<int64_t> shape) {
+  parameters_.emplace_back(
+      name, at::zeros(shape, at::TensorOptions().dtype(options_.dtype).device(options_.device)));
+  return parameters_.back().second;
+}
+
+absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelConfig& config,
+                                                                   const DecoderOptions& options) {
+  absl::Status valid = config.validate();
+  if (!valid.ok()) return valid;
+  if (options.dtype != at::kFloat && options.dtype != at::kBFloat16 && options.dtype != at::kHalf) {
+    return absl::InvalidArgumentError(absl::StrCat("unsupported model dtype ",
+                                                   c10::toString(options.dtype),
+                                                   "; supported: float32, bfloat16, float16"));
+  }
+  if (options.dtype == at::kHalf && options.device.is_cpu()) {
+    return absl::InvalidArgumentError("float16 models need a GPU; use float32 or bfloat16 on CPU");
+  }
+  std::unique_ptr<DecoderModel> model(new DecoderModel(config, options));
+  const int64_t h = config.hidden_size, hd = config.head_dim;
+  const int64_t q = config.num_attention_heads * hd, kv = config.num_key_value_heads * hd;
+  model->parameters_.reserve(3 + config.num_hidden_layers * 15);
+  model->embed_ = model->add_parameter("model.embed_tokens.weight", {config.vocab_size, h});
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    Layer layer;
+    layer.input_norm = model->add_parameter(p + "input_layernorm.weight", {h});
+    layer.q = model->add_parameter(p + "self_attn.q_proj.weight", {q, h});
+    if (config.qkv_bias) layer.q_bias = model->add_parameter(p + "self_attn.q_proj.bias", {q});
+    layer.k = model->add_parameter(p + "self_attn.k_proj.weight", {kv, h});
+    if (config.qkv_bias) layer.k_bias = model->add_parameter(p + "self_attn.k_proj.bias", {kv});
+    layer.v = model->add_parameter(p + "self_attn.v_proj.weight", {kv, h});
+    if (config.qkv_bias) layer.v_bias = model->add_parameter(p + "self_attn.v_proj.bias", {kv});
+    layer.o = model->add_parameter(p + "self_attn.o_proj.weight", {h, q});
+    if (config.o_bias) layer.o_bias = model->add_parameter(p + "self_attn.o_proj.bias", {h});
+    if (config.qk_norm) {
+      layer.q_norm = model->add_parameter(p + "self_attn.q_norm.weight", {hd});
+      layer.k_norm = model->add_parameter(p + "self_attn.k_norm.weight", {hd});
+    }
+    layer.post_norm = model->add_parameter(p + "post_attention_layernorm.weight", {h});
+    layer.gate = model->add_parameter(p + "mlp.gate_proj.weight", {config.intermediate_size, h});
+    layer.up = model->add_parameter(p + "mlp.up_proj.weight", {config.intermediate_size, h});
+    layer.down = model->add_parameter(p + "mlp.down_proj.weight", {h, config.intermediate_size});
+    model->layers_.push_back(std::move(layer));
+  }
+  model->final_norm_ = model->add_parameter("model.norm.weight", {h});
+  model->lm_head_ = config.tie_word_embeddings
+                        ? model->embed_
+                        : model->add_parameter("lm_head.weight", {config.vocab_size, h});
+  model->inv_freq_ = rope_inverse_frequencies(config).to(options.device);
+  return model;
+}
+
+absl::Status DecoderModel::load(const TensorLookup& lookup) {
+  std::vector<std::string> missing;
+  at::NoGradGuard no_grad;
+  for (auto& [name, parameter] : parameters_) {
+    absl::StatusOr<at::Tensor> source = lookup(name);
+    if (!source.ok()) {
+      if (absl::IsNotFound(source.status())) {
+        missing.push_back(name);
+        continue;
+      }
+      return source.status();
+    }
+    if (source->sizes() != parameter.sizes()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' has shape [", absl::StrJoin(source->sizes(), ", "),
+                       "] but the config needs [", absl::StrJoin(parameter.sizes(), ", "), "]"));
+    }
+    parameter.copy_(*source);
+  }
+  if (!missing.empty()) {
+    if (missing.size() > 5) {
+      size_t more = missing.size() - 5;
+      missing.resize(5);
+      missing.push_back(absl::StrCat("and ", more, " more"));
+    }
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint lacks tensors: ", absl::StrJoin(missing, ", ")));
+  }
+  return absl::OkStatus();
+}
+
+void DecoderModel::init_random(uint64_t seed) {
+  at::NoGradGuard no_grad;
+  at::Generator generator = at::detail::createCPUGenerator(seed);
+  for (auto& [name, parameter] : parameters_) {
+    const bool is_norm = name.find("norm.weight") != std::string::npos;
+    const bool is_bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    if (is_norm) {
+      parameter.fill_(1.0);
+    } else if (is_bias) {
+      parameter.zero_();
+    } else {
+      at::Tensor values = at::empty(parameter.sizes(), at::kFloat);
+      values.normal_(0.0, config_.initializer_range, generator);
+      parameter.copy_(values);
+    }
+  }
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> DecoderModel::make_cache(int64_t slots,
+                                                                  int64_t max_len) const {
+  return KvCache::create(config_, slots, max_len,
+                         at::TensorOptions().dtype(options_.dtype).device(options_.device));
+}
+
+at::Tensor DecoderModel::attention(const Layer& layer, int64_t index, const at::Tensor& x,
+                                   const ForwardBatch& batch, const at::Tensor& cos,
+                                   const at::Tensor& sin, const at::Tensor& mask,
+                                   KvCache* cache) const {
+  const int64_t B = x.size(0), T = x.size(1), hd = config_.head_dim;
+  const int64_t kvh = config_.num_key_value_heads;
+  const int64_t groups = config_.num_attention_heads / kvh;
+  at::Tensor q = at::linear(x, layer.q, layer.q_bias).view({B, T, -1, hd});
+  at::Tensor k = at::linear(x, layer.k, layer.k_bias).view({B, T, kvh, hd});
+  at::Tensor v = at::linear(x, layer.v, layer.v_bias).view({B, T, kvh, hd});
+  if (config_.qk_norm) {
+    q = rms_norm(q, layer.q_norm, config_.rms_norm_eps);
+    k = rms_norm(k, layer.k_norm, config_.rms_norm_eps);
+  }
+  q = apply_rope(q, cos, sin);
+  k = apply_rope(k, cos, sin);
+
+  at::Tensor keys, values;  // [B, L, kvh, hd]
+  if (cache == nullptr) {
+    keys = k;
+    values = v;
+  } else {
+    // Write the valid tokens into their slots, then read each row's slot up to L positions.
+    const int64_t L = mask.size(-1);
+    at::Tensor slot_index, pos_index, row_index;
+    {
+      std::vector<int64_t> slot_list, row_list, t_list;
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t t = 0; t < batch.lengths[b]; ++t) {
+          slot_list.push_back(batch.slots[b]);
+          row_list.push_back(b);
+          t_list.push_back(t);
+        }
+      }
+      slot_index = at::tensor(slot_list, at::kLong).to(x.device());
+      row_index = at::tensor(row_list, at::kLong).to(x.device());
+      at::Tensor t_index = at::tensor(t_list, at::kLong).to(x.device());
+      pos_index = batch.positions.index({row_index, t_index});
+      at::Tensor& cache_k = cache->keys(index);
+      at::Tensor& cache_v = cache->values(index);
+      cache_k.index_put_({slot_index, pos_index},
+                         k.index({row_index, t_index}).to(cache_k.scalar_type()));
+      cache_v.index_put_({slot_index, pos_index},
+                         v.index({row_index, t_index}).to(cache_v.scalar_type()));
+      if (is_contiguous_range(batch.slots)) {
+        keys = cache_k.narrow(0, batch.slots[0], B).narrow(1, 0, L);
+        values = cache_v.narrow(0, batch.slots[0], B).narrow(1, 0, L);
+      } else {
+        at::Tensor slots = at::tensor(batch.slots, at::kLong).to(x.device());
+        keys = cache_k.index_select(0, slots).narrow(1, 0, L);
+        values = cache_v.index_select(0, slots).narrow(1, 0, L);
+      }
+    }
+  }
+  const int64_t L = keys.size(1);
+  // Grouped-query attention without repeating K/V: query head j reads kv head j / groups.
+  at::Tensor qg = q.view({B, T, kvh, groups, hd}).permute({0, 2, 3, 1, 4}).to(at::kFloat);
+  at::Tensor kg = keys.permute({0, 2, 1, 3}).unsqueeze(2).to(at::kFloat);  // [B,kvh,1,L,hd]
+  at::Tensor vg = values.permute({0, 2, 1, 3}).unsqueeze(2);               // [B,kvh,1,L,hd]
+  at::Tensor scores = at::matmul(qg, kg.transpose(-1, -2)) * (1.0 / std::sqrt(double(hd)));
+  scores = scores.masked_fill(mask.logical_not().view({B, 1, 1, T, L}),
+                              -std::numeric_limits<float>::infinity());
+  at::Tensor probs = at::softmax(scores, -1).to(x.scalar_type());
+  at::Tensor out = at::matmul(probs, vg);  // [B, kvh, groups, T, hd]
+  out = out.permute({0, 3, 1, 2, 4}).reshape({B, T, -1});
+  return at::linear(out, layer.o, layer.o_bias);
+}
+
+at::Tensor DecoderModel::forward(const ForwardBatch& batch, KvCache* cache) const {
+  const at::Tensor& tokens = batch.tokens;
+  TORCH_CHECK(tokens.dim() == 2 && batch.positions.sizes() == tokens.sizes(),
+              "forward needs tokens and positions of shape [B, T]");
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  const at::Device device = options_.device;
+  at::Tensor positions = batch.positions.to(device);
+
+  // RoPE tables in float32, applied in the model dtype as transformers does.
+  at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_;  // [B, T, hd/2]
+  at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(2);              // [B, T, 1, hd]
+  at::Tensor cos = emb.cos().to(options_.dtype), sin = emb.sin().to(options_.dtype);
+
+  // mask[b, t, j]: query (b, t) may read key j.
+  at::Tensor mask;
+  if (cache == nullptr) {
+    at::Tensor causal =
+        at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(device)).tril();
+    if (batch.segment_ids.defined()) {
+      at::Tensor seg = batch.segment_ids.to(device);
+      at::Tensor same = seg.unsqueeze(2).eq(seg.unsqueeze(1)) & seg.unsqueeze(1).ne(0);
+      at::Tensor self = at::eye(T, at::TensorOptions().dtype(at::kBool).device(device));
+      mask = (same & causal) | self;
+    } else {
+      mask = causal.unsqueeze(0).expand({B, T, T});
+    }
+  } else {
+    TORCH_CHECK(static_cast<int64_t>(batch.slots.size()) == B &&
+                    static_cast<int64_t>(batch.lengths.size()) == B,
+                "forward with a cache needs one slot and one length per row");
+    int64_t context = 0;  // L: the longest slot extent this step reads
+    at::Tensor cpu_positions = batch.positions.to(at::kCPU).to(at::kLong).contiguous();
+    const int64_t* pos = cpu_positions.data_ptr<int64_t>();
+    for (int64_t b = 0; b < B; ++b) {
+      TORCH_CHECK(batch.lengths[b] >= 0 && batch.lengths[b] <= T, "row ", b, ": length ",
+                  batch.lengths[b], " outside [0, ", T, "]");
+      TORCH_CHECK(batch.slots[b] >= 0 && batch.slots[b] < cache->slots(), "row ", b, ": slot ",
+                  batch.slots[b], " outside the cache's ", cache->slots(), " slots");
+      for (int64_t t = 0; t < batch.lengths[b]; ++t) {
+        TORCH_CHECK(pos[b * T + t] >= 0 && pos[b * T + t] < cache->max_len(), "row ", b,
+                    ": position ", pos[b * T + t], " outside the cache length ", cache->max_len());
+        context = std::max(context, pos[b * T + t] + 1);
+      }
+    }
+    context = std::max<int64_t>(context, 1);
+    at::Tensor key_pos = at::arange(context, at::TensorOptions().dtype(at::kLong).device(device));
+    mask = key_pos.view({1, 1, context}).le(positions.unsqueeze(-1));
+  }
+
+  at::Tensor x = at::embedding(embed_, tokens.to(device));
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& layer = layers_[i];
+    x = x + attention(layer, static_cast<int64_t>(i),
+                      rms_norm(x, layer.input_norm, config_.rms_norm_eps), batch, cos, sin, mask,
+                      cache);
+    at::Tensor h = rms_norm(x, layer.post_norm, config_.rms_norm_eps);
+    x = x + at::linear(at::silu(at::linear(h, layer.gate)) * at::linear(h, layer.up), layer.down);
+  }
+  return rms_norm(x, final_norm_, config_.rms_norm_eps);
+}
+
+at::Tensor DecoderModel::logits(const at::Tensor& hidden) const {
+  return at::matmul(hidden, lm_head_.t()).to(at::kFloat);
+}
+
+}  // namespace flywheel::model

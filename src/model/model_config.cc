@@ -1,0 +1,258 @@
+#include "flywheel/model/model_config.h"
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace flywheel::model {
+namespace {
+
+constexpr const char* kSupportedTypes = "qwen2, qwen3, llama";
+
+// Reads typed keys of a JSON object, collecting the first error with the key name.
+class KeyReader {
+ public:
+  KeyReader(const core::Json& json, const std::string& source) : json_(json), source_(source) {}
+
+  void integer(const char* key, int64_t* out, bool required) {
+    const core::Json* v = json_.find(key);
+    if (v == nullptr || v->is_null()) {
+      if (required) fail(key, "missing required key");
+      return;
+    }
+    if (!v->is_integer())
+      return fail(key, absl::StrCat("expected an integer, got ", core::Json::type_name(v->type())));
+    *out = v->as_int();
+  }
+  void number(const char* key, double* out) {
+    const core::Json* v = json_.find(key);
+    if (v == nullptr || v->is_null()) return;
+    if (!v->is_number())
+      return fail(key, absl::StrCat("expected a number, got ", core::Json::type_name(v->type())));
+    *out = v->as_double();
+  }
+  void boolean(const char* key, bool* out) {
+    const core::Json* v = json_.find(key);
+    if (v == nullptr || v->is_null()) return;
+    if (!v->is_bool())
+      return fail(key,
+                  absl::StrCat("expected true or false, got ", core::Json::type_name(v->type())));
+    *out = v->as_bool();
+  }
+  void string(const char* key, std::string* out) {
+    const core::Json* v = json_.find(key);
+    if (v == nullptr || v->is_null()) return;
+    if (!v->is_string())
+      return fail(key, absl::StrCat("expected a string, got ", core::Json::type_name(v->type())));
+    *out = v->as_string();
+  }
+  // An id or a list of ids.
+  void ids(const char* key, std::vector<int64_t>* out) {
+    const core::Json* v = json_.find(key);
+    if (v == nullptr || v->is_null()) return;
+    if (v->is_integer()) {
+      out->push_back(v->as_int());
+      return;
+    }
+    if (v->is_array()) {
+      for (const core::Json& item : v->as_array()) {
+        if (!item.is_integer()) return fail(key, "expected an integer or a list of integers");
+        out->push_back(item.as_int());
+      }
+      return;
+    }
+    fail(key, "expected an integer or a list of integers");
+  }
+  void fail(const std::string& key, const std::string& message) {
+    if (status_.ok()) {
+      status_ = absl::InvalidArgumentError(absl::StrCat(source_, ": ", key, ": ", message));
+    }
+  }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  const core::Json& json_;
+  const std::string& source_;
+  absl::Status status_;
+};
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ModelConfig::from_json(const core::Json& json,
+                                                   const std::string& source) {
+  if (!json.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": expected a JSON object"));
+  }
+  ModelConfig c;
+  KeyReader r(json, source);
+  r.string("model_type", &c.model_type);
+  if (c.model_type.empty()) {
+    r.fail("model_type", absl::StrCat("missing required key (supported: ", kSupportedTypes, ")"));
+  } else if (c.model_type != "qwen2" && c.model_type != "qwen3" && c.model_type != "llama") {
+    r.fail("model_type", absl::StrCat("unsupported model type '", c.model_type,
+                                      "'; supported: ", kSupportedTypes));
+  }
+  r.integer("vocab_size", &c.vocab_size, true);
+  r.integer("hidden_size", &c.hidden_size, true);
+  r.integer("intermediate_size", &c.intermediate_size, true);
+  r.integer("num_hidden_layers", &c.num_hidden_layers, true);
+  r.integer("num_attention_heads", &c.num_attention_heads, true);
+  c.num_key_value_heads = c.num_attention_heads;
+  r.integer("num_key_value_heads", &c.num_key_value_heads, false);
+  r.integer("head_dim", &c.head_dim, false);
+  if (c.head_dim == 0 && c.num_attention_heads > 0)
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  r.number("rms_norm_eps", &c.rms_norm_eps);
+  r.number("rope_theta", &c.rope_theta);
+  r.integer("max_position_embeddings", &c.max_position_embeddings, false);
+  r.boolean("tie_word_embeddings", &c.tie_word_embeddings);
+  r.number("initializer_range", &c.initializer_range);
+  r.string("torch_dtype", &c.torch_dtype);
+  r.ids("bos_token_id", &c.bos_token_ids);
+  r.ids("eos_token_id", &c.eos_token_ids);
+
+  std::string act = "silu";
+  r.string("hidden_act", &act);
+  if (act != "silu")
+    r.fail("hidden_act", absl::StrCat("unsupported activation '", act, "'; supported: silu"));
+
+  bool attention_bias = false;
+  r.boolean("attention_bias", &attention_bias);
+  if (c.model_type == "qwen2") {
+    c.qkv_bias = true;  // Qwen2 has q/k/v biases and no o_proj bias, with no config key for it
+    bool sliding = false;
+    r.boolean("use_sliding_window", &sliding);
+    if (sliding) r.fail("use_sliding_window", "sliding-window attention is not supported");
+  } else {
+    c.qkv_bias = attention_bias;
+    c.o_bias = attention_bias;
+  }
+  c.qk_norm = c.model_type == "qwen3";
+  bool mlp_bias = false;
+  r.boolean("mlp_bias", &mlp_bias);
+  if (mlp_bias) r.fail("mlp_bias", "MLP biases are not supported");
+
+  if (const core::Json* scaling = json.find("rope_scaling"); scaling && !scaling->is_null()) {
+    std::string type;
+    if (const core::Json* t = scaling->find("rope_type"); t && t->is_string())
+      type = t->as_string();
+    if (const core::Json* t = scaling->find("type"); type.empty() && t && t->is_string()) {
+      type = t->as_string();
+    }
+    if (type == "llama3") {
+      c.has_llama3_rope_scaling = true;
+      KeyReader s(*scaling, source + " rope_scaling");
+      s.number("factor", &c.rope_scaling.factor);
+      s.number("low_freq_factor", &c.rope_scaling.low_freq_factor);
+      s.number("high_freq_factor", &c.rope_scaling.high_freq_factor);
+      s.integer("original_max_position_embeddings",
+                &c.rope_scaling.original_max_position_embeddings, false);
+      if (!s.status().ok()) return s.status();
+    } else if (type != "default") {
+      r.fail("rope_scaling", absl::StrCat("unsupported rope_scaling type '", type,
+                                          "'; supported: llama3 (or null)"));
+    }
+  }
+  if (!r.status().ok()) return r.status();
+  absl::Status valid = c.validate();
+  if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", valid.message()));
+  return c;
+}
+
+absl::StatusOr<ModelConfig> ModelConfig::from_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read model config '", path, "'"));
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<core::Json> json = core::Json::parse(text.str());
+  if (!json.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", json.status().message()));
+  }
+  return from_json(*json, path);
+}
+
+absl::Status ModelConfig::validate() const {
+  auto positive = [](int64_t v) { return v > 0; };
+  if (!positive(vocab_size) || !positive(hidden_size) || !positive(intermediate_size) ||
+      !positive(num_hidden_layers) || !positive(num_attention_heads) ||
+      !positive(num_key_value_heads) || !positive(head_dim)) {
+    return absl::InvalidArgumentError(
+        "vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, "
+        "num_key_value_heads and head_dim must be positive");
+  }
+  if (num_attention_heads % num_key_value_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("num_attention_heads (", num_attention_heads,
+                                                   ") must be a multiple of num_key_value_heads (",
+                                                   num_key_value_heads, ")"));
+  }
+  if (head_dim % 2 != 0) return absl::InvalidArgumentError("head_dim must be even (RoPE)");
+  if (!(rms_norm_eps > 0) || !(rope_theta > 0)) {
+    return absl::InvalidArgumentError("rms_norm_eps and rope_theta must be positive");
+  }
+  return absl::OkStatus();
+}
+
+core::Json ModelConfig::to_json() const {
+  core::Json j = core::Json::object();
+  static const std::map<std::string, std::string> kArchitecture = {
+      {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}, {"llama", "LlamaForCausalLM"}};
+  auto arch = kArchitecture.find(model_type);
+  j.set(
+      "architectures",
+      core::Json::array({core::Json(arch == kArchitecture.end() ? std::string() : arch->second)}));
+  j.set("model_type", core::Json(model_type));
+  j.set("vocab_size", core::Json(vocab_size));
+  j.set("hidden_size", core::Json(hidden_size));
+  j.set("intermediate_size", core::Json(intermediate_size));
+  j.set("num_hidden_layers", core::Json(num_hidden_layers));
+  j.set("num_attention_heads", core::Json(num_attention_heads));
+  j.set("num_key_value_heads", core::Json(num_key_value_heads));
+  j.set("head_dim", core::Json(head_dim));
+  j.set("hidden_act", core::Json("silu"));
+  j.set("rms_norm_eps", core::Json(rms_norm_eps));
+  j.set("rope_theta", core::Json(rope_theta));
+  if (has_llama3_rope_scaling) {
+    core::Json s = core::Json::object();
+    s.set("rope_type", core::Json("llama3"));
+    s.set("factor", core::Json(rope_scaling.factor));
+    s.set("low_freq_factor", core::Json(rope_scaling.low_freq_factor));
+    s.set("high_freq_factor", core::Json(rope_scaling.high_freq_factor));
+    s.set("original_max_position_embeddings",
+          core::Json(rope_scaling.original_max_position_embeddings));
+    j.set("rope_scaling", std::move(s));
+  } else {
+    j.set("rope_scaling", core::Json());
+  }
+  j.set("max_position_embeddings", core::Json(max_position_embeddings));
+  j.set("tie_word_embeddings", core::Json(tie_word_embeddings));
+  if (model_type != "qwen2") j.set("attention_bias", core::Json(qkv_bias));
+  if (model_type == "qwen2") j.set("use_sliding_window", core::Json(false));
+  j.set("initializer_range", core::Json(initializer_range));
+  j.set("torch_dtype", core::Json(torch_dtype));
+  auto ids = [](const std::vector<int64_t>& v) {
+    if (v.size() == 1) return core::Json(v[0]);
+    core::Json a = core::Json::array();
+    for (int64_t id : v) a.push_back(core::Json(id));
+    return v.empty() ? core::Json() : a;
+  };
+  j.set("bos_token_id", ids(bos_token_ids));
+  j.set("eos_token_id", ids(eos_token_ids));
+  return j;
+}
+
+int64_t ModelConfig::num_parameters() const {
+  const int64_t q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
+  int64_t attention = hidden_size * q + 2 * hidden_size * kv + q * hidden_size;
+  if (qkv_bias) attention += q + 2 * kv;
+  if (o_bias) attention += hidden_size;
+  if (qk_norm) attention += 2 * head_dim;
+  const int64_t mlp = 3 * hidden_size * intermediate_size;
+  const int64_t layer = attention + mlp + 2 * hidden_size;
+  const int64_t embeddings = vocab_size * hidden_size * (tie_word_embeddings ? 1 : 2);
+  return num_hidden_layers * layer + embeddings + hidden_size;
+}
+
+}  // namespace flywheel::model

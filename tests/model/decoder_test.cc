@@ -1,0 +1,273 @@
+#include "flywheel/model/decoder.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+#include "gtest/gtest.h"
+#include "test_models.h"
+
+namespace flywheel::model {
+namespace {
+
+using testing::tiny_config;
+using testing::tiny_model;
+
+const at::Tensor& param(const DecoderModel& m, const std::string& name) {
+  for (const auto& [n, p] : m.named_parameters()) {
+    if (n == name) return p;
+  }
+  static at::Tensor none;
+  return none;
+}
+
+// Inverse frequencies written from the Llama 3 recipe in double precision.
+std::vector<double> reference_inv_freq(const ModelConfig& c) {
+  std::vector<double> inv;
+  for (int64_t i = 0; i < c.head_dim / 2; ++i) {
+    double f = 1.0 / std::pow(c.rope_theta, 2.0 * i / c.head_dim);
+    if (c.has_llama3_rope_scaling) {
+      const auto& s = c.rope_scaling;
+      double wavelen = 2 * M_PI / f;
+      double low = s.original_max_position_embeddings / s.low_freq_factor;
+      double high = s.original_max_position_embeddings / s.high_freq_factor;
+      if (wavelen > low) {
+        f = f / s.factor;
+      } else if (wavelen >= high) {
+        double smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) /
+                        (s.high_freq_factor - s.low_freq_factor);
+        f = (1 - smooth) * f / s.factor + smooth * f;
+      }
+    }
+    inv.push_back(f);
+  }
+  return inv;
+}
+
+at::Tensor ref_rms(const at::Tensor& x, const at::Tensor& w, double eps) {
+  return w * (x / at::sqrt((x * x).mean(-1, true) + eps));
+}
+
+// A literal, loop-per-head float32 implementation of the Hugging Face decoder for one sequence.
+at::Tensor reference_logits(const DecoderModel& m, const std::vector<int64_t>& tokens) {
+  const ModelConfig& c = m.config();
+  const int64_t T = tokens.size(), hd = c.head_dim, half = hd / 2;
+  const int64_t groups = c.num_attention_heads / c.num_key_value_heads;
+  auto P = [&](const std::string& n) { return param(m, n).to(at::kFloat); };
+  std::vector<double> inv = reference_inv_freq(c);
+  at::Tensor cos = at::empty({T, hd}, at::kFloat), sin = at::empty({T, hd}, at::kFloat);
+  for (int64_t p = 0; p < T; ++p) {
+    for (int64_t i = 0; i < half; ++i) {
+      cos[p][i] = cos[p][i + half] = std::cos(p * inv[i]);
+      sin[p][i] = sin[p][i + half] = std::sin(p * inv[i]);
+    }
+  }
+  auto rope = [&](at::Tensor x) {  // x [T, hd]: pairs (i, i + half)
+    at::Tensor a = x.narrow(1, 0, half), b = x.narrow(1, half, half);
+    at::Tensor c1 = cos.narrow(1, 0, half), s1 = sin.narrow(1, 0, half);
+    return at::cat({a * c1 - b * s1, b * c1 + a * s1}, 1);
+  };
+  at::Tensor x = P("model.embed_tokens.weight").index_select(0, at::tensor(tokens, at::kLong));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    at::Tensor h = ref_rms(x, P(p + "input_layernorm.weight"), c.rms_norm_eps);
+    auto proj = [&](const std::string& name, bool bias) {
+      at::Tensor y = at::matmul(h, P(p + "self_attn." + name + ".weight").t());
+      return bias ? y + P(p + "self_attn." + name + ".bias") : y;
+    };
+    at::Tensor q = proj("q_proj", c.qkv_bias), k = proj("k_proj", c.qkv_bias),
+               v = proj("v_proj", c.qkv_bias);
+    std::vector<at::Tensor> heads;
+    for (int64_t j = 0; j < c.num_attention_heads; ++j) {
+      const int64_t kv = j / groups;
+      at::Tensor qj = q.narrow(1, j * hd, hd), kj = k.narrow(1, kv * hd, hd),
+                 vj = v.narrow(1, kv * hd, hd);
+      if (c.qk_norm) {
+        qj = ref_rms(qj, P(p + "self_attn.q_norm.weight"), c.rms_norm_eps);
+        kj = ref_rms(kj, P(p + "self_attn.k_norm.weight"), c.rms_norm_eps);
+      }
+      qj = rope(qj);
+      kj = rope(kj);
+      at::Tensor s = at::matmul(qj, kj.t()) / std::sqrt(double(hd));
+      s = s.masked_fill(at::ones({T, T}, at::kBool).triu(1), -INFINITY);
+      heads.push_back(at::matmul(at::softmax(s, -1), vj));
+    }
+    at::Tensor attn = at::matmul(at::cat(heads, 1), P(p + "self_attn.o_proj.weight").t());
+    if (c.o_bias) attn = attn + P(p + "self_attn.o_proj.bias");
+    x = x + attn;
+    h = ref_rms(x, P(p + "post_attention_layernorm.weight"), c.rms_norm_eps);
+    at::Tensor g = at::matmul(h, P(p + "mlp.gate_proj.weight").t());
+    at::Tensor u = at::matmul(h, P(p + "mlp.up_proj.weight").t());
+    x = x + at::matmul(g * at::sigmoid(g) * u, P(p + "mlp.down_proj.weight").t());
+  }
+  x = ref_rms(x, P("model.norm.weight"), c.rms_norm_eps);
+  return at::matmul(x, m.lm_head_weight().to(at::kFloat).t());
+}
+
+ForwardBatch full_batch(const std::vector<int64_t>& tokens) {
+  ForwardBatch b;
+  const int64_t T = tokens.size();
+  b.tokens = at::tensor(tokens, at::kLong).view({1, T});
+  b.positions = at::arange(T, at::kLong).view({1, T});
+  return b;
+}
+
+const std::vector<int64_t> kTokens = {5, 17, 3, 88, 42, 42, 9, 60, 1, 33, 71, 96};
+
+class DecoderFamilyTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DecoderFamilyTest, FullForwardMatchesLiteralReference) {
+  auto model = tiny_model(GetParam());
+  at::Tensor logits = model->logits(model->forward(full_batch(kTokens)))[0];
+  at::Tensor expected = reference_logits(*model, kTokens);
+  EXPECT_TRUE(at::allclose(logits, expected, /*rtol=*/1e-4, /*atol=*/1e-4))
+      << (logits - expected).abs().max().item<float>();
+}
+
+TEST_P(DecoderFamilyTest, IncrementalDecodeMatchesFullForward) {
+  auto model = tiny_model(GetParam());
+  at::Tensor full = model->logits(model->forward(full_batch(kTokens)))[0];
+  auto cache = std::move(*model->make_cache(/*slots=*/3, /*max_len=*/32));
+  // Prefill 5 tokens into slot 1, then decode one token at a time.
+  const int64_t prefill = 5;
+  ForwardBatch b;
+  b.tokens =
+      at::tensor(std::vector<int64_t>(kTokens.begin(), kTokens.begin() + prefill)).view({1, -1});
+  b.positions = at::arange(prefill, at::kLong).view({1, -1});
+  b.slots = {1};
+  b.lengths = {prefill};
+  at::Tensor step = model->logits(model->forward(b, cache.get()))[0];
+  EXPECT_TRUE(at::allclose(step, full.narrow(0, 0, prefill), 0, 1e-5));
+  for (int64_t t = prefill; t < static_cast<int64_t>(kTokens.size()); ++t) {
+    ForwardBatch d;
+    d.tokens = at::tensor(std::vector<int64_t>{kTokens[t]}).view({1, 1});
+    d.positions = at::tensor(std::vector<int64_t>{t}).view({1, 1});
+    d.slots = {1};
+    d.lengths = {1};
+    at::Tensor logits = model->logits(model->forward(d, cache.get()))[0][0];
+    EXPECT_TRUE(at::allclose(logits, full[t], 0, 1e-5))
+        << "t=" << t << " max diff " << (logits - full[t]).abs().max().item<float>();
+  }
+}
+
+TEST_P(DecoderFamilyTest, RaggedBatchInCacheEqualsOneByOne) {
+  auto model = tiny_model(GetParam());
+  std::vector<std::vector<int64_t>> prompts = {{4, 8, 15, 16, 23, 42}, {7}, {9, 9, 9}};
+  // Batched prefill into non-contiguous slots 2, 0, 3 (right-padded with token 0).
+  auto cache = std::move(*model->make_cache(4, 16));
+  ForwardBatch b;
+  b.tokens = at::zeros({3, 6}, at::kLong);
+  b.positions = at::zeros({3, 6}, at::kLong);
+  b.slots = {2, 0, 3};
+  for (int64_t r = 0; r < 3; ++r) {
+    for (size_t t = 0; t < prompts[r].size(); ++t) {
+      b.tokens[r][t] = prompts[r][t];
+      b.positions[r][t] = static_cast<int64_t>(t);
+    }
+    b.lengths.push_back(prompts[r].size());
+  }
+  at::Tensor batched = model->logits(model->forward(b, cache.get()));
+  // One decode step for all three rows at their own positions.
+  ForwardBatch d;
+  d.tokens = at::tensor(std::vector<int64_t>{11, 12, 13}).view({3, 1});
+  d.positions = at::tensor(std::vector<int64_t>{6, 1, 3}).view({3, 1});
+  d.slots = {2, 0, 3};
+  d.lengths = {1, 1, 1};
+  at::Tensor decoded = model->logits(model->forward(d, cache.get()));
+  std::vector<int64_t> next = {11, 12, 13};
+  for (int64_t r = 0; r < 3; ++r) {
+    std::vector<int64_t> seq = prompts[r];
+    seq.push_back(next[r]);
+    at::Tensor alone = model->logits(model->forward(full_batch(seq)))[0];
+    const int64_t n = prompts[r].size();
+    EXPECT_TRUE(at::allclose(batched[r].narrow(0, 0, n), alone.narrow(0, 0, n), 0, 1e-5)) << r;
+    EXPECT_TRUE(at::allclose(decoded[r][0], alone[n], 0, 1e-5)) << r;
+  }
+}
+
+TEST_P(DecoderFamilyTest, PackedAndPaddedTrainingBatchEqualsSeparateSequences) {
+  auto model = tiny_model(GetParam());
+  std::vector<int64_t> a = {3, 1, 4, 1, 5}, b = {9, 2, 6};
+  // Row 0 packs a and b; row 1 holds b then padding.
+  ForwardBatch batch;
+  batch.tokens =
+      at::tensor(std::vector<int64_t>{3, 1, 4, 1, 5, 9, 2, 6, 9, 2, 6, 0, 0, 0, 0, 0}).view({2, 8});
+  batch.positions =
+      at::tensor(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 0, 1, 2, 0, 0, 0, 0, 0}).view({2, 8});
+  batch.segment_ids =
+      at::tensor(std::vector<int64_t>{1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 0, 0, 0, 0, 0}).view({2, 8});
+  at::Tensor logits = model->logits(model->forward(batch));
+  at::Tensor la = model->logits(model->forward(full_batch(a)))[0];
+  at::Tensor lb = model->logits(model->forward(full_batch(b)))[0];
+  EXPECT_TRUE(at::allclose(logits[0].narrow(0, 0, 5), la, 0, 1e-5));
+  EXPECT_TRUE(at::allclose(logits[0].narrow(0, 5, 3), lb, 0, 1e-5));
+  EXPECT_TRUE(at::allclose(logits[1].narrow(0, 0, 3), lb, 0, 1e-5));
+  EXPECT_FALSE(logits.isnan().any().item<bool>());
+}
+
+TEST_P(DecoderFamilyTest, Bfloat16StaysCloseToFloat32) {
+  auto f32 = tiny_model(GetParam(), at::kFloat, 7);
+  auto bf16 = tiny_model(GetParam(), at::kBFloat16, 7);
+  at::Tensor a = f32->logits(f32->forward(full_batch(kTokens)));
+  at::Tensor b = bf16->logits(bf16->forward(full_batch(kTokens)));
+  // Stated tolerance: bf16 keeps 8 significant bits; through 2 layers the logits (|x| up to ~5)
+  // stay within 0.25 of float32 at worst and 0.05 on average.
+  EXPECT_LT((a - b).abs().max().item<float>(), 0.25f);
+  EXPECT_LT((a - b).abs().mean().item<float>(), 0.05f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, DecoderFamilyTest, ::testing::Values("qwen2", "qwen3", "llama"));
+
+TEST(DecoderTest, ParameterNamesFollowHuggingFace) {
+  auto qwen2 = tiny_model("qwen2");
+  auto qwen3 = tiny_model("qwen3");
+  EXPECT_TRUE(param(*qwen2, "model.layers.0.self_attn.q_proj.bias").defined());
+  EXPECT_FALSE(param(*qwen2, "model.layers.0.self_attn.o_proj.bias").defined());
+  EXPECT_TRUE(param(*qwen2, "lm_head.weight").defined());
+  EXPECT_TRUE(param(*qwen3, "model.layers.1.self_attn.k_norm.weight").defined());
+  EXPECT_FALSE(param(*qwen3, "model.layers.0.self_attn.q_proj.bias").defined());
+  EXPECT_FALSE(param(*qwen3, "lm_head.weight").defined());  // tied
+  EXPECT_EQ(param(*qwen3, "model.layers.0.self_attn.q_proj.weight").sizes(),
+            (std::vector<int64_t>{4 * 16, 32}));  // heads x head_dim, not hidden
+  int64_t count = 0;
+  for (const auto& [n, p] : qwen2->named_parameters()) count += p.numel();
+  EXPECT_EQ(count, qwen2->config().num_parameters());
+}
+
+TEST(DecoderTest, RandomInitIsDeterministicPerSeed) {
+  auto a = tiny_model("llama", at::kFloat, 3), b = tiny_model("llama", at::kFloat, 3);
+  auto c = tiny_model("llama", at::kFloat, 4);
+  EXPECT_TRUE(at::equal(a->lm_head_weight(), b->lm_head_weight()));
+  EXPECT_FALSE(at::equal(a->lm_head_weight(), c->lm_head_weight()));
+}
+
+TEST(DecoderTest, Llama3RopeScalingMatchesTheRecipe) {
+  ModelConfig c = tiny_config("llama");
+  at::Tensor inv = rope_inverse_frequencies(c);
+  std::vector<double> expected = reference_inv_freq(c);
+  int changed = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_NEAR(inv[i].item<double>(), expected[i], 1e-6 * expected[i]);
+    changed += std::abs(expected[i] - 1.0 / std::pow(c.rope_theta, 2.0 * i / c.head_dim)) > 1e-12;
+  }
+  EXPECT_GT(changed, 0);  // the tiny config exercises the scaled bands
+}
+
+TEST(DecoderTest, Float16OnCpuIsAClearError) {
+  auto model = DecoderModel::create(tiny_config("qwen2"), DecoderOptions{at::kHalf, at::kCPU});
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(DecoderTest, GradientsFlowToEveryParameter) {
+  auto model = tiny_model("qwen2");
+  for (auto& [n, p] : model->named_parameters()) const_cast<at::Tensor&>(p).requires_grad_(true);
+  at::Tensor loss = model->logits(model->forward(full_batch(kTokens))).logsumexp(-1).sum();
+  loss.backward();
+  for (const auto& [n, p] : model->named_parameters()) {
+    ASSERT_TRUE(p.grad().defined()) << n;
+    EXPECT_GT(p.grad().abs().sum().item<float>(), 0) << n;
+  }
+}
+
+}  // namespace
+}  // namespace flywheel::model

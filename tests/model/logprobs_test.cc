@@ -1,0 +1,80 @@
+#include "flywheel/model/logprobs.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "gtest/gtest.h"
+
+namespace flywheel::model {
+namespace {
+
+struct Inputs {
+  at::Tensor hidden, weight, targets;
+};
+
+Inputs make_inputs(int64_t B, int64_t T, int64_t H, int64_t V, uint64_t seed) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  Inputs in;
+  in.hidden = at::empty({B, T, H}).normal_(0, 1, gen).requires_grad_(true);
+  in.weight = at::empty({V, H}).normal_(0, 0.5, gen).requires_grad_(true);
+  in.targets = at::empty({B, T}, at::kLong).random_(0, V, gen);
+  return in;
+}
+
+TEST(TokenLogprobsTest, ChunkedValuesAndGradientsEqualNaiveLogSoftmax) {
+  for (double temperature : {1.0, 0.7}) {
+    for (int64_t chunk : {1, 3, 5, 1000}) {
+      Inputs a = make_inputs(2, 5, 8, 31, 42);
+      Inputs b = make_inputs(2, 5, 8, 31, 42);
+      TokenLogprobOptions options;
+      options.temperature = temperature;
+      options.chunk_size = chunk;
+      options.with_entropy = true;
+      TokenLogprobs chunked = token_logprobs(a.hidden, a.weight, a.targets, options);
+
+      at::Tensor logp = at::log_softmax(at::matmul(b.hidden, b.weight.t()) / temperature, -1);
+      at::Tensor naive = logp.gather(-1, b.targets.unsqueeze(-1)).squeeze(-1);
+      at::Tensor naive_entropy = -(logp.exp() * logp).sum(-1);
+      ASSERT_TRUE(at::allclose(chunked.logprobs, naive, 1e-5, 1e-5));
+      ASSERT_TRUE(at::allclose(chunked.entropy, naive_entropy, 1e-5, 1e-5));
+
+      // A loss mixing both outputs with distinct per-position weights.
+      at::Tensor w1 = at::linspace(-1, 2, 10).view({2, 5});
+      at::Tensor w2 = at::linspace(0.5, -0.5, 10).view({2, 5});
+      (chunked.logprobs * w1 + chunked.entropy * w2).sum().backward();
+      (naive * w1 + naive_entropy * w2).sum().backward();
+      EXPECT_TRUE(at::allclose(a.hidden.grad(), b.hidden.grad(), 1e-4, 1e-5))
+          << "T=" << temperature << " chunk=" << chunk;
+      EXPECT_TRUE(at::allclose(a.weight.grad(), b.weight.grad(), 1e-4, 1e-5))
+          << "T=" << temperature << " chunk=" << chunk;
+    }
+  }
+}
+
+TEST(TokenLogprobsTest, GradientOfLogprobsAloneMatches) {
+  Inputs a = make_inputs(3, 4, 6, 17, 7);
+  Inputs b = make_inputs(3, 4, 6, 17, 7);
+  TokenLogprobOptions options;
+  options.chunk_size = 5;
+  token_logprobs(a.hidden, a.weight, a.targets, options).logprobs.sum().backward();
+  at::log_softmax(at::matmul(b.hidden, b.weight.t()), -1)
+      .gather(-1, b.targets.unsqueeze(-1))
+      .sum()
+      .backward();
+  EXPECT_TRUE(at::allclose(a.hidden.grad(), b.hidden.grad(), 1e-4, 1e-5));
+  EXPECT_TRUE(at::allclose(a.weight.grad(), b.weight.grad(), 1e-4, 1e-5));
+}
+
+TEST(TokenLogprobsTest, Bfloat16HiddenIsAccumulatedInFloat32) {
+  Inputs a = make_inputs(1, 6, 8, 29, 9);
+  at::Tensor h = a.hidden.detach().to(at::kBFloat16), w = a.weight.detach().to(at::kBFloat16);
+  TokenLogprobs lp = token_logprobs(h, w, a.targets);
+  at::Tensor ref = at::log_softmax(at::matmul(h, w.t()).to(at::kFloat), -1)
+                       .gather(-1, a.targets.unsqueeze(-1))
+                       .squeeze(-1);
+  EXPECT_EQ(lp.logprobs.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::allclose(lp.logprobs, ref, 1e-4, 1e-4));
+}
+
+}  // namespace
+}  // namespace flywheel::model

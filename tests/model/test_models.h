@@ -1,0 +1,61 @@
+// Tiny model configs of each supported family, for tests.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "flywheel/model/decoder.h"
+#include "flywheel/model/model_config.h"
+
+namespace flywheel::model::testing {
+
+// A 2-layer model of `family` ("qwen2", "qwen3" or "llama") with GQA (4 query heads, 2 kv heads)
+// and an explicit head_dim that differs from hidden / heads.
+inline ModelConfig tiny_config(const std::string& family) {
+  ModelConfig c;
+  c.model_type = family;
+  c.vocab_size = 97;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 10000;
+  c.max_position_embeddings = 128;
+  c.initializer_range = 0.2;  // large enough that attention patterns are not uniform
+  c.qkv_bias = family == "qwen2";
+  c.qk_norm = family == "qwen3";
+  c.tie_word_embeddings = family == "qwen3";
+  if (family == "llama") {
+    c.has_llama3_rope_scaling = true;
+    c.rope_scaling.factor = 8;
+    c.rope_scaling.original_max_position_embeddings = 32;
+  }
+  c.eos_token_ids = {2};
+  return c;
+}
+
+inline std::unique_ptr<DecoderModel> tiny_model(const std::string& family,
+                                                at::ScalarType dtype = at::kFloat,
+                                                uint64_t seed = 1) {
+  auto model = DecoderModel::create(tiny_config(family), DecoderOptions{dtype, at::kCPU});
+  (*model)->init_random(seed);
+  // Random norm weights and biases too, so that a wrong formula cannot hide behind ones/zeros.
+  at::NoGradGuard no_grad;
+  at::Generator gen = at::detail::createCPUGenerator(seed + 100);
+  for (auto& [name, p] : (*model)->named_parameters()) {
+    if (name.find("norm") != std::string::npos || name.find("bias") != std::string::npos) {
+      at::Tensor noise = at::empty(p.sizes(), at::kFloat);
+      noise.normal_(0.0, 0.3, gen);
+      const_cast<at::Tensor&>(p).add_(noise.to(p.scalar_type()));
+    }
+  }
+  return std::move(*model);
+}
+
+}  // namespace flywheel::model::testing
