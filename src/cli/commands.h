@@ -16,5 +16,6 @@ void add_version_command(CLI::App& app, int* exit_code);
 void add_validate_config_command(CLI::App& app, int* exit_code);
 void add_config_doc_command(CLI::App& app, int* exit_code);
 void add_plot_command(CLI::App& app, int* exit_code);
+void add_tokenize_command(CLI::App& app, int* exit_code);
 
 }  // namespace flywheel::cli

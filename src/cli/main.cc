@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   add_validate_config_command(app, &exit_code);
   add_config_doc_command(app, &exit_code);
   add_plot_command(app, &exit_code);
+  add_tokenize_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

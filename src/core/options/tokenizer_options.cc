@@ -12,7 +12,7 @@ void bind_options(FieldBinder& b, TokenizerOptions& o) {
   b.field("chat_template", &o.chat_template,
           FieldInfo("Template for `messages` prompts; auto detects it from tokenizer_config.json "
                     "and fails if the template is unknown.")
-              .one_of({"auto", "chatml", "llama3", "none"}));
+              .one_of({"auto", "chatml", "qwen3", "llama3", "none"}));
 }
 
 }  // namespace flywheel::core

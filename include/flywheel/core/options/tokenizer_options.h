@@ -10,7 +10,7 @@ namespace flywheel::core {
 struct TokenizerOptions {
   std::string path;                    // directory with tokenizer.json; "" = model.path
   std::string type = "auto";           // auto | hf | char
-  std::string chat_template = "auto";  // auto | chatml | llama3 | none
+  std::string chat_template = "auto";  // auto | chatml | qwen3 | llama3 | none
 };
 
 void bind_options(FieldBinder& b, TokenizerOptions& o);

@@ -1,0 +1,58 @@
+// Tokenizers: text <-> token ids.
+//
+// Two implementations: Hugging Face tokenizer.json byte-level BPE (Qwen2, Qwen3, Llama 3, GPT-2
+// style) reproducing the `tokenizers` library's ids, and a character tokenizer for the built-in
+// toy tasks. Both are immutable after loading and thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace flywheel::model {
+
+struct EncodeOptions {
+  bool add_special_tokens = true;  // apply the post-processor (e.g. prepend BOS), as HF does
+};
+
+struct DecodeOptions {
+  bool skip_special_tokens = false;
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // InvalidArgument when `text` is not valid UTF-8.
+  virtual absl::StatusOr<std::vector<int64_t>> encode(absl::string_view text,
+                                                      const EncodeOptions& options = {}) const = 0;
+  // Bytes that do not form valid UTF-8 are replaced by U+FFFD, as Hugging Face does.
+  // InvalidArgument for an id outside [0, vocab_size()).
+  virtual absl::StatusOr<std::string> decode(const std::vector<int64_t>& ids,
+                                             const DecodeOptions& options = {}) const = 0;
+
+  // One more than the largest id (added tokens included).
+  virtual int64_t vocab_size() const = 0;
+  virtual std::optional<int64_t> token_to_id(absl::string_view token) const = 0;
+  virtual std::optional<std::string> id_to_token(int64_t id) const = 0;
+  // Ids of the special tokens (added tokens marked special).
+  virtual bool is_special(int64_t id) const = 0;
+};
+
+// Loads the tokenizer of a model directory. type: "hf" (tokenizer.json), "char"
+// (char_tokenizer.json, or the default alphabet when absent) or "auto" (hf when tokenizer.json
+// exists, else char_tokenizer.json). Errors name the file and what is unsupported (model types
+// other than BPE, unknown normalizers / pre-tokenizers / decoders / post-processors).
+absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir,
+                                                          const std::string& type = "auto");
+
+// Parses tokenizer.json text (`source` names it in errors).
+absl::StatusOr<std::unique_ptr<Tokenizer>> load_hf_tokenizer_json(absl::string_view json,
+                                                                  const std::string& source);
+
+}  // namespace flywheel::model
