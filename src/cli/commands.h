@@ -17,5 +17,8 @@ void add_validate_config_command(CLI::App& app, int* exit_code);
 void add_config_doc_command(CLI::App& app, int* exit_code);
 void add_plot_command(CLI::App& app, int* exit_code);
 void add_tokenize_command(CLI::App& app, int* exit_code);
+void add_score_command(CLI::App& app, int* exit_code);
+void add_export_command(CLI::App& app, int* exit_code);
+void add_init_model_command(CLI::App& app, int* exit_code);
 
 }  // namespace flywheel::cli

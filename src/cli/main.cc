@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   add_config_doc_command(app, &exit_code);
   add_plot_command(app, &exit_code);
   add_tokenize_command(app, &exit_code);
+  add_score_command(app, &exit_code);
+  add_export_command(app, &exit_code);
+  add_init_model_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

@@ -105,4 +105,16 @@ TokenLogprobs token_logprobs(const at::Tensor& hidden, const at::Tensor& weight,
   return result;
 }
 
+at::Tensor greedy_tokens(const at::Tensor& hidden, const at::Tensor& weight, int64_t chunk_size) {
+  TORCH_CHECK(chunk_size > 0, "chunk_size must be > 0");
+  at::NoGradGuard no_grad;
+  at::Tensor flat = hidden.reshape({-1, hidden.size(-1)});
+  at::Tensor out = at::empty({flat.size(0)}, flat.options().dtype(at::kLong));
+  for (int64_t start = 0; start < flat.size(0); start += chunk_size) {
+    const int64_t len = std::min(chunk_size, flat.size(0) - start);
+    out.narrow(0, start, len).copy_(at::matmul(flat.narrow(0, start, len), weight.t()).argmax(-1));
+  }
+  return out.view(hidden.sizes().slice(0, hidden.dim() - 1));
+}
+
 }  // namespace flywheel::model

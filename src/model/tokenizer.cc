@@ -34,6 +34,15 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_hf_tokenizer_json(absl::string_v
   return std::unique_ptr<Tokenizer>(std::move(*t));
 }
 
+absl::Status save_default_char_tokenizer(const std::string& dir) {
+  const fs::path path = fs::path(dir) / "char_tokenizer.json";
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << CharTokenizer::make_default()->to_json().dump() << "\n";
+  out.close();
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write '", path.string(), "'"));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir,
                                                           const std::string& type) {
   const fs::path hf = fs::path(dir) / "tokenizer.json";

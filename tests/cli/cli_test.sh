@@ -24,8 +24,9 @@ case "$case_name" in
     done ;;
   help)
     expect_exit 0 "$flywheel" --help
-    for sub in version validate-config config-doc plot; do expect_output "$sub"; done
-    for sub in version validate-config config-doc plot; do
+    subs=(version validate-config config-doc plot tokenize score export init-model)
+    for sub in "${subs[@]}"; do expect_output "$sub"; done
+    for sub in "${subs[@]}"; do
       expect_exit 0 "$flywheel" "$sub" --help
       expect_output "Usage: flywheel $sub"
     done
@@ -76,6 +77,45 @@ case "$case_name" in
     expect_exit 2 "$flywheel" plot "$work/run" --metrics los
     expect_output "unknown metric 'los'; known: loss; did you mean 'loss'?"
     expect_exit 2 "$flywheel" plot "$work/nothing" ;;
+  model_tools)
+    cat > "$work/config.json" <<'JSON'
+{"model_type": "qwen3", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+ "tie_word_embeddings": true, "eos_token_id": 2}
+JSON
+    expect_exit 0 "$flywheel" init-model --config "$work/config.json" --out "$work/m" --seed 3 \
+      --char-tokenizer
+    expect_output "initialised qwen3"
+    [[ -f "$work/m/model.safetensors" && -f "$work/m/char_tokenizer.json" ]] || fail "files missing"
+    printf '{"text": "1+1=2"}\n{"ids": [5, 9, 11, 2], "tag": "kept"}\n' > "$work/in.jsonl"
+    expect_exit 0 "$flywheel" score --model "$work/m" --input "$work/in.jsonl" \
+      --output "$work/a.jsonl"
+    node -e '
+      const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map(JSON.parse);
+      if (lines.length !== 2) throw new Error("expected 2 lines");
+      for (const l of lines) {
+        if (l.logprobs.length !== l.ids.length - 1 || l.greedy.length !== l.ids.length) throw new Error("bad lengths");
+        if (!l.logprobs.every((v) => v <= 0)) throw new Error("positive logprob");
+      }
+      if (lines[1].tag !== "kept" || lines[0].ids.length !== 5) throw new Error("record not kept");
+    ' "$work/a.jsonl" || fail "score output is wrong: $(cat "$work/a.jsonl")"
+    # Export reloads with identical log-probs; a bf16 export is marked and close.
+    expect_exit 0 "$flywheel" export "$work/m" "$work/e"
+    expect_exit 0 "$flywheel" score --model "$work/e" --input "$work/in.jsonl" \
+      --output "$work/b.jsonl"
+    cmp -s "$work/a.jsonl" "$work/b.jsonl" || fail "exported model scores differently"
+    [[ -f "$work/e/char_tokenizer.json" ]] || fail "tokenizer not exported"
+    expect_exit 0 "$flywheel" export "$work/m" "$work/e16" --dtype bfloat16
+    grep -q '"torch_dtype":"bfloat16"' "$work/e16/config.json" || fail "dtype not recorded"
+    # Bad input.
+    printf '{"ids": [5, 999]}\n' > "$work/bad.jsonl"
+    expect_exit 2 "$flywheel" score --model "$work/m" --input "$work/bad.jsonl"
+    expect_output "bad.jsonl:1: ids must be integers in [0, 128) for this model"
+    printf '{"model_type": "qwen3"}' > "$work/broken.json"
+    expect_exit 2 "$flywheel" init-model --config "$work/broken.json" --out "$work/x"
+    expect_output "vocab_size: missing required key"
+    expect_exit 2 "$flywheel" score --model "$work/nothing" --input "$work/in.jsonl"
+    expect_output "cannot read model config" ;;
   *) fail "unknown case" ;;
 esac
 echo "PASS ($case_name)"

@@ -26,4 +26,9 @@ struct TokenLogprobs {
 TokenLogprobs token_logprobs(const at::Tensor& hidden, const at::Tensor& weight,
                              const at::Tensor& targets, const TokenLogprobOptions& options = {});
 
+// argmax of hidden @ weight^T at every position (the greedy next token), chunked like
+// token_logprobs. hidden [..., H] -> int64 [...]. No gradient.
+at::Tensor greedy_tokens(const at::Tensor& hidden, const at::Tensor& weight,
+                         int64_t chunk_size = 1024);
+
 }  // namespace flywheel::model

@@ -51,6 +51,9 @@ class Tokenizer {
 absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir,
                                                           const std::string& type = "auto");
 
+// Writes the default character tokenizer (100 ids) to <dir>/char_tokenizer.json.
+absl::Status save_default_char_tokenizer(const std::string& dir);
+
 // Parses tokenizer.json text (`source` names it in errors).
 absl::StatusOr<std::unique_ptr<Tokenizer>> load_hf_tokenizer_json(absl::string_view json,
                                                                   const std::string& source);

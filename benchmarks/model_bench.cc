@@ -1,0 +1,118 @@
+// model_bench: forward throughput of a ~100M-parameter Qwen2-shaped decoder on this machine,
+// printed beside the float32 matmul throughput measured in the same run, so that the fraction
+// of the machine's matmul peak is visible.
+//
+//   build/benchmarks/model_bench [--threads N] [--dtype float32|bfloat16]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "flywheel/model/decoder.h"
+#include "flywheel/model/hf_checkpoint.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Best-of-`reps` time of `fn`, after one warm-up call.
+template <typename F>
+double best_time(int reps, F&& fn) {
+  fn();
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    auto start = Clock::now();
+    fn();
+    best = std::min(best, seconds_since(start));
+  }
+  return best;
+}
+
+double matmul_gflops(at::ScalarType dtype) {
+  const int64_t n = 1024;
+  at::Tensor a = at::randn({n, n}).to(dtype), b = at::randn({n, n}).to(dtype);
+  double t = best_time(5, [&] { at::mm(a, b); });
+  return 2.0 * n * n * n / t / 1e9;
+}
+
+flywheel::model::ModelConfig bench_config() {
+  flywheel::model::ModelConfig c;
+  c.model_type = "qwen2";
+  c.vocab_size = 32000;
+  c.hidden_size = 768;
+  c.intermediate_size = 2048;
+  c.num_hidden_layers = 12;
+  c.num_attention_heads = 12;
+  c.num_key_value_heads = 4;
+  c.head_dim = 64;
+  c.qkv_bias = true;
+  c.tie_word_embeddings = true;
+  c.max_position_embeddings = 4096;
+  return c;
+}
+
+// Multiply-add FLOPs of one forward over `tokens` tokens of length `seq` (projections, MLP,
+// attention scores and values with a causal mask, lm_head).
+double forward_flops(const flywheel::model::ModelConfig& c, int64_t batch, int64_t seq) {
+  const double h = c.hidden_size, q = c.num_attention_heads * c.head_dim,
+               kv = c.num_key_value_heads * c.head_dim;
+  const double per_token_layer = 2 * (h * q + 2 * h * kv + q * h + 3 * h * c.intermediate_size);
+  const double attention_per_token = 2 * 2 * q * (seq + 1) / 2.0;  // QK^T and PV, causal average
+  const double per_token =
+      c.num_hidden_layers * (per_token_layer + attention_per_token) + 2 * h * c.vocab_size;
+  return per_token * batch * seq;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 0;
+  std::string dtype_name = "float32";
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) dtype_name = argv[++i];
+  }
+  if (threads > 0) at::set_num_threads(threads);
+  auto dtype = flywheel::model::parse_dtype(dtype_name);
+  if (!dtype.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(dtype.status().message()).c_str());
+    return 2;
+  }
+  at::NoGradGuard no_grad;
+  const double peak = matmul_gflops(*dtype);
+  auto config = bench_config();
+  auto model = flywheel::model::DecoderModel::create(config, {*dtype, at::kCPU});
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());
+    return 1;
+  }
+  (*model)->init_random(1);
+  std::printf("model_bench: qwen2-shaped decoder, %.1fM parameters, %s, %d thread(s)\n",
+              config.num_parameters() / 1e6, dtype_name.c_str(), at::get_num_threads());
+  std::printf("machine: %s matmul 1024^3 = %.1f GFLOP/s (measured in this run)\n\n",
+              dtype_name.c_str(), peak);
+  std::printf("%6s %6s %12s %12s %12s %10s\n", "batch", "seq", "forward_s", "tokens/s", "GFLOP/s",
+              "of_matmul");
+  struct Shape {
+    int64_t batch, seq;
+    int reps;
+  };
+  for (Shape s : {Shape{1, 128, 5}, Shape{32, 64, 2}}) {
+    flywheel::model::ForwardBatch batch;
+    batch.tokens = at::randint(config.vocab_size, {s.batch, s.seq}, at::kLong);
+    batch.positions = at::arange(s.seq, at::kLong).expand({s.batch, s.seq}).contiguous();
+    double t = best_time(s.reps, [&] { (*model)->logits((*model)->forward(batch)); });
+    double gflops = forward_flops(config, s.batch, s.seq) / t / 1e9;
+    std::printf("%6lld %6lld %12.3f %12.1f %12.1f %9.1f%%\n", static_cast<long long>(s.batch),
+                static_cast<long long>(s.seq), t, s.batch * s.seq / t, gflops, 100 * gflops / peak);
+  }
+  return 0;
+}
