@@ -55,6 +55,19 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
   return x * cos + rotated * sin;
 }
 
+// x @ w^T + b. A single float32 row takes the matrix-vector kernel: GEMM with one row repacks
+// the weight matrix and runs 2-3x slower on CPU (../shared/CPU_PERFORMANCE.md).
+at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
+  if (x.numel() == x.size(-1) && x.scalar_type() == at::kFloat && x.device().is_cpu()) {
+    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+    shape.back() = w.size(0);
+    at::Tensor v = x.reshape({-1});
+    at::Tensor y = b.defined() ? at::addmv(b, w, v) : at::mv(w, v);
+    return y.view(shape);
+  }
+  return at::linear(x, w, b);
+}
+
 bool is_contiguous_range(const std::vector<int64_t>& slots) {
   for (size_t i = 1; i < slots.size(); ++i) {
     if (slots[i] != slots[0] + static_cast<int64_t>(i)) return false;
@@ -176,15 +189,15 @@ absl::StatusOr<std::unique_ptr<KvCache>> DecoderModel::make_cache(int64_t slots,
 }
 
 at::Tensor DecoderModel::attention(const Layer& layer, int64_t index, const at::Tensor& x,
-                                   const ForwardBatch& batch, const at::Tensor& cos,
+                                   const CacheIndex* where, const at::Tensor& cos,
                                    const at::Tensor& sin, const at::Tensor& mask,
                                    KvCache* cache) const {
   const int64_t B = x.size(0), T = x.size(1), hd = config_.head_dim;
   const int64_t kvh = config_.num_key_value_heads;
   const int64_t groups = config_.num_attention_heads / kvh;
-  at::Tensor q = at::linear(x, layer.q, layer.q_bias).view({B, T, -1, hd});
-  at::Tensor k = at::linear(x, layer.k, layer.k_bias).view({B, T, kvh, hd});
-  at::Tensor v = at::linear(x, layer.v, layer.v_bias).view({B, T, kvh, hd});
+  at::Tensor q = project(x, layer.q, layer.q_bias).view({B, T, -1, hd});
+  at::Tensor k = project(x, layer.k, layer.k_bias).view({B, T, kvh, hd});
+  at::Tensor v = project(x, layer.v, layer.v_bias).view({B, T, kvh, hd});
   if (config_.qk_norm) {
     q = rms_norm(q, layer.q_norm, config_.rms_norm_eps);
     k = rms_norm(k, layer.k_norm, config_.rms_norm_eps);
@@ -192,41 +205,29 @@ at::Tensor DecoderModel::attention(const Layer& layer, int64_t index, const at::
   q = apply_rope(q, cos, sin);
   k = apply_rope(k, cos, sin);
 
-  at::Tensor keys, values;  // [B, L, kvh, hd]
-  if (cache == nullptr) {
-    keys = k;
-    values = v;
-  } else {
+  at::Tensor keys = k, values = v;  // [B, L, kvh, hd]
+  if (cache != nullptr) {
     // Write the valid tokens into their slots, then read each row's slot up to L positions.
     const int64_t L = mask.size(-1);
-    at::Tensor slot_index, pos_index, row_index;
-    {
-      std::vector<int64_t> slot_list, row_list, t_list;
-      for (int64_t b = 0; b < B; ++b) {
-        for (int64_t t = 0; t < batch.lengths[b]; ++t) {
-          slot_list.push_back(batch.slots[b]);
-          row_list.push_back(b);
-          t_list.push_back(t);
-        }
-      }
-      slot_index = at::tensor(slot_list, at::kLong).to(x.device());
-      row_index = at::tensor(row_list, at::kLong).to(x.device());
-      at::Tensor t_index = at::tensor(t_list, at::kLong).to(x.device());
-      pos_index = batch.positions.index({row_index, t_index});
-      at::Tensor& cache_k = cache->keys(index);
-      at::Tensor& cache_v = cache->values(index);
-      cache_k.index_put_({slot_index, pos_index},
-                         k.index({row_index, t_index}).to(cache_k.scalar_type()));
-      cache_v.index_put_({slot_index, pos_index},
-                         v.index({row_index, t_index}).to(cache_v.scalar_type()));
-      if (is_contiguous_range(batch.slots)) {
-        keys = cache_k.narrow(0, batch.slots[0], B).narrow(1, 0, L);
-        values = cache_v.narrow(0, batch.slots[0], B).narrow(1, 0, L);
-      } else {
-        at::Tensor slots = at::tensor(batch.slots, at::kLong).to(x.device());
-        keys = cache_k.index_select(0, slots).narrow(1, 0, L);
-        values = cache_v.index_select(0, slots).narrow(1, 0, L);
-      }
+    at::Tensor& cache_k = cache->keys(index);
+    at::Tensor& cache_v = cache->values(index);
+    if (where->all_valid) {
+      cache_k.index_put_({where->write_slots, where->write_positions},
+                         k.reshape({B * T, kvh, hd}).to(cache_k.scalar_type()));
+      cache_v.index_put_({where->write_slots, where->write_positions},
+                         v.reshape({B * T, kvh, hd}).to(cache_v.scalar_type()));
+    } else {
+      cache_k.index_put_({where->write_slots, where->write_positions},
+                         k.index({where->rows, where->steps}).to(cache_k.scalar_type()));
+      cache_v.index_put_({where->write_slots, where->write_positions},
+                         v.index({where->rows, where->steps}).to(cache_v.scalar_type()));
+    }
+    if (where->first_slot >= 0) {
+      keys = cache_k.narrow(0, where->first_slot, B).narrow(1, 0, L);
+      values = cache_v.narrow(0, where->first_slot, B).narrow(1, 0, L);
+    } else {
+      keys = cache_k.index_select(0, where->slots).narrow(1, 0, L);
+      values = cache_v.index_select(0, where->slots).narrow(1, 0, L);
     }
   }
   const int64_t L = keys.size(1);
@@ -240,7 +241,7 @@ at::Tensor DecoderModel::attention(const Layer& layer, int64_t index, const at::
   at::Tensor probs = at::softmax(scores, -1).to(x.scalar_type());
   at::Tensor out = at::matmul(probs, vg);  // [B, kvh, groups, T, hd]
   out = out.permute({0, 3, 1, 2, 4}).reshape({B, T, -1});
-  return at::linear(out, layer.o, layer.o_bias);
+  return project(out, layer.o, layer.o_bias);
 }
 
 at::Tensor DecoderModel::forward(const ForwardBatch& batch, KvCache* cache) const {
@@ -258,6 +259,7 @@ at::Tensor DecoderModel::forward(const ForwardBatch& batch, KvCache* cache) cons
 
   // mask[b, t, j]: query (b, t) may read key j.
   at::Tensor mask;
+  CacheIndex index;
   if (cache == nullptr) {
     at::Tensor causal =
         at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(device)).tril();
@@ -290,22 +292,43 @@ at::Tensor DecoderModel::forward(const ForwardBatch& batch, KvCache* cache) cons
     context = std::max<int64_t>(context, 1);
     at::Tensor key_pos = at::arange(context, at::TensorOptions().dtype(at::kLong).device(device));
     mask = key_pos.view({1, 1, context}).le(positions.unsqueeze(-1));
+
+    // Where the valid tokens go, computed once for all layers.
+    std::vector<int64_t> rows, steps, write_slots, write_positions;
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t t = 0; t < batch.lengths[b]; ++t) {
+        rows.push_back(b);
+        steps.push_back(t);
+        write_slots.push_back(batch.slots[b]);
+        write_positions.push_back(pos[b * T + t]);
+      }
+    }
+    auto on_device = [&](const std::vector<int64_t>& v) {
+      return at::tensor(v, at::kLong).to(device);
+    };
+    index.all_valid = static_cast<int64_t>(rows.size()) == B * T;
+    index.rows = on_device(rows);
+    index.steps = on_device(steps);
+    index.write_slots = on_device(write_slots);
+    index.write_positions = on_device(write_positions);
+    index.slots = on_device(batch.slots);
+    index.first_slot = is_contiguous_range(batch.slots) ? batch.slots[0] : -1;
   }
 
   at::Tensor x = at::embedding(embed_, tokens.to(device));
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = layers_[i];
     x = x + attention(layer, static_cast<int64_t>(i),
-                      rms_norm(x, layer.input_norm, config_.rms_norm_eps), batch, cos, sin, mask,
+                      rms_norm(x, layer.input_norm, config_.rms_norm_eps), &index, cos, sin, mask,
                       cache);
     at::Tensor h = rms_norm(x, layer.post_norm, config_.rms_norm_eps);
-    x = x + at::linear(at::silu(at::linear(h, layer.gate)) * at::linear(h, layer.up), layer.down);
+    x = x + project(at::silu(project(h, layer.gate)) * project(h, layer.up), layer.down);
   }
   return rms_norm(x, final_norm_, config_.rms_norm_eps);
 }
 
 at::Tensor DecoderModel::logits(const at::Tensor& hidden) const {
-  return at::matmul(hidden, lm_head_.t()).to(at::kFloat);
+  return project(hidden, lm_head_).to(at::kFloat);
 }
 
 }  // namespace flywheel::model

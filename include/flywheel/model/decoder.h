@@ -86,11 +86,20 @@ class DecoderModel {
     at::Tensor post_norm, gate, up, down;
   };
 
+  // Cache reads and writes of one forward, shared by all layers.
+  struct CacheIndex {
+    at::Tensor rows, steps;                   // (row, step) of each valid token
+    at::Tensor write_slots, write_positions;  // where each valid token goes
+    at::Tensor slots;                         // slot of each row
+    int64_t first_slot = -1;  // >= 0 when the rows' slots are first_slot, first_slot + 1, ...
+    bool all_valid = false;   // no padding: every (row, step) is written
+  };
+
   DecoderModel(const ModelConfig& config, const DecoderOptions& options);
   at::Tensor& add_parameter(const std::string& name, std::vector<int64_t> shape);
   at::Tensor attention(const Layer& layer, int64_t index, const at::Tensor& x,
-                       const ForwardBatch& batch, const at::Tensor& cos, const at::Tensor& sin,
-                       const at::Tensor& cache_mask, KvCache* cache) const;
+                       const CacheIndex* where, const at::Tensor& cos, const at::Tensor& sin,
+                       const at::Tensor& mask, KvCache* cache) const;
 
   ModelConfig config_;
   DecoderOptions options_;

@@ -1,0 +1,173 @@
+// The generation engine: continuous batching over a preallocated KV cache.
+//
+//   auto engine = GenerationEngine::create(model, options, context);
+//   engine->submit({"req-1", prompt_ids, sampling, /*n=*/8});
+//   while (!engine->idle()) engine->step();          // or run_until_idle()
+//   for (GroupResult& group : engine->take_finished()) ...
+//
+// Requests wait in a FIFO queue; a request is admitted when n slots are free: its prompt is
+// prefilled once (several prompts per forward, up to max_prefill_tokens) and the prefix KV is
+// copied into the other n - 1 slots. Every step then runs one batched decode for all active
+// sequences; a slot is freed the moment its sequence finishes and is reused by the next
+// admission. The cache is allocated once; no per-step reallocation.
+//
+// Threading: not thread-safe. One thread drives the engine (submit, step, update_weights,
+// abort, take_finished).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "flywheel/model/decoder.h"
+#include "flywheel/rollout/logits_processor.h"
+#include "flywheel/rollout/sampling.h"
+
+namespace flywheel::core {
+class PluginRegistry;
+}  // namespace flywheel::core
+
+namespace flywheel::model {
+class Tokenizer;
+}  // namespace flywheel::model
+
+namespace flywheel::rollout {
+
+enum class FinishReason { kStop, kLength, kAbort, kError };
+const char* finish_reason_name(FinishReason reason);  // "stop", "length", "abort", "error"
+
+struct GenerationRequest {
+  std::string id;                   // unique among queued and active requests
+  std::vector<int64_t> prompt_ids;  // non-empty, ids < vocab_size
+  SamplingParams sampling;
+  int64_t n = 1;  // samples of this prompt (the group); 1 <= n <= max_slots
+};
+
+// One generated sequence. token_ids, logprobs and versions have one entry per generated token.
+struct Sample {
+  std::vector<int64_t> token_ids;
+  std::vector<float> logprobs;    // behaviour log-prob of each token (see LogprobMode)
+  std::vector<int64_t> versions;  // policy version that produced each token
+  FinishReason finish_reason = FinishReason::kLength;
+  std::string error;  // set when finish_reason == kError
+};
+
+struct GroupResult {
+  std::string request_id;
+  std::vector<int64_t> prompt_ids;
+  std::vector<Sample> samples;  // n samples, in sample-index order (empty if aborted in queue)
+};
+
+struct EngineOptions {
+  int64_t max_slots = 32;             // concurrent sequences (KV-cache slots)
+  int64_t max_seq_len = 2048;         // prompt + generated tokens per sequence
+  int64_t max_prefill_tokens = 8192;  // prompt tokens prefilled in one step (>= one prompt)
+  LogprobMode logprob_mode = LogprobMode::kTemperatureScaled;
+  bool drain_before_update = false;     // true: apply new weights only once no sequence is active
+  bool recompute_kv_on_update = false;  // true: re-prefill active sequences under new weights
+
+  absl::Status validate() const;
+};
+
+// What the engine may use besides the model. All optional; not owned.
+struct EngineContext {
+  const model::Tokenizer* tokenizer = nullptr;  // needed for stop strings
+  core::PluginRegistry* registry = nullptr;     // logits processors by name
+  int64_t initial_version = 0;
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t decode_steps = 0;
+  int64_t prefill_tokens = 0;
+  int64_t generated_tokens = 0;
+  int64_t weight_updates = 0;
+};
+
+class GenerationEngine {
+ public:
+  // InvalidArgument for invalid options; the model is shared (the engine mutates its weights
+  // on update_weights).
+  static absl::StatusOr<std::unique_ptr<GenerationEngine>> create(
+      std::shared_ptr<model::DecoderModel> model, const EngineOptions& options,
+      const EngineContext& context = {});
+  ~GenerationEngine();
+
+  // Validates and queues `request`. InvalidArgument naming the problem (empty prompt, prompt
+  // too long for max_seq_len, id out of vocabulary, n outside [1, max_slots], bad sampling
+  // parameters, stop strings without a tokenizer, unknown logits processor); AlreadyExists for
+  // a duplicate id. Nothing else changes on error.
+  absl::Status submit(GenerationRequest request);
+
+  // One scheduler iteration: apply a pending weight update if allowed, admit and prefill
+  // queued requests into free slots, then one decode step for every active sequence.
+  // A failing forward pass finishes the affected sequences with kError; the engine keeps
+  // serving.
+  void step();
+  bool idle() const { return queue_.empty() && active_ == 0; }
+  // Finished groups since the last call, in completion order.
+  std::vector<GroupResult> take_finished();
+  // Steps until idle and returns everything finished.
+  std::vector<GroupResult> run_until_idle();
+
+  // Stages new weights (Hugging Face names; any dtype) for version `version`. They are
+  // validated now (unknown name, shape mismatch: InvalidArgument, nothing staged) and applied
+  // at the start of the next step: between decode steps, without dropping active sequences
+  // (or once they drained, with drain_before_update). Tokens sampled after the swap carry
+  // `version`.
+  absl::Status update_weights(const std::vector<std::pair<std::string, at::Tensor>>& weights,
+                              int64_t version);
+
+  // Finishes every sequence of `request_id` with kAbort (tokens so far are kept), or drops it
+  // from the queue. NotFound when no such request is queued or active.
+  absl::Status abort(const std::string& request_id);
+  void abort_all();
+
+  int64_t version() const { return version_; }
+  int64_t active_sequences() const { return active_; }
+  int64_t queued_requests() const { return static_cast<int64_t>(queue_.size()); }
+  const EngineStats& stats() const { return stats_; }
+  const model::DecoderModel& model() const { return *model_; }
+
+ private:
+  struct Group;
+  struct Sequence;
+
+  GenerationEngine(std::shared_ptr<model::DecoderModel> model, const EngineOptions& options,
+                   const EngineContext& context);
+  void apply_pending_update();
+  void admit();
+  void decode();
+  // Samples one token per row of `logits` ([rows, vocab] float32) for `sequences`.
+  void sample_and_append(const at::Tensor& logits, const std::vector<Sequence*>& sequences);
+  void append_token(Sequence& seq, int64_t token, float logprob);
+  void finish(Sequence& seq, FinishReason reason, const std::string& error = "");
+  void fail_active(const std::string& error);
+  bool hit_stop_string(const Sequence& seq) const;
+
+  std::shared_ptr<model::DecoderModel> model_;
+  EngineOptions options_;
+  EngineContext context_;
+  std::unique_ptr<model::KvCache> cache_;
+  int64_t version_;
+  std::vector<std::unique_ptr<Sequence>> slots_;  // slot -> sequence (null = free)
+  int64_t active_ = 0;
+  std::map<std::string, std::unique_ptr<Group>> groups_;  // queued and active, by request id
+  std::deque<Group*> queue_;
+  std::vector<GroupResult> finished_;
+  // Staged weights: (index into the model's named_parameters(), new value), and their version.
+  std::vector<std::pair<size_t, at::Tensor>> pending_weights_;
+  std::optional<int64_t> pending_version_;
+  EngineStats stats_;
+};
+
+}  // namespace flywheel::rollout

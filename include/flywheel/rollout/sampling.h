@@ -1,0 +1,53 @@
+// Sampling parameters of a generation request, and the truncation rules they imply.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/status.h"
+
+namespace flywheel::rollout {
+
+// A logits processor selected by registry name, with its parameters.
+struct LogitsProcessorSpec {
+  std::string name;
+  std::map<std::string, std::string> params;
+};
+
+struct SamplingParams {
+  double temperature = 1.0;  // 0 = greedy
+  int64_t top_k = 0;         // keep the k most likely tokens; 0 = off
+  double top_p = 1.0;        // keep the smallest set with probability >= top_p; 1 = off
+  double min_p = 0.0;        // drop tokens below min_p x the top probability; 0 = off
+  int64_t max_new_tokens = 256;
+  std::vector<int64_t> stop_token_ids;    // generation ends after any of these (kept in output)
+  std::vector<std::string> stop_strings;  // ... or once the text contains one (needs a tokenizer)
+  uint64_t seed = 0;  // sample i of a request draws from a generator seeded by (seed, i)
+  std::vector<LogitsProcessorSpec> logits_processors;  // applied first, in order
+
+  // InvalidArgument naming the field: negative temperature, top_k < 0, top_p outside (0, 1],
+  // min_p outside [0, 1], max_new_tokens < 1.
+  absl::Status validate() const;
+};
+
+// Which distribution the per-token behaviour log-prob is taken under:
+//  kTemperatureScaled: log_softmax(raw_logits / temperature) -- what the learner recomputes
+//    (temperature 0 counts as 1); the default, and the one the IS corrections assume.
+//  kProcessed: the distribution actually sampled from (after logits processors and top-k /
+//    top-p / min-p truncation, renormalised); 0 for greedy.
+enum class LogprobMode { kTemperatureScaled, kProcessed };
+
+// Sets to -inf every entry of `scaled` (float32 [V], logits already divided by the temperature)
+// that top-k, top-p and min-p exclude, in Hugging Face's order (top-k, top-p, min-p). At least
+// one token always survives.
+void truncate_logits(at::Tensor& scaled, const SamplingParams& params);
+
+// A reproducible 64-bit seed for sample `index` of a request seeded with `seed`.
+uint64_t sample_seed(uint64_t seed, int64_t index);
+
+}  // namespace flywheel::rollout

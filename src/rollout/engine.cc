@@ -1,0 +1,452 @@
+#include "flywheel/rollout/engine.h"
+
+#include <algorithm>
+#include <limits>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "flywheel/core/plugin_registry.h"
+#include "flywheel/model/tokenizer.h"
+
+namespace flywheel::rollout {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "?";
+}
+
+absl::Status EngineOptions::validate() const {
+  if (max_slots < 1) return absl::InvalidArgumentError("max_slots must be >= 1");
+  if (max_seq_len < 2) return absl::InvalidArgumentError("max_seq_len must be >= 2");
+  if (max_prefill_tokens < 1) return absl::InvalidArgumentError("max_prefill_tokens must be >= 1");
+  return absl::OkStatus();
+}
+
+struct GenerationEngine::Group {
+  GenerationRequest request;
+  std::vector<Sample> samples;
+  std::vector<std::unique_ptr<LogitsProcessor>> processors;
+  int64_t unfinished = 0;
+  bool admitted = false;
+};
+
+struct GenerationEngine::Sequence {
+  Group* group = nullptr;
+  int64_t index = 0;  // sample index in the group
+  int64_t slot = 0;
+  std::vector<int64_t> tokens;  // prompt + generated
+  int64_t cached = 0;           // tokens[0, cached) are in the slot's KV cache
+  at::Generator generator;
+  Sample& sample() { return group->samples[index]; }
+};
+
+GenerationEngine::GenerationEngine(std::shared_ptr<model::DecoderModel> model,
+                                   const EngineOptions& options, const EngineContext& context)
+    : model_(std::move(model)),
+      options_(options),
+      context_(context),
+      version_(context.initial_version),
+      slots_(options.max_slots) {}
+
+GenerationEngine::~GenerationEngine() = default;
+
+absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::create(
+    std::shared_ptr<model::DecoderModel> model, const EngineOptions& options,
+    const EngineContext& context) {
+  if (model == nullptr) return absl::InvalidArgumentError("engine needs a model");
+  absl::Status valid = options.validate();
+  if (!valid.ok()) return valid;
+  std::unique_ptr<GenerationEngine> engine(
+      new GenerationEngine(std::move(model), options, context));
+  absl::StatusOr<std::unique_ptr<model::KvCache>> cache =
+      engine->model_->make_cache(options.max_slots, options.max_seq_len);
+  if (!cache.ok()) return cache.status();
+  engine->cache_ = std::move(*cache);
+  return engine;
+}
+
+absl::Status GenerationEngine::submit(GenerationRequest request) {
+  const int64_t vocab = model_->config().vocab_size;
+  if (request.id.empty()) return absl::InvalidArgumentError("request id must not be empty");
+  if (groups_.count(request.id)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("request '", request.id, "' is already queued or active"));
+  }
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("request '", request.id, "': ", why));
+  };
+  if (request.prompt_ids.empty()) return bad("empty prompt");
+  if (static_cast<int64_t>(request.prompt_ids.size()) >= options_.max_seq_len) {
+    return bad(absl::StrCat("prompt of ", request.prompt_ids.size(),
+                            " tokens leaves no room in the context of ", options_.max_seq_len,
+                            " tokens (max_seq_len)"));
+  }
+  for (size_t i = 0; i < request.prompt_ids.size(); ++i) {
+    if (request.prompt_ids[i] < 0 || request.prompt_ids[i] >= vocab) {
+      return bad(absl::StrCat("prompt token ", i, " has id ", request.prompt_ids[i],
+                              ", outside the vocabulary [0, ", vocab, ")"));
+    }
+  }
+  if (request.n < 1 || request.n > options_.max_slots) {
+    return bad(
+        absl::StrCat("n must be in [1, ", options_.max_slots, "] (max_slots), got ", request.n));
+  }
+  absl::Status sampling = request.sampling.validate();
+  if (!sampling.ok()) return bad(std::string(sampling.message()));
+  for (int64_t id : request.sampling.stop_token_ids) {
+    if (id < 0 || id >= vocab)
+      return bad(absl::StrCat("stop token id ", id, " is outside the vocabulary"));
+  }
+  if (!request.sampling.stop_strings.empty() && context_.tokenizer == nullptr) {
+    return bad("stop strings need a tokenizer");
+  }
+  auto group = std::make_unique<Group>();
+  for (const LogitsProcessorSpec& spec : request.sampling.logits_processors) {
+    if (context_.registry == nullptr) return bad("logits processors need a registry");
+    auto processor = context_.registry->get<LogitsProcessor, const LogitsProcessorParams&>().create(
+        spec.name, spec.params);
+    if (!processor.ok()) return bad(std::string(processor.status().message()));
+    group->processors.push_back(std::move(*processor));
+  }
+  group->samples.resize(request.n);
+  group->unfinished = request.n;
+  group->request = std::move(request);
+  Group* raw = group.get();
+  groups_[raw->request.id] = std::move(group);
+  queue_.push_back(raw);
+  return absl::OkStatus();
+}
+
+absl::Status GenerationEngine::update_weights(
+    const std::vector<std::pair<std::string, at::Tensor>>& weights, int64_t version) {
+  const auto& params = model_->named_parameters();
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < params.size(); ++i) index[params[i].first] = i;
+  std::vector<std::pair<size_t, at::Tensor>> staged;
+  for (const auto& [name, tensor] : weights) {
+    auto it = index.find(name);
+    if (it == index.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("update_weights: unknown parameter '", name, "'"));
+    }
+    if (tensor.sizes() != params[it->second].second.sizes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "update_weights: '", name, "' has shape [", absl::StrJoin(tensor.sizes(), ", "),
+          "], the model needs [", absl::StrJoin(params[it->second].second.sizes(), ", "), "]"));
+    }
+    staged.emplace_back(it->second, tensor);
+  }
+  pending_weights_ = std::move(staged);
+  pending_version_ = version;
+  return absl::OkStatus();
+}
+
+void GenerationEngine::apply_pending_update() {
+  if (!pending_version_) return;
+  if (options_.drain_before_update && active_ > 0) return;
+  {
+    at::NoGradGuard no_grad;
+    const auto& params = model_->named_parameters();
+    for (const auto& [i, tensor] : pending_weights_) params[i].second.copy_(tensor);
+  }
+  version_ = *pending_version_;
+  pending_weights_.clear();
+  pending_version_.reset();
+  ++stats_.weight_updates;
+  if (!options_.recompute_kv_on_update || active_ == 0) return;
+  // Re-prefill every cached prefix under the new weights, one sequence per row.
+  std::vector<Sequence*> rows;
+  int64_t longest = 0;
+  for (auto& seq : slots_) {
+    if (seq && seq->cached > 0) {
+      rows.push_back(seq.get());
+      longest = std::max(longest, seq->cached);
+    }
+  }
+  try {
+    at::NoGradGuard no_grad;
+    model::ForwardBatch batch;
+    const int64_t B = rows.size();
+    batch.tokens = at::zeros({B, longest}, at::kLong);
+    batch.positions = at::zeros({B, longest}, at::kLong);
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t n = rows[b]->cached;
+      batch.tokens[b].narrow(0, 0, n).copy_(
+          at::tensor(std::vector<int64_t>(rows[b]->tokens.begin(), rows[b]->tokens.begin() + n)));
+      batch.positions[b].narrow(0, 0, n).copy_(at::arange(n, at::kLong));
+      batch.slots.push_back(rows[b]->slot);
+      batch.lengths.push_back(n);
+    }
+    model_->forward(batch, cache_.get());
+    stats_.prefill_tokens += B * longest;
+  } catch (const std::exception& e) {
+    fail_active(absl::StrCat("recomputing the KV cache after a weight update failed: ", e.what()));
+  }
+}
+
+void GenerationEngine::admit() {
+  if (pending_version_ && options_.drain_before_update) return;  // let active sequences drain
+  std::vector<Group*> admitted;
+  std::vector<int64_t> first_slots;
+  int64_t free = 0;
+  for (const auto& s : slots_) free += s == nullptr;
+  int64_t prefill_tokens = 0;
+  while (!queue_.empty()) {
+    Group* group = queue_.front();
+    const int64_t n = group->request.n;
+    const int64_t length = group->request.prompt_ids.size();
+    if (n > free) break;  // FIFO: wait for enough slots
+    if (!admitted.empty() && prefill_tokens + length > options_.max_prefill_tokens) break;
+    queue_.pop_front();
+    group->admitted = true;
+    free -= n;
+    prefill_tokens += length;
+    int64_t sample = 0;
+    for (int64_t slot = 0; slot < options_.max_slots && sample < n; ++slot) {
+      if (slots_[slot]) continue;
+      auto seq = std::make_unique<Sequence>();
+      seq->group = group;
+      seq->index = sample;
+      seq->slot = slot;
+      seq->tokens = group->request.prompt_ids;
+      seq->generator =
+          at::detail::createCPUGenerator(sample_seed(group->request.sampling.seed, sample));
+      if (sample == 0) first_slots.push_back(slot);
+      slots_[slot] = std::move(seq);
+      ++active_;
+      ++sample;
+    }
+    admitted.push_back(group);
+  }
+  if (admitted.empty()) return;
+
+  // One prefill forward: row g holds group g's prompt, written into its first sample's slot.
+  const int64_t G = admitted.size();
+  int64_t longest = 0;
+  for (Group* g : admitted) longest = std::max<int64_t>(longest, g->request.prompt_ids.size());
+  model::ForwardBatch batch;
+  batch.tokens = at::zeros({G, longest}, at::kLong);
+  batch.positions = at::zeros({G, longest}, at::kLong);
+  at::Tensor last = at::empty({G}, at::kLong);
+  for (int64_t g = 0; g < G; ++g) {
+    const auto& prompt = admitted[g]->request.prompt_ids;
+    const int64_t n = prompt.size();
+    batch.tokens[g].narrow(0, 0, n).copy_(at::tensor(prompt, at::kLong));
+    batch.positions[g].narrow(0, 0, n).copy_(at::arange(n, at::kLong));
+    batch.slots.push_back(first_slots[g]);
+    batch.lengths.push_back(n);
+    last[g] = n - 1;
+  }
+  at::Tensor logits;
+  try {
+    at::NoGradGuard no_grad;
+    at::Tensor hidden = model_->forward(batch, cache_.get());
+    at::Tensor rows = hidden.index({at::arange(G, at::kLong), last.to(hidden.device())});
+    logits = model_->logits(rows).to(at::kCPU);
+  } catch (const std::exception& e) {
+    for (auto& seq : slots_) {
+      if (seq && !seq->group->samples.empty() && seq->cached == 0) {
+        finish(*seq, FinishReason::kError, absl::StrCat("prefill failed: ", e.what()));
+      }
+    }
+    return;
+  }
+  stats_.prefill_tokens += G * longest;
+  // Share each prompt's KV with the group's other slots, then sample every first token.
+  std::vector<Sequence*> sequences;
+  std::vector<int64_t> logit_rows;
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t length = admitted[g]->request.prompt_ids.size();
+    for (auto& seq : slots_) {
+      if (!seq || seq->group != admitted[g]) continue;
+      if (seq->slot != first_slots[g]) cache_->copy_prefix(first_slots[g], seq->slot, length);
+      seq->cached = length;
+      sequences.push_back(seq.get());
+      logit_rows.push_back(g);
+    }
+  }
+  sample_and_append(logits.index_select(0, at::tensor(logit_rows, at::kLong)), sequences);
+}
+
+void GenerationEngine::decode() {
+  std::vector<Sequence*> rows;
+  for (auto& seq : slots_) {
+    if (seq && static_cast<int64_t>(seq->tokens.size()) > seq->cached) rows.push_back(seq.get());
+  }
+  if (rows.empty()) return;
+  const int64_t B = rows.size();
+  model::ForwardBatch batch;
+  std::vector<int64_t> tokens, positions;
+  for (Sequence* seq : rows) {
+    tokens.push_back(seq->tokens.back());
+    positions.push_back(seq->cached);
+    batch.slots.push_back(seq->slot);
+    batch.lengths.push_back(1);
+  }
+  batch.tokens = at::tensor(tokens, at::kLong).view({B, 1});
+  batch.positions = at::tensor(positions, at::kLong).view({B, 1});
+  at::Tensor logits;
+  try {
+    at::NoGradGuard no_grad;
+    logits = model_->logits(model_->forward(batch, cache_.get())).view({B, -1}).to(at::kCPU);
+  } catch (const std::exception& e) {
+    fail_active(absl::StrCat("decode step failed: ", e.what()));
+    return;
+  }
+  ++stats_.decode_steps;
+  for (Sequence* seq : rows) ++seq->cached;
+  sample_and_append(logits, rows);
+}
+
+void GenerationEngine::sample_and_append(const at::Tensor& logits,
+                                         const std::vector<Sequence*>& sequences) {
+  const int64_t B = sequences.size();
+  // Behaviour log-probs under temperature-scaled logits (temperature 0 counts as 1), for all
+  // rows at once.
+  std::vector<float> temperatures;
+  for (Sequence* seq : sequences) {
+    const double t = seq->group->request.sampling.temperature;
+    temperatures.push_back(t > 0 ? static_cast<float>(t) : 1.0f);
+  }
+  at::Tensor scale = at::tensor(temperatures).view({B, 1});
+  at::Tensor behaviour = at::log_softmax(logits / scale, -1);
+  for (int64_t b = 0; b < B; ++b) {
+    Sequence& seq = *sequences[b];
+    const SamplingParams& params = seq.group->request.sampling;
+    at::Tensor row = logits[b].clone();
+    for (const auto& processor : seq.group->processors) processor->apply(row, seq.tokens);
+    int64_t token;
+    float processed_logprob = 0.0f;
+    if (params.temperature == 0) {
+      token = row.argmax().item<int64_t>();
+    } else {
+      at::Tensor scaled = row / params.temperature;
+      truncate_logits(scaled, params);
+      at::Tensor probs = at::softmax(scaled, -1);
+      token = at::multinomial(probs, 1, /*replacement=*/false, seq.generator).item<int64_t>();
+      processed_logprob = std::log(probs[token].item<float>());
+    }
+    const float logprob = options_.logprob_mode == LogprobMode::kTemperatureScaled
+                              ? behaviour[b][token].item<float>()
+                              : processed_logprob;
+    append_token(seq, token, logprob);
+  }
+}
+
+void GenerationEngine::append_token(Sequence& seq, int64_t token, float logprob) {
+  Sample& sample = seq.sample();
+  seq.tokens.push_back(token);
+  sample.token_ids.push_back(token);
+  sample.logprobs.push_back(logprob);
+  sample.versions.push_back(version_);
+  ++stats_.generated_tokens;
+  const SamplingParams& params = seq.group->request.sampling;
+  const auto& stops = params.stop_token_ids;
+  if (std::find(stops.begin(), stops.end(), token) != stops.end() || hit_stop_string(seq)) {
+    finish(seq, FinishReason::kStop);
+  } else if (static_cast<int64_t>(sample.token_ids.size()) >= params.max_new_tokens ||
+             static_cast<int64_t>(seq.tokens.size()) >= options_.max_seq_len) {
+    finish(seq, FinishReason::kLength);
+  }
+}
+
+bool GenerationEngine::hit_stop_string(const Sequence& seq) const {
+  const auto& stops = seq.group->request.sampling.stop_strings;
+  if (stops.empty()) return false;
+  size_t longest = 0;
+  for (const std::string& s : stops) longest = std::max(longest, s.size());
+  // Decode a tail long enough to hold any stop string ending in the newest token.
+  const auto& generated = seq.group->samples[seq.index].token_ids;
+  const size_t window = std::min(generated.size(), longest + 8);
+  std::vector<int64_t> tail(generated.end() - window, generated.end());
+  absl::StatusOr<std::string> text = context_.tokenizer->decode(tail);
+  if (!text.ok()) return false;
+  std::vector<int64_t> before(tail.begin(), tail.end() - 1);
+  absl::StatusOr<std::string> previous = context_.tokenizer->decode(before);
+  for (const std::string& s : stops) {
+    // Only a stop string completed by the newest token counts (earlier ones already stopped).
+    if (absl::StrContains(*text, s) && !(previous.ok() && absl::StrContains(*previous, s))) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void GenerationEngine::finish(Sequence& seq, FinishReason reason, const std::string& error) {
+  Group* group = seq.group;
+  Sample& sample = seq.sample();
+  sample.finish_reason = reason;
+  sample.error = error;
+  const int64_t slot = seq.slot;
+  slots_[slot].reset();  // `seq` is gone from here on
+  --active_;
+  if (--group->unfinished == 0) {
+    finished_.push_back({group->request.id, group->request.prompt_ids, std::move(group->samples)});
+    groups_.erase(group->request.id);
+  }
+}
+
+void GenerationEngine::fail_active(const std::string& error) {
+  for (auto& seq : slots_) {
+    if (seq) finish(*seq, FinishReason::kError, error);
+  }
+}
+
+void GenerationEngine::step() {
+  ++stats_.steps;
+  apply_pending_update();
+  admit();
+  decode();
+}
+
+std::vector<GroupResult> GenerationEngine::take_finished() {
+  std::vector<GroupResult> out = std::move(finished_);
+  finished_.clear();
+  return out;
+}
+
+std::vector<GroupResult> GenerationEngine::run_until_idle() {
+  while (!idle()) step();
+  apply_pending_update();
+  return take_finished();
+}
+
+absl::Status GenerationEngine::abort(const std::string& request_id) {
+  auto it = groups_.find(request_id);
+  if (it == groups_.end()) {
+    return absl::NotFoundError(absl::StrCat("no queued or active request '", request_id, "'"));
+  }
+  Group* group = it->second.get();
+  if (!group->admitted) {
+    queue_.erase(std::find(queue_.begin(), queue_.end(), group));
+    for (Sample& s : group->samples) s.finish_reason = FinishReason::kAbort;
+    finished_.push_back({group->request.id, group->request.prompt_ids, std::move(group->samples)});
+    groups_.erase(it);
+    return absl::OkStatus();
+  }
+  for (auto& seq : slots_) {
+    if (seq && seq->group == group) finish(*seq, FinishReason::kAbort);
+  }
+  return absl::OkStatus();
+}
+
+void GenerationEngine::abort_all() {
+  std::vector<std::string> ids;
+  for (const auto& [id, group] : groups_) ids.push_back(id);
+  for (const std::string& id : ids) (void)abort(id);
+}
+
+}  // namespace flywheel::rollout
