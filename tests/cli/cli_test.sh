@@ -24,7 +24,7 @@ case "$case_name" in
     done ;;
   help)
     expect_exit 0 "$flywheel" --help
-    subs=(version validate-config config-doc plot tokenize score export init-model)
+    subs=(version validate-config config-doc plot tokenize score export init-model generate)
     for sub in "${subs[@]}"; do expect_output "$sub"; done
     for sub in "${subs[@]}"; do
       expect_exit 0 "$flywheel" "$sub" --help
@@ -116,6 +116,37 @@ JSON
     expect_output "vocab_size: missing required key"
     expect_exit 2 "$flywheel" score --model "$work/nothing" --input "$work/in.jsonl"
     expect_output "cannot read model config" ;;
+  generate)
+    cat > "$work/config.json" <<'JSON'
+{"model_type": "llama", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "eos_token_id": 2}
+JSON
+    expect_exit 0 "$flywheel" init-model --config "$work/config.json" --out "$work/m" --char-tokenizer
+    printf '{"prompt": "2+2=", "id": "a"}\n{"prompt_ids": [5, 6, 7]}\n' > "$work/p.jsonl"
+    for run in 1 2; do
+      expect_exit 0 "$flywheel" generate --model "$work/m" -i "$work/p.jsonl" -o "$work/g$run.jsonl" \
+        -n 3 --max-new-tokens 5 --temperature 0.9 --top-p 0.9 --seed 4
+    done
+    cmp -s "$work/g1.jsonl" "$work/g2.jsonl" || fail "same seed, different generations"
+    node -e '
+      const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map(JSON.parse);
+      if (lines.length !== 2 || lines[0].id !== "a") throw new Error("records");
+      for (const l of lines) {
+        if (l.completions.length !== 3) throw new Error("n");
+        for (const c of l.completions) {
+          const k = c.ids.length;
+          if (k < 1 || k > 5 || c.logprobs.length !== k || c.versions.length !== k) throw new Error("lengths");
+          if (typeof c.text !== "string" || !["stop", "length"].includes(c.finish_reason)) throw new Error("fields");
+          if (c.finish_reason === "stop" && c.ids[k - 1] !== 2) throw new Error("stop without eos");
+        }
+      }
+      if (lines[0].prompt_ids.join() !== "23,16,23,34") throw new Error("prompt ids " + lines[0].prompt_ids);
+    ' "$work/g1.jsonl" || fail "generate output is wrong: $(cat "$work/g1.jsonl")"
+    printf '{"prompt_ids": [5, 700]}\n' > "$work/bad.jsonl"
+    expect_exit 2 "$flywheel" generate --model "$work/m" -i "$work/bad.jsonl"
+    expect_output "bad.jsonl:1: request '0': prompt token 1 has id 700, outside the vocabulary"
+    expect_exit 2 "$flywheel" generate --model "$work/m" -i "$work/p.jsonl" --max-seq-len 4
+    expect_output "leaves no room in the context of 4 tokens" ;;
   *) fail "unknown case" ;;
 esac
 echo "PASS ($case_name)"

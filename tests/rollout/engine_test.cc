@@ -5,6 +5,7 @@
 #include "../model/test_models.h"
 #include "flywheel/core/plugin_registry.h"
 #include "flywheel/model/logprobs.h"
+#include "flywheel/model/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -105,11 +106,9 @@ TEST(GenerationEngineTest, ContinuousBatchingWithMidFlightArrivalsEqualsRunningA
   }
   auto finished = by_id(engine->run_until_idle());
   EXPECT_EQ(engine->active_sequences(), 0);
-  // Nothing may have been lost between take_finished calls either.
-  EXPECT_LE(finished.size(), kPrompts.size());
+  ASSERT_EQ(finished.size(), kPrompts.size());
   for (size_t i = 0; i < kPrompts.size(); ++i) {
     const std::string id = "r" + std::to_string(i);
-    if (!finished.count(id)) continue;  // finished during the steps above: checked below
     EXPECT_EQ(finished[id].samples.at(0).token_ids, alone[i]) << id;
   }
 }
@@ -216,6 +215,28 @@ TEST(GenerationEngineTest, StopTokensAndStopConditionsEndSequences) {
   Sample l = short_engine->run_until_idle().at(0).samples.at(0);
   EXPECT_EQ(l.token_ids.size(), 2u);  // 6 prompt + 2 generated = max_seq_len
   EXPECT_EQ(l.finish_reason, FinishReason::kLength);
+}
+
+TEST(GenerationEngineTest, StopStringsEndTheSequenceOnceCompleted) {
+  auto model = shared_model("qwen3");
+  auto tokenizer = model::load_tokenizer("", "char");  // 100 ids; the model emits < 97
+  ASSERT_TRUE(tokenizer.ok());
+  std::vector<int64_t> expected = greedy_by_recompute(*model, kPrompts[3], 12);
+  // The stop string is the text of generated tokens 3 and 4.
+  std::string stop = *(*tokenizer)->decode({expected[3], expected[4]});
+  std::string all = *(*tokenizer)->decode(expected);
+  size_t first_end = all.find(stop) + stop.size();
+  EngineContext context;
+  context.tokenizer = tokenizer->get();
+  auto engine = make_engine(model, {}, context);
+  GenerationRequest r = greedy("s", kPrompts[3], 12);
+  r.sampling.stop_strings = {stop};
+  ASSERT_TRUE(engine->submit(r).ok());
+  Sample s = engine->run_until_idle().at(0).samples.at(0);
+  EXPECT_EQ(s.finish_reason, FinishReason::kStop);
+  std::string text = *(*tokenizer)->decode(s.token_ids);
+  EXPECT_EQ(text.size(), first_end) << text;  // ends with the first completed stop string
+  EXPECT_EQ(text.substr(text.size() - stop.size()), stop);
 }
 
 TEST(GenerationEngineTest, WeightUpdateMidGenerationStampsVersionsAndUsesTheNewWeights) {

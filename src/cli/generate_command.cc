@@ -1,0 +1,270 @@
+// `flywheel generate --model DIR [-i prompts.jsonl] [-o out.jsonl]`: completions with token ids,
+// per-token behaviour log-probs and versions, through the rollout engine.
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "commands.h"
+#include "flywheel/core/plugin_registry.h"
+#include "flywheel/model/chat_template.h"
+#include "flywheel/model/tokenizer.h"
+#include "flywheel/rollout/engine.h"
+#include "jsonl_io.h"
+#include "model_args.h"
+
+namespace flywheel::cli {
+namespace {
+
+struct GenerateArgs {
+  ModelArgs model;
+  std::string input = "-";
+  std::string output = "-";
+  std::string chat_template = "auto";
+  rollout::SamplingParams sampling;
+  int64_t n = 1;
+  int64_t max_slots = 16;
+  int64_t max_seq_len = 2048;
+  std::string logprob_mode = "temperature_scaled";
+  bool ignore_eos = false;
+};
+
+// eos ids from config.json and generation_config.json.
+std::vector<int64_t> eos_ids(const model::DecoderModel& model, const std::string& dir) {
+  std::vector<int64_t> ids = model.config().eos_token_ids;
+  std::ifstream in(std::filesystem::path(dir) / "generation_config.json");
+  if (!in) return ids;
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<core::Json> config = core::Json::parse(text.str());
+  if (!config.ok()) return ids;
+  if (const core::Json* eos = config->find("eos_token_id")) {
+    std::vector<core::Json> values =
+        eos->is_array() ? eos->as_array() : std::vector<core::Json>{*eos};
+    for (const core::Json& v : values) {
+      if (v.is_integer() && std::find(ids.begin(), ids.end(), v.as_int()) == ids.end()) {
+        ids.push_back(v.as_int());
+      }
+    }
+  }
+  return ids;
+}
+
+absl::Status run(const GenerateArgs& args) {
+  absl::StatusOr<std::unique_ptr<model::DecoderModel>> loaded = args.model.load();
+  if (!loaded.ok()) return loaded.status();
+  std::shared_ptr<model::DecoderModel> model(loaded->release());
+  std::unique_ptr<model::Tokenizer> tokenizer;
+  if (auto t = model::load_tokenizer(args.model.dir); t.ok()) tokenizer = std::move(*t);
+
+  rollout::SamplingParams sampling = args.sampling;
+  if (!args.ignore_eos) {
+    for (int64_t id : eos_ids(*model, args.model.dir)) sampling.stop_token_ids.push_back(id);
+  }
+  core::PluginRegistry registry;
+  absl::Status registered = rollout::register_rollout_builtins(registry);
+  if (!registered.ok()) return registered;
+  rollout::EngineOptions options;
+  options.max_slots = std::max(args.max_slots, args.n);
+  options.max_seq_len = args.max_seq_len;
+  options.logprob_mode = args.logprob_mode == "processed"
+                             ? rollout::LogprobMode::kProcessed
+                             : rollout::LogprobMode::kTemperatureScaled;
+  rollout::EngineContext context;
+  context.tokenizer = tokenizer.get();
+  context.registry = &registry;
+  absl::StatusOr<std::unique_ptr<rollout::GenerationEngine>> engine =
+      rollout::GenerationEngine::create(model, options, context);
+  if (!engine.ok()) return engine.status();
+
+  absl::StatusOr<std::unique_ptr<JsonlReader>> in = JsonlReader::open(args.input);
+  if (!in.ok()) return in.status();
+  std::vector<core::Json> records;
+  std::optional<model::ChatTemplate> chat_template;
+  while (true) {
+    absl::StatusOr<std::optional<core::Json>> line = (*in)->next();
+    if (!line.ok()) return line.status();
+    if (!line->has_value()) break;
+    core::Json record = std::move(**line);
+    std::vector<int64_t> prompt_ids;
+    const core::Json* ids = record.find("prompt_ids");
+    const core::Json* prompt = record.find("prompt");
+    const core::Json* messages = record.find("messages");
+    if (ids != nullptr && ids->is_array()) {
+      for (const core::Json& id : ids->as_array()) {
+        if (!id.is_integer())
+          return absl::InvalidArgumentError(
+              absl::StrCat((*in)->where(), ": prompt_ids must be integers"));
+        prompt_ids.push_back(id.as_int());
+      }
+    } else if ((prompt != nullptr && prompt->is_string()) || messages != nullptr) {
+      if (!tokenizer) {
+        return absl::InvalidArgumentError(
+            absl::StrCat((*in)->where(), ": text prompts need a tokenizer in ", args.model.dir,
+                         "; use {\"prompt_ids\": [...]}"));
+      }
+      std::string text;
+      model::EncodeOptions encode;
+      if (messages != nullptr) {
+        if (!chat_template) {
+          absl::StatusOr<model::ChatTemplate> resolved =
+              model::ChatTemplate::resolve(args.chat_template, args.model.dir);
+          if (!resolved.ok()) return resolved.status();
+          chat_template = *resolved;
+        }
+        std::vector<model::ChatMessage> chat;
+        if (!messages->is_array())
+          return absl::InvalidArgumentError(
+              absl::StrCat((*in)->where(), ": messages must be a list"));
+        for (const core::Json& m : messages->as_array()) {
+          const core::Json* role = m.find("role");
+          const core::Json* content = m.find("content");
+          if (!role || !role->is_string() || !content || !content->is_string()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat((*in)->where(), ": each message needs role and content strings"));
+          }
+          chat.push_back({role->as_string(), content->as_string()});
+        }
+        absl::StatusOr<std::string> rendered = chat_template->render(chat);
+        if (!rendered.ok())
+          return absl::InvalidArgumentError(
+              absl::StrCat((*in)->where(), ": ", rendered.status().message()));
+        text = *rendered;
+        encode.add_special_tokens = false;
+      } else {
+        text = prompt->as_string();
+      }
+      absl::StatusOr<std::vector<int64_t>> encoded = tokenizer->encode(text, encode);
+      if (!encoded.ok())
+        return absl::InvalidArgumentError(
+            absl::StrCat((*in)->where(), ": ", encoded.status().message()));
+      prompt_ids = std::move(*encoded);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat((*in)->where(), ": expected \"prompt\", \"messages\" or \"prompt_ids\""));
+    }
+    rollout::GenerationRequest request;
+    request.id = std::to_string(records.size());
+    request.prompt_ids = prompt_ids;
+    request.sampling = sampling;
+    request.sampling.seed = args.sampling.seed + records.size();
+    request.n = args.n;
+    absl::Status submitted = (*engine)->submit(std::move(request));
+    if (!submitted.ok())
+      return absl::InvalidArgumentError(absl::StrCat((*in)->where(), ": ", submitted.message()));
+    core::Json list = core::Json::array();
+    for (int64_t id : prompt_ids) list.push_back(core::Json(id));
+    record.set("prompt_ids", std::move(list));
+    records.push_back(std::move(record));
+  }
+
+  std::vector<std::optional<rollout::GroupResult>> results(records.size());
+  const auto start = std::chrono::steady_clock::now();
+  auto last_report = start;
+  size_t done = 0;
+  while (!(*engine)->idle()) {
+    (*engine)->step();
+    for (rollout::GroupResult& r : (*engine)->take_finished()) {
+      results[std::stoul(r.request_id)] = std::move(r);
+      ++done;
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_report > std::chrono::seconds(5)) {
+      double elapsed = std::chrono::duration<double>(now - start).count();
+      std::cerr << absl::StrFormat("flywheel generate: %d/%d prompts, %d tokens, %.1f tokens/s\n",
+                                   done, records.size(), (*engine)->stats().generated_tokens,
+                                   (*engine)->stats().generated_tokens / elapsed);
+      last_report = now;
+    }
+  }
+
+  absl::StatusOr<std::unique_ptr<JsonlWriter>> out = JsonlWriter::open(args.output);
+  if (!out.ok()) return out.status();
+  for (size_t i = 0; i < records.size(); ++i) {
+    core::Json completions = core::Json::array();
+    for (const rollout::Sample& s : results[i]->samples) {
+      core::Json c = core::Json::object();
+      if (tokenizer) {
+        absl::StatusOr<std::string> text = tokenizer->decode(s.token_ids);
+        if (text.ok()) {
+          c.set("text", core::Json(*text));
+        } else {
+          c.set("text_error", core::Json(std::string(text.status().message())));
+        }
+      }
+      core::Json ids = core::Json::array(), logprobs = core::Json::array(),
+                 versions = core::Json::array();
+      for (size_t k = 0; k < s.token_ids.size(); ++k) {
+        ids.push_back(core::Json(s.token_ids[k]));
+        logprobs.push_back(core::Json(static_cast<double>(s.logprobs[k])));
+        versions.push_back(core::Json(s.versions[k]));
+      }
+      c.set("ids", std::move(ids));
+      c.set("logprobs", std::move(logprobs));
+      c.set("versions", std::move(versions));
+      c.set("finish_reason", core::Json(rollout::finish_reason_name(s.finish_reason)));
+      if (!s.error.empty()) c.set("error", core::Json(s.error));
+      completions.push_back(std::move(c));
+    }
+    records[i].set("completions", std::move(completions));
+    (*out)->write(records[i]);
+  }
+  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cerr << absl::StrFormat(
+      "flywheel generate: %d prompt(s), %d token(s) in %.2f s (%.1f tokens/s)\n", records.size(),
+      (*engine)->stats().generated_tokens, elapsed,
+      (*engine)->stats().generated_tokens / std::max(elapsed, 1e-9));
+  return (*out)->close();
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* command = app.add_subcommand(
+      "generate",
+      "Generate completions for {\"prompt\": ...}, {\"messages\": [...]} or {\"prompt_ids\": "
+      "[...]} lines with the rollout engine; writes token ids, per-token log-probs and versions");
+  args->model.add_to(command);
+  command->add_option("-i,--input", args->input, "JSONL prompts ('-' = stdin)");
+  command->add_option("-o,--output", args->output, "JSONL output ('-' = stdout)");
+  command->add_option("-n", args->n, "Samples per prompt")->check(CLI::Range(1, 1024));
+  command->add_option("--max-new-tokens", args->sampling.max_new_tokens, "Tokens per completion")
+      ->check(CLI::Range(1, 1 << 20));
+  command->add_option("--temperature", args->sampling.temperature, "0 = greedy")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--top-k", args->sampling.top_k, "0 = off")->check(CLI::NonNegativeNumber);
+  command->add_option("--top-p", args->sampling.top_p, "1 = off")->check(CLI::Range(0.0, 1.0));
+  command->add_option("--min-p", args->sampling.min_p, "0 = off")->check(CLI::Range(0.0, 1.0));
+  command->add_option("--seed", args->sampling.seed, "Seed of line 0; line i uses seed + i");
+  command->add_option("--stop", args->sampling.stop_strings, "Stop string (repeatable)");
+  command->add_flag("--ignore-eos", args->ignore_eos,
+                    "Do not stop at the eos ids of config.json / generation_config.json");
+  command->add_option("--max-slots", args->max_slots, "Concurrent sequences (KV-cache slots)")
+      ->check(CLI::Range(1, 4096));
+  command->add_option("--max-seq-len", args->max_seq_len, "Prompt + completion tokens")
+      ->check(CLI::Range(2, 1 << 20));
+  command
+      ->add_option("--chat-template", args->chat_template,
+                   "Template for messages: auto, chatml, qwen3 or llama3")
+      ->check(CLI::IsMember({"auto", "chatml", "qwen3", "llama3"}));
+  command
+      ->add_option("--logprob-mode", args->logprob_mode,
+                   "temperature_scaled (what the learner recomputes) or processed (the "
+                   "truncated distribution actually sampled)")
+      ->check(CLI::IsMember({"temperature_scaled", "processed"}));
+  command->callback([args, exit_code] {
+    absl::Status status = run(*args);
+    if (!status.ok()) std::cerr << "flywheel generate: " << status.message() << "\n";
+    *exit_code = status.ok() ? kExitOk : kExitUsage;
+  });
+}
+
+}  // namespace flywheel::cli
