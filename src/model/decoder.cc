@@ -58,14 +58,15 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
 // x @ w^T + b. A single float32 row takes the matrix-vector kernel: GEMM with one row repacks
 // the weight matrix and runs 2-3x slower on CPU (../shared/CPU_PERFORMANCE.md).
 at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
-  if (x.numel() == x.size(-1) && x.scalar_type() == at::kFloat && x.device().is_cpu()) {
-    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
-    shape.back() = w.size(0);
-    at::Tensor v = x.reshape({-1});
-    at::Tensor y = b.defined() ? at::addmv(b, w, v) : at::mv(w, v);
-    return y.view(shape);
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = w.size(0);
+  at::Tensor rows = x.reshape({-1, x.size(-1)});
+  if (rows.size(0) == 1 && x.scalar_type() == at::kFloat && x.device().is_cpu()) {
+    at::Tensor v = rows.view({-1});
+    return (b.defined() ? at::addmv(b, w, v) : at::mv(w, v)).view(shape);
   }
-  return at::linear(x, w, b);
+  at::Tensor y = b.defined() ? at::addmm(b, rows, w.t()) : at::mm(rows, w.t());
+  return y.view(shape);
 }
 
 bool is_contiguous_range(const std::vector<int64_t>& slots) {
@@ -205,42 +206,44 @@ at::Tensor DecoderModel::attention(const Layer& layer, int64_t index, const at::
   q = apply_rope(q, cos, sin);
   k = apply_rope(k, cos, sin);
 
-  at::Tensor keys = k, values = v;  // [B, L, kvh, hd]
+  // keys / values: [B, kvh, L, hd].
+  at::Tensor keys = k.permute({0, 2, 1, 3}), values = v.permute({0, 2, 1, 3});
   if (cache != nullptr) {
     // Write the valid tokens into their slots, then read each row's slot up to L positions.
+    using at::indexing::Slice;
     const int64_t L = mask.size(-1);
     at::Tensor& cache_k = cache->keys(index);
     at::Tensor& cache_v = cache->values(index);
-    if (where->all_valid) {
-      cache_k.index_put_({where->write_slots, where->write_positions},
-                         k.reshape({B * T, kvh, hd}).to(cache_k.scalar_type()));
-      cache_v.index_put_({where->write_slots, where->write_positions},
-                         v.reshape({B * T, kvh, hd}).to(cache_v.scalar_type()));
+    at::Tensor new_k =
+        where->all_valid ? k.reshape({B * T, kvh, hd}) : k.index({where->rows, where->steps});
+    at::Tensor new_v =
+        where->all_valid ? v.reshape({B * T, kvh, hd}) : v.index({where->rows, where->steps});
+    cache_k.index_put_({where->write_slots, Slice(), where->write_positions},
+                       new_k.to(cache_k.scalar_type()));
+    cache_v.index_put_({where->write_slots, Slice(), where->write_positions},
+                       new_v.to(cache_v.scalar_type()));
+    if (where->first_slot >= 0) {  // a view: [B, kvh, L, hd] with batch dims that fold
+      keys = cache_k.narrow(0, where->first_slot, B).narrow(2, 0, L);
+      values = cache_v.narrow(0, where->first_slot, B).narrow(2, 0, L);
     } else {
-      cache_k.index_put_({where->write_slots, where->write_positions},
-                         k.index({where->rows, where->steps}).to(cache_k.scalar_type()));
-      cache_v.index_put_({where->write_slots, where->write_positions},
-                         v.index({where->rows, where->steps}).to(cache_v.scalar_type()));
-    }
-    if (where->first_slot >= 0) {
-      keys = cache_k.narrow(0, where->first_slot, B).narrow(1, 0, L);
-      values = cache_v.narrow(0, where->first_slot, B).narrow(1, 0, L);
-    } else {
-      keys = cache_k.index_select(0, where->slots).narrow(1, 0, L);
-      values = cache_v.index_select(0, where->slots).narrow(1, 0, L);
+      keys = cache_k.index_select(0, where->slots).narrow(2, 0, L);
+      values = cache_v.index_select(0, where->slots).narrow(2, 0, L);
     }
   }
-  const int64_t L = keys.size(1);
-  // Grouped-query attention without repeating K/V: query head j reads kv head j / groups.
-  at::Tensor qg = q.view({B, T, kvh, groups, hd}).permute({0, 2, 3, 1, 4}).to(at::kFloat);
-  at::Tensor kg = keys.permute({0, 2, 1, 3}).unsqueeze(2).to(at::kFloat);  // [B,kvh,1,L,hd]
-  at::Tensor vg = values.permute({0, 2, 1, 3}).unsqueeze(2);               // [B,kvh,1,L,hd]
-  at::Tensor scores = at::matmul(qg, kg.transpose(-1, -2)) * (1.0 / std::sqrt(double(hd)));
+  const int64_t L = keys.size(2);
+  // Grouped-query attention without repeating K/V: the `groups` query heads that share kv head
+  // h (query head j reads kv head j / groups) are stacked as rows of one matrix.
+  at::Tensor qg = q.view({B, T, kvh, groups, hd})
+                      .permute({0, 2, 3, 1, 4})
+                      .reshape({B, kvh, groups * T, hd})
+                      .to(at::kFloat);
+  at::Tensor scores = at::matmul(qg, keys.to(at::kFloat).transpose(-1, -2));  // [B,kvh,g*T,L]
+  scores = (scores * (1.0 / std::sqrt(double(hd)))).view({B, kvh, groups, T, L});
   scores = scores.masked_fill(mask.logical_not().view({B, 1, 1, T, L}),
                               -std::numeric_limits<float>::infinity());
-  at::Tensor probs = at::softmax(scores, -1).to(x.scalar_type());
-  at::Tensor out = at::matmul(probs, vg);  // [B, kvh, groups, T, hd]
-  out = out.permute({0, 3, 1, 2, 4}).reshape({B, T, -1});
+  at::Tensor probs = at::softmax(scores, -1).to(x.scalar_type()).view({B, kvh, groups * T, L});
+  at::Tensor out = at::matmul(probs, values);  // [B, kvh, g*T, hd]
+  out = out.view({B, kvh, groups, T, hd}).permute({0, 3, 1, 2, 4}).reshape({B, T, -1});
   return project(out, layer.o, layer.o_bias);
 }
 

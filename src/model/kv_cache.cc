@@ -16,9 +16,9 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& conf
   std::unique_ptr<KvCache> cache(new KvCache(slots, max_len));
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     cache->keys_.push_back(
-        at::zeros({slots, max_len, config.num_key_value_heads, config.head_dim}, options));
+        at::zeros({slots, config.num_key_value_heads, max_len, config.head_dim}, options));
     cache->values_.push_back(
-        at::zeros({slots, max_len, config.num_key_value_heads, config.head_dim}, options));
+        at::zeros({slots, config.num_key_value_heads, max_len, config.head_dim}, options));
   }
   return cache;
 }
@@ -26,8 +26,8 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& conf
 void KvCache::copy_prefix(int64_t from, int64_t to, int64_t length) {
   if (from == to || length <= 0) return;
   for (size_t l = 0; l < keys_.size(); ++l) {
-    keys_[l][to].narrow(0, 0, length).copy_(keys_[l][from].narrow(0, 0, length));
-    values_[l][to].narrow(0, 0, length).copy_(values_[l][from].narrow(0, 0, length));
+    keys_[l][to].narrow(1, 0, length).copy_(keys_[l][from].narrow(1, 0, length));
+    values_[l][to].narrow(1, 0, length).copy_(values_[l][from].narrow(1, 0, length));
   }
 }
 

@@ -1,6 +1,8 @@
 // Preallocated key/value cache for the decoder, organised in sequence slots.
 //
-// Layout per layer: keys and values of shape [slots, max_len, kv_heads, head_dim], allocated once.
+// Layout per layer: keys and values of shape [slots, kv_heads, max_len, head_dim], allocated
+// once. With this layout the rows of a batch whose slots are consecutive read their keys as one
+// strided view that batched matmuls take without copying.
 // A slot holds one sequence; position p of a slot holds the key/value of that sequence's token
 // at position p. The rollout engine assigns slots to sequences (continuous batching); nothing
 // here is reallocated per step.

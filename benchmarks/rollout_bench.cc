@@ -1,0 +1,171 @@
+// rollout_bench: decode throughput of the generation engine at batch 1, 8, 32 and 64, for a
+// small and a ~100M-parameter model, each beside its roofline on this machine: the memory
+// bandwidth and matmul GFLOP/s the bench measures itself, in the same run.
+//
+//   build/benchmarks/rollout_bench [--threads N] [--dtype float32|bfloat16] [--steps S]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "flywheel/model/hf_checkpoint.h"
+#include "flywheel/rollout/engine.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using flywheel::model::ModelConfig;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+template <typename F>
+double best_time(int reps, F&& fn) {
+  fn();
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    auto start = Clock::now();
+    fn();
+    best = std::min(best, seconds_since(start));
+  }
+  return best;
+}
+
+// Streaming read bandwidth: sum of a 1 GiB float32 tensor.
+double memory_bandwidth_gbs() {
+  at::Tensor buffer = at::ones({int64_t{1} << 28}, at::kFloat);
+  double t = best_time(3, [&] { buffer.sum().item<float>(); });
+  return buffer.numel() * 4.0 / t / 1e9;
+}
+
+double matmul_gflops(at::ScalarType dtype) {
+  const int64_t n = 1024;
+  at::Tensor a = at::randn({n, n}).to(dtype), b = at::randn({n, n}).to(dtype);
+  double t = best_time(5, [&] { at::mm(a, b); });
+  return 2.0 * n * n * n / t / 1e9;
+}
+
+ModelConfig qwen2_config(int64_t vocab, int64_t hidden, int64_t intermediate, int64_t layers,
+                         int64_t heads, int64_t kv_heads) {
+  ModelConfig c;
+  c.model_type = "qwen2";
+  c.vocab_size = vocab;
+  c.hidden_size = hidden;
+  c.intermediate_size = intermediate;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv_heads;
+  c.head_dim = hidden / heads;
+  c.qkv_bias = true;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+struct Result {
+  double tokens_per_s;
+  double bound_tokens_per_s;
+  const char* limiter;
+};
+
+Result run(std::shared_ptr<flywheel::model::DecoderModel> model, int64_t batch, int64_t steps,
+           double bandwidth_gbs, double peak_gflops) {
+  const ModelConfig& c = model->config();
+  const int64_t prompt = 16;
+  flywheel::rollout::EngineOptions options;
+  options.max_slots = batch;
+  options.max_seq_len = prompt + steps + 4;
+  auto engine = *flywheel::rollout::GenerationEngine::create(model, options);
+  for (int64_t b = 0; b < batch; ++b) {
+    flywheel::rollout::GenerationRequest r;
+    r.id = std::to_string(b);
+    for (int64_t t = 0; t < prompt; ++t) r.prompt_ids.push_back((b * 31 + t * 7) % c.vocab_size);
+    r.sampling.temperature = 0;
+    r.sampling.max_new_tokens = steps + 2;
+    (void)engine->submit(r);
+  }
+  engine->step();  // prefill + first decode
+  engine->step();  // warm-up decode
+  const int64_t before = engine->stats().generated_tokens;
+  auto start = Clock::now();
+  for (int64_t s = 0; s < steps; ++s) engine->step();
+  const double elapsed = seconds_since(start);
+  const double tokens_per_s = (engine->stats().generated_tokens - before) / elapsed;
+
+  // Roofline of one decode step at the mean context length.
+  const double element = model->options().dtype == at::kFloat ? 4.0 : 2.0;
+  const double params = static_cast<double>(c.num_parameters());
+  const double context = prompt + 2 + steps / 2.0;
+  const double kv_bytes =
+      batch * context * c.num_hidden_layers * 2.0 * c.num_key_value_heads * c.head_dim * element;
+  const double step_bytes = params * element + kv_bytes;
+  const double embed = c.vocab_size * c.hidden_size;  // the lookup reads one row, lm_head all
+  const double step_flops =
+      batch * (2.0 * (params - embed) + 2.0 * embed +
+               c.num_hidden_layers * 4.0 * c.num_attention_heads * c.head_dim * context);
+  const double memory_time = step_bytes / (bandwidth_gbs * 1e9);
+  const double compute_time = step_flops / (peak_gflops * 1e9);
+  const double bound = batch / std::max(memory_time, compute_time);
+  return {tokens_per_s, bound, memory_time >= compute_time ? "memory" : "compute"};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 0;
+  int64_t steps = 32;
+  std::string dtype_name = "float32";
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) dtype_name = argv[++i];
+    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoll(argv[++i]);
+  }
+  if (threads > 0) at::set_num_threads(threads);
+  auto dtype = flywheel::model::parse_dtype(dtype_name);
+  if (!dtype.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(dtype.status().message()).c_str());
+    return 2;
+  }
+  at::NoGradGuard no_grad;
+  const double bandwidth = memory_bandwidth_gbs();
+  const double peak = matmul_gflops(*dtype);
+  std::printf("rollout_bench: greedy decode through the engine, %s, %d thread(s), %lld steps\n",
+              dtype_name.c_str(), at::get_num_threads(), static_cast<long long>(steps));
+  std::printf("machine (measured in this run): memory read %.1f GB/s, %s matmul %.1f GFLOP/s\n\n",
+              bandwidth, dtype_name.c_str(), peak);
+  std::printf("%-8s %8s %6s %12s %14s %9s %9s\n", "model", "params", "batch", "tokens/s",
+              "roofline tok/s", "limit", "fraction");
+  struct Spec {
+    const char* name;
+    ModelConfig config;
+  };
+  std::vector<Spec> specs = {{"small", qwen2_config(4096, 256, 768, 4, 4, 2)},
+                             {"100M", qwen2_config(32000, 768, 2048, 12, 12, 4)}};
+  for (const Spec& spec : specs) {
+    auto created = flywheel::model::DecoderModel::create(spec.config, {*dtype, at::kCPU});
+    if (!created.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(created.status().message()).c_str());
+      return 1;
+    }
+    std::shared_ptr<flywheel::model::DecoderModel> model(created->release());
+    model->init_random(1);
+    double batch1 = 0;
+    for (int64_t batch : {1, 8, 32, 64}) {
+      Result r = run(model, batch, steps, bandwidth, peak);
+      if (batch == 1) batch1 = r.tokens_per_s;
+      std::printf("%-8s %7.1fM %6lld %12.1f %14.1f %9s %8.1f%%", spec.name,
+                  spec.config.num_parameters() / 1e6, static_cast<long long>(batch), r.tokens_per_s,
+                  r.bound_tokens_per_s, r.limiter, 100 * r.tokens_per_s / r.bound_tokens_per_s);
+      if (batch > 1) std::printf("   %.1fx batch 1", r.tokens_per_s / batch1);
+      std::printf("\n");
+    }
+  }
+  return 0;
+}
