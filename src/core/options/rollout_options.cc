@@ -22,6 +22,16 @@ void bind_options(FieldBinder& b, RolloutOptions& o) {
           FieldInfo("in_flight: apply new weights between decode steps; drain: wait until "
                     "active sequences finish.")
               .one_of({"in_flight", "drain"}));
+  b.field("recompute_kv_on_update", &o.recompute_kv_on_update,
+          FieldInfo("After a weight update, recompute the KV cache of in-flight sequences under "
+                    "the new weights (costs one prefill of every active sequence)."));
+  b.field("logprob_mode", &o.logprob_mode,
+          FieldInfo("Distribution of the recorded behaviour log-probs: temperature_scaled "
+                    "(log_softmax(logits / temperature), before top-k/top-p/min-p: what the "
+                    "learner recomputes) or processed (the truncated distribution sampled from).")
+              .one_of({"temperature_scaled", "processed"}));
+  b.field("max_prefill_tokens", &o.max_prefill_tokens,
+          FieldInfo("Prompt tokens prefilled in one engine step (at least one prompt).").min(1));
 }
 
 absl::Status RolloutOptions::validate() const {

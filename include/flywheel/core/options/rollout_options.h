@@ -22,6 +22,9 @@ struct RolloutOptions {
   int64_t max_slots = 32;                   // concurrent sequences per engine (KV-cache slots)
   int64_t seed = 1;                         // base sampling seed
   std::string weight_update = "in_flight";  // in_flight | drain
+  bool recompute_kv_on_update = false;      // re-prefill active sequences under new weights
+  std::string logprob_mode = "temperature_scaled";  // temperature_scaled | processed
+  int64_t max_prefill_tokens = 8192;                // prompt tokens prefilled per engine step
 
   absl::Status validate() const;
 };
