@@ -1,6 +1,8 @@
 // The plugin's entry points: the ABI version and flywheel_register_plugin().
+#include "cispo_loss.h"
 #include "csv_metrics_sink.h"
 #include "flywheel/core/plugin_registry.h"
+#include "median_baseline.h"
 
 FLYWHEEL_PLUGIN_ABI()
 
@@ -9,4 +11,12 @@ extern "C" void flywheel_register_plugin(flywheel::PluginRegistry& registry) {
       registry.get<flywheel::core::MetricsSink, const flywheel::core::MetricsSinkOptions&>();
   // A failed add() (e.g. a name taken by another plugin) is reported by the loader.
   (void)sinks.add("csv", &flywheel_example::CsvMetricsSink::create);
+  using flywheel::algos::AdvantageEstimator;
+  using flywheel::algos::EstimatorOptions;
+  using flywheel::algos::PolicyLoss;
+  using flywheel::algos::PolicyLossOptions;
+  (void)registry.get<PolicyLoss, const PolicyLossOptions&>().add(
+      "cispo", &flywheel_example::CispoLoss::create);
+  (void)registry.get<AdvantageEstimator, const EstimatorOptions&>().add(
+      "median_baseline", &flywheel_example::MedianBaseline::create);
 }

@@ -1,8 +1,11 @@
 #include "job_setup.h"
 
 #include "absl/strings/str_cat.h"
+#include "flywheel/algos/algorithm.h"
+#include "flywheel/algos/presets.h"
 #include "flywheel/core/builtins.h"
 #include "flywheel/core/status_macros.h"
+#include "flywheel/rollout/logits_processor.h"
 
 namespace flywheel::cli {
 
@@ -12,8 +15,11 @@ absl::StatusOr<JobSetup> set_up_job(const std::string& config_path,
   core::ConfigLoadOptions options;
   options.overrides = overrides;
   FLYWHEEL_ASSIGN_OR_RETURN(job.loaded, core::load_config_file(config_path, options));
+  FLYWHEEL_RETURN_IF_ERROR(algos::apply_algorithm_preset(&job.loaded));
   job.registry = std::make_unique<core::PluginRegistry>();
   FLYWHEEL_RETURN_IF_ERROR(core::register_core_builtins(*job.registry));
+  FLYWHEEL_RETURN_IF_ERROR(rollout::register_rollout_builtins(*job.registry));
+  FLYWHEEL_RETURN_IF_ERROR(algos::register_algos_builtins(*job.registry));
   if (load_plugins) {
     absl::Status status = job.registry->load_plugins(job.loaded.config.plugins);
     if (!status.ok()) {

@@ -16,8 +16,9 @@ struct JobSetup {
   std::unique_ptr<core::PluginRegistry> registry;  // built-ins and the config's plugins
 };
 
-// Loads `config_path` with `overrides`, registers the built-ins of every component, loads the
-// config's plugins and checks that every component the config names exists. All errors are
+// Loads `config_path` with `overrides`, expands the algorithm preset, registers the built-ins
+// of every component, loads the config's plugins and checks that every component the config
+// names exists. All errors are
 // InvalidArgument or the plugin loader's status, with file and key in the message.
 absl::StatusOr<JobSetup> set_up_job(const std::string& config_path,
                                     const std::vector<std::string>& overrides,

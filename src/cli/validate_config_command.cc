@@ -43,7 +43,7 @@ void add_validate_config_command(CLI::App& app, int* exit_code) {
   CLI::App* command = app.add_subcommand(
       "validate-config",
       "Check a config file (includes, --set overrides, plugins and the names they register) and "
-      "print the fully resolved config; exit code 2 on errors");
+      "print the fully resolved config, algorithm preset expanded; exit code 2 on errors");
   command->add_option("config", args->config_path, "YAML config file")->required();
   command->add_option("--set", args->overrides,
                       "Override a key: --set trainer.lr=1e-5 (repeatable; value is YAML)");

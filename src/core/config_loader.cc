@@ -329,6 +329,19 @@ absl::Status check_registered_names(const LoadedConfig& loaded, const PluginRegi
   for (size_t i = 0; i < loaded.config.logging.sinks.size(); ++i) {
     check("logging.sinks", MetricsSink::kRegistryKind, loaded.config.logging.sinks[i]);
   }
+  // Components of other libraries, by kind name (core does not link them). A name left empty
+  // means "the preset's"; an unregistered kind (component not linked) is not checked.
+  const AlgorithmOptions& a = loaded.config.algorithm;
+  const std::pair<const char*, std::pair<const char*, const std::string*>> components[] = {
+      {"algorithm.advantage_estimator", {"advantage_estimator", &a.advantage_estimator}},
+      {"algorithm.policy_loss", {"policy_loss", &a.policy_loss}},
+      {"algorithm.is_correction", {"is_correction", &a.is_correction}},
+      {"buffer.filter", {"group_filter", &loaded.config.buffer.filter}}};
+  for (const auto& [path, kind_and_name] : components) {
+    const auto& [kind, name] = kind_and_name;
+    if (name->empty() || registry.names(kind).empty()) continue;
+    check(path, kind, *name);
+  }
   if (problems.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
 }

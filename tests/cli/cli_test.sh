@@ -41,6 +41,17 @@ case "$case_name" in
       --set trainer.lr=0.5 --set rollout.stop='["###"]'
     expect_output "lr: 0.5"
     expect_output 'stop: ["###"]' ;;
+  validate_preset)
+    printf 'algorithm:\n  name: dapo\n  clip_low: 0.1\nrollout:\n  max_new_tokens: 100\n' > "$work/d.yaml"
+    expect_exit 0 "$flywheel" validate-config "$work/d.yaml"
+    expect_output "clip_high: 0.28"
+    expect_output "clip_low: 0.1"
+    expect_output "filter: nonzero_reward_std"
+    expect_output "overlong_buffer_len: 20"
+    printf 'algorithm:\n  name: grpo\n  policy_loss: ppo_clipp\n' > "$work/e.yaml"
+    expect_exit 2 "$flywheel" validate-config "$work/e.yaml"
+    expect_output "$work/e.yaml:3:16: algorithm.policy_loss: unknown policy_loss 'ppo_clipp'"
+    expect_output "did you mean 'ppo_clip'?" ;;
   validate_typo)
     printf 'trainer:\n  total_steps: 3\n  lrr: 0.1\n' > "$work/typo.yaml"
     expect_exit 2 "$flywheel" validate-config "$work/typo.yaml"

@@ -26,6 +26,10 @@ plugins: [$plugin]
 logging:
   run_dir: $work/run
   sinks: [console, csv]
+algorithm:
+  name: grpo
+  policy_loss: cispo
+  advantage_estimator: median_baseline
 YAML
 "$work/prefix/bin/flywheel" validate-config --quiet "$work/config.yaml"
 
@@ -36,5 +40,5 @@ if "$work/prefix/bin/flywheel" validate-config "$work/no_plugin.yaml" 2> "$work/
 fi
 grep -qF "unknown metrics_sink 'csv'" "$work/err.txt"
 
-FLYWHEEL_EXAMPLE_PLUGIN="$plugin" "$driver"
+FLYWHEEL_EXAMPLE_PLUGIN="$plugin" FLYWHEEL_EXAMPLE_CONFIG="$work/config.yaml" "$driver"
 echo "PASS: example plugin built out of tree and loaded"

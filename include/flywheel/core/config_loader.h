@@ -42,8 +42,9 @@ struct LoadedConfig {
 class PluginRegistry;
 
 // Checks that every component named in `loaded.config` exists in `registry` (built-ins plus
-// loaded plugins): today logging.sinks. InvalidArgument names the key, where it was set, the
-// unknown name and the known ones.
+// loaded plugins): logging.sinks, and -- when their kinds are registered -- the algorithm's
+// advantage_estimator, policy_loss, is_correction and buffer.filter. InvalidArgument names the
+// key, where it was set, the unknown name and the known ones.
 absl::Status check_registered_names(const LoadedConfig& loaded, const PluginRegistry& registry);
 
 absl::StatusOr<LoadedConfig> load_config_file(const std::string& path,

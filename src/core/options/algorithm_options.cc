@@ -4,7 +4,8 @@ namespace flywheel::core {
 
 void bind_options(FieldBinder& b, AlgorithmOptions& o) {
   b.field("name", &o.name,
-          FieldInfo("Algorithm preset; it chooses the components left empty below.")
+          FieldInfo("Algorithm preset: it sets every key of this section that the config does "
+                    "not set (see docs/algorithms.md); the defaults shown are the grpo preset's.")
               .one_of({"ppo", "grpo", "dapo", "dr_grpo", "gspo", "rloo", "reinforce_pp"}));
   b.field("advantage_estimator", &o.advantage_estimator,
           FieldInfo("Advantage estimator registry name (gae, grpo, dr_grpo, rloo, "
@@ -24,7 +25,9 @@ void bind_options(FieldBinder& b, AlgorithmOptions& o) {
   b.field("clip_c", &o.clip_c,
           FieldInfo("Dual-clip constant for negative advantages (> 1); 0 = off.").min(0));
   b.field("kl_estimator", &o.kl_estimator,
-          FieldInfo("KL estimator against the reference model.").one_of({"k1", "k2", "k3", "abs"}));
+          FieldInfo(
+              "KL estimator against the reference model (k1+ / k3+: straight-through k2 gradient).")
+              .one_of({"k1", "k2", "k3", "abs", "k1+", "k3+"}));
   b.field("kl_coef", &o.kl_coef,
           FieldInfo("KL coefficient; 0 = no reference model needed.").min(0));
   b.field("kl_in_reward", &o.kl_in_reward,
@@ -32,9 +35,38 @@ void bind_options(FieldBinder& b, AlgorithmOptions& o) {
   b.field("entropy_coef", &o.entropy_coef, FieldInfo("Entropy bonus coefficient.").min(0));
   b.field("gamma", &o.gamma, FieldInfo("Discount factor (GAE, REINFORCE++).").min(0).max(1));
   b.field("lam", &o.lam, FieldInfo("GAE lambda.").min(0).max(1));
+  b.field("norm_by_std", &o.norm_by_std,
+          FieldInfo("GRPO: divide advantages by the group's reward std (false = Dr. GRPO)."));
+  b.field("grpo_eps", &o.grpo_eps, FieldInfo("Added to the group std (GRPO).").greater_than(0));
+  b.field("whiten_advantages", &o.whiten_advantages,
+          FieldInfo("GAE: whiten advantages over the batch's valid tokens."));
+  b.field("loss_agg_constant", &o.loss_agg_constant,
+          FieldInfo("C of seq-mean-token-sum-norm; 0 = rollout.max_new_tokens.").min(0));
+  b.field("kl_controller", &o.kl_controller,
+          FieldInfo("KL-in-reward coefficient: fixed, or adaptive (verl's controller).")
+              .one_of({"fixed", "adaptive"}));
+  b.field("kl_target", &o.kl_target, FieldInfo("Adaptive KL target.").greater_than(0));
+  b.field("kl_horizon", &o.kl_horizon, FieldInfo("Adaptive KL horizon.").greater_than(0));
+  b.field(
+      "is_low", &o.is_low,
+      FieldInfo("Lower bound of the IS correction (icepop, seq_mask); -1 = its default.").min(-1));
+  b.field("is_high", &o.is_high,
+          FieldInfo("Cap / upper bound of the IS correction; -1 = its default (tis 2, seq_tis 5, "
+                    "icepop 5, seq_mask 3, decoupled 5).")
+              .min(-1));
+  b.field("value_clip", &o.value_clip, FieldInfo("Critic value clip range.").min(0));
+  b.field("overlong_buffer_len", &o.overlong_buffer_len,
+          FieldInfo("DAPO soft overlong punishment over the last N tokens before "
+                    "rollout.max_new_tokens; 0 = off.")
+              .min(0));
+  b.field("overlong_penalty_factor", &o.overlong_penalty_factor,
+          FieldInfo("Penalty at the maximum length (DAPO).").min(0));
 }
 
 absl::Status AlgorithmOptions::validate() const {
+  if (is_low >= 0 && is_high >= 0 && is_low > is_high) {
+    return absl::InvalidArgumentError("is_low: must be <= is_high");
+  }
   if (clip_c != 0.0 && clip_c <= 1.0) {
     return absl::InvalidArgumentError("clip_c: must be > 1 (or 0 to turn dual clip off)");
   }

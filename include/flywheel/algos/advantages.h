@@ -1,0 +1,61 @@
+// Advantage estimators (ALGORITHMS.md §1): gae, grpo, dr_grpo, rloo, reinforce_pp,
+// reinforce_pp_baseline. All run without gradient and return [B, T] tensors that are zero at
+// masked positions.
+#pragma once
+
+#include <memory>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+
+namespace flywheel::algos {
+
+struct AdvantageInput {
+  at::Tensor scores;         // [B] outcome score per response (after any shaping)
+  at::Tensor token_rewards;  // [B, T] optional token-level rewards (KL-in-reward, process
+                             // rewards); undefined: each score sits on its last valid token
+  at::Tensor mask;           // [B, T] 1 = trainable token (interior zeros allowed)
+  at::Tensor values;         // [B, T] critic values at rollout time (gae only)
+  at::Tensor group_ids;      // [B] int64: rows with equal ids are one prompt's group
+};
+
+struct AdvantageResult {
+  at::Tensor advantages;  // [B, T]
+  at::Tensor returns;     // [B, T] (gae, reinforce_pp); otherwise equal to advantages
+};
+
+struct EstimatorOptions {
+  double gamma = 1.0;       // discount (gae, reinforce_pp)
+  double lam = 1.0;         // GAE lambda
+  double eps = 1e-6;        // added to the group std (grpo)
+  bool norm_by_std = true;  // grpo: divide by the group std (false = Dr. GRPO)
+  bool whiten = true;       // gae: whiten advantages over the batch's valid tokens
+};
+
+// Scores a batch. Thread-compatible; compute() is const.
+class AdvantageEstimator {
+ public:
+  static constexpr char kRegistryKind[] = "advantage_estimator";
+  virtual ~AdvantageEstimator() = default;
+  // InvalidArgument for missing or misshapen inputs (e.g. gae without values).
+  virtual absl::StatusOr<AdvantageResult> compute(const AdvantageInput& input) const = 0;
+};
+
+// whiten(x; m) of §1.0: batch statistics over valid tokens, unbiased variance, eps 1e-8 inside
+// the sqrt; zeros when fewer than 2 valid tokens.
+at::Tensor masked_whiten(const at::Tensor& x, const at::Tensor& mask);
+
+// Token-level rewards with score_i on the last valid token of row i (zero elsewhere).
+at::Tensor scores_on_last_token(const at::Tensor& scores, const at::Tensor& mask);
+
+// Factories of the built-ins (registered by register_algos_builtins).
+absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_gae(const EstimatorOptions& o);
+absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_grpo(const EstimatorOptions& o);
+absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_dr_grpo(const EstimatorOptions& o);
+absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_rloo(const EstimatorOptions& o);
+absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_reinforce_pp(const EstimatorOptions& o);
+absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_reinforce_pp_baseline(
+    const EstimatorOptions& o);
+
+}  // namespace flywheel::algos

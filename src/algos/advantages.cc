@@ -1,0 +1,232 @@
+#include "flywheel/algos/advantages.h"
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace flywheel::algos {
+namespace {
+
+absl::Status check_common(const AdvantageInput& in, bool needs_groups) {
+  if (!in.mask.defined() || in.mask.dim() != 2) {
+    return absl::InvalidArgumentError("advantages need a [B, T] mask");
+  }
+  const int64_t B = in.mask.size(0);
+  if (!in.scores.defined() && !in.token_rewards.defined()) {
+    return absl::InvalidArgumentError("advantages need scores or token_rewards");
+  }
+  if (in.scores.defined() && (in.scores.dim() != 1 || in.scores.size(0) != B)) {
+    return absl::InvalidArgumentError("scores must have shape [B]");
+  }
+  if (in.token_rewards.defined() && in.token_rewards.sizes() != in.mask.sizes()) {
+    return absl::InvalidArgumentError("token_rewards must have the mask's shape");
+  }
+  if (needs_groups && (!in.group_ids.defined() || in.group_ids.numel() != B)) {
+    return absl::InvalidArgumentError("group estimators need group_ids of shape [B]");
+  }
+  return absl::OkStatus();
+}
+
+// One outcome score per row: `scores`, else the row sum of token_rewards.
+std::vector<double> row_scores(const AdvantageInput& in) {
+  at::Tensor s = in.scores.defined()
+                     ? in.scores
+                     : at::where(in.mask.to(at::kBool), in.token_rewards, 0).sum(-1);
+  s = s.to(at::kDouble).contiguous();
+  return std::vector<double>(s.data_ptr<double>(), s.data_ptr<double>() + s.numel());
+}
+
+std::map<int64_t, std::vector<int64_t>> groups_of(const at::Tensor& ids) {
+  at::Tensor g = ids.to(at::kLong).contiguous();
+  std::map<int64_t, std::vector<int64_t>> groups;
+  for (int64_t i = 0; i < g.numel(); ++i) groups[g.data_ptr<int64_t>()[i]].push_back(i);
+  return groups;
+}
+
+struct GroupStats {
+  double mean = 0, std = 1;  // a singleton has mean 0 and std 1 (verl)
+  int64_t size = 0;
+};
+
+std::vector<GroupStats> row_group_stats(const std::vector<double>& r, const at::Tensor& ids) {
+  std::vector<GroupStats> out(r.size());
+  for (const auto& [id, rows] : groups_of(ids)) {
+    GroupStats s;
+    s.size = rows.size();
+    if (rows.size() > 1) {
+      double sum = 0;
+      for (int64_t i : rows) sum += r[i];
+      s.mean = sum / rows.size();
+      double sq = 0;
+      for (int64_t i : rows) sq += (r[i] - s.mean) * (r[i] - s.mean);
+      s.std = std::sqrt(sq / (rows.size() - 1));
+    }
+    for (int64_t i : rows) out[i] = s;
+  }
+  return out;
+}
+
+// A per-row value broadcast over valid tokens.
+at::Tensor broadcast_rows(const std::vector<double>& per_row, const at::Tensor& mask) {
+  at::Tensor rows = at::tensor(per_row, at::kDouble).to(at::kFloat).unsqueeze(1);
+  return rows * mask.to(at::kFloat);
+}
+
+AdvantageResult same(at::Tensor a) { return {a, a}; }
+
+class Gae : public AdvantageEstimator {
+ public:
+  explicit Gae(EstimatorOptions o) : o_(o) {}
+  absl::StatusOr<AdvantageResult> compute(const AdvantageInput& in) const override {
+    if (absl::Status s = check_common(in, false); !s.ok()) return s;
+    if (!in.values.defined() || in.values.sizes() != in.mask.sizes()) {
+      return absl::InvalidArgumentError("gae needs critic values of the mask's shape");
+    }
+    at::NoGradGuard no_grad;
+    at::Tensor m = in.mask.to(at::kBool);
+    at::Tensor r = in.token_rewards.defined() ? in.token_rewards.to(at::kFloat)
+                                              : scores_on_last_token(in.scores, in.mask);
+    at::Tensor v = in.values.to(at::kFloat);
+    const int64_t B = m.size(0), T = m.size(1);
+    at::Tensor next_v = at::zeros({B}), next_a = at::zeros({B});
+    at::Tensor adv = at::zeros({B, T});
+    for (int64_t t = T - 1; t >= 0; --t) {
+      at::Tensor mt = m.select(1, t);
+      at::Tensor vt = at::where(mt, v.select(1, t), 0);
+      at::Tensor delta = at::where(mt, r.select(1, t), 0) + o_.gamma * next_v - vt;
+      at::Tensor a = delta + o_.gamma * o_.lam * next_a;
+      next_v = at::where(mt, vt, next_v);
+      next_a = at::where(mt, a, next_a);
+      adv.select(1, t).copy_(at::where(mt, a, 0));
+    }
+    at::Tensor returns = at::where(m, adv + v, 0);
+    at::Tensor advantages = o_.whiten ? masked_whiten(adv, in.mask) : adv;
+    return AdvantageResult{at::where(m, advantages, 0), returns};
+  }
+
+ private:
+  EstimatorOptions o_;
+};
+
+class Grpo : public AdvantageEstimator {
+ public:
+  Grpo(EstimatorOptions o, bool norm_by_std) : o_(o), norm_by_std_(norm_by_std) {}
+  absl::StatusOr<AdvantageResult> compute(const AdvantageInput& in) const override {
+    if (absl::Status s = check_common(in, true); !s.ok()) return s;
+    std::vector<double> r = row_scores(in);
+    std::vector<GroupStats> stats = row_group_stats(r, in.group_ids);
+    std::vector<double> a(r.size());
+    for (size_t i = 0; i < r.size(); ++i) {
+      a[i] = r[i] - stats[i].mean;
+      if (norm_by_std_) a[i] /= stats[i].std + o_.eps;
+    }
+    return same(broadcast_rows(a, in.mask));
+  }
+
+ private:
+  EstimatorOptions o_;
+  bool norm_by_std_;
+};
+
+class Rloo : public AdvantageEstimator {
+ public:
+  absl::StatusOr<AdvantageResult> compute(const AdvantageInput& in) const override {
+    if (absl::Status s = check_common(in, true); !s.ok()) return s;
+    std::vector<double> r = row_scores(in);
+    std::vector<GroupStats> stats = row_group_stats(r, in.group_ids);
+    std::vector<double> a(r.size());
+    for (size_t i = 0; i < r.size(); ++i) {
+      const double n = stats[i].size;
+      a[i] = n > 1 ? n / (n - 1) * (r[i] - stats[i].mean) : r[i];
+    }
+    return same(broadcast_rows(a, in.mask));
+  }
+};
+
+class ReinforcePp : public AdvantageEstimator {
+ public:
+  explicit ReinforcePp(EstimatorOptions o) : o_(o) {}
+  absl::StatusOr<AdvantageResult> compute(const AdvantageInput& in) const override {
+    if (absl::Status s = check_common(in, false); !s.ok()) return s;
+    at::NoGradGuard no_grad;
+    at::Tensor m = in.mask.to(at::kBool);
+    at::Tensor r = in.token_rewards.defined() ? in.token_rewards.to(at::kFloat)
+                                              : scores_on_last_token(in.scores, in.mask);
+    const int64_t B = m.size(0), T = m.size(1);
+    at::Tensor next = at::zeros({B});
+    at::Tensor g = at::zeros({B, T});
+    for (int64_t t = T - 1; t >= 0; --t) {  // masked positions are skipped, as in GAE
+      at::Tensor mt = m.select(1, t);
+      at::Tensor value = at::where(mt, r.select(1, t), 0) + o_.gamma * next;
+      next = at::where(mt, value, next);
+      g.select(1, t).copy_(at::where(mt, value, 0));
+    }
+    return AdvantageResult{at::where(m, masked_whiten(g, in.mask), 0), g};
+  }
+
+ private:
+  EstimatorOptions o_;
+};
+
+class ReinforcePpBaseline : public AdvantageEstimator {
+ public:
+  absl::StatusOr<AdvantageResult> compute(const AdvantageInput& in) const override {
+    if (absl::Status s = check_common(in, true); !s.ok()) return s;
+    std::vector<double> r = row_scores(in);
+    std::vector<GroupStats> stats = row_group_stats(r, in.group_ids);
+    std::vector<double> centered(r.size());
+    for (size_t i = 0; i < r.size(); ++i) centered[i] = r[i] - stats[i].mean;
+    at::Tensor s = broadcast_rows(centered, in.mask);
+    return same(at::where(in.mask.to(at::kBool), masked_whiten(s, in.mask), 0));
+  }
+};
+
+}  // namespace
+
+at::Tensor masked_whiten(const at::Tensor& x, const at::Tensor& mask) {
+  at::NoGradGuard no_grad;
+  at::Tensor m = mask.to(at::kBool);
+  const double n = m.sum().item<double>();
+  if (n < 2) return at::zeros_like(x, x.options().dtype(at::kFloat));
+  at::Tensor xd = at::where(m, x.to(at::kDouble), 0);
+  const double mu = xd.sum().item<double>() / n;
+  const double var = at::where(m, (xd - mu).pow(2), 0).sum().item<double>() / (n - 1);
+  return ((x.to(at::kDouble) - mu) / std::sqrt(var + 1e-8)).to(at::kFloat);
+}
+
+at::Tensor scores_on_last_token(const at::Tensor& scores, const at::Tensor& mask) {
+  at::Tensor m = mask.to(at::kBool);
+  const int64_t T = m.size(1);
+  at::Tensor positions = at::arange(T, at::kLong).unsqueeze(0).expand_as(m);
+  // Index of the last valid token per row (-1 for an empty row).
+  at::Tensor last = std::get<0>(at::where(m, positions, -1).max(1));
+  at::Tensor out = at::zeros(m.sizes(), at::kFloat);
+  at::Tensor is_last = positions.eq(last.unsqueeze(1)) & m;
+  return at::where(is_last, scores.to(at::kFloat).unsqueeze(1).expand_as(out), out);
+}
+
+absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_gae(const EstimatorOptions& o) {
+  return std::unique_ptr<AdvantageEstimator>(new Gae(o));
+}
+absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_grpo(const EstimatorOptions& o) {
+  return std::unique_ptr<AdvantageEstimator>(new Grpo(o, o.norm_by_std));
+}
+absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_dr_grpo(const EstimatorOptions& o) {
+  return std::unique_ptr<AdvantageEstimator>(new Grpo(o, /*norm_by_std=*/false));
+}
+absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_rloo(const EstimatorOptions&) {
+  return std::unique_ptr<AdvantageEstimator>(new Rloo());
+}
+absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_reinforce_pp(const EstimatorOptions& o) {
+  return std::unique_ptr<AdvantageEstimator>(new ReinforcePp(o));
+}
+absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_reinforce_pp_baseline(
+    const EstimatorOptions&) {
+  return std::unique_ptr<AdvantageEstimator>(new ReinforcePpBaseline());
+}
+
+}  // namespace flywheel::algos

@@ -1,0 +1,186 @@
+#include "flywheel/algos/advantages.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+#include "gtest/gtest.h"
+
+namespace flywheel::algos {
+namespace {
+
+at::Tensor T(std::vector<float> v, std::vector<int64_t> shape) { return at::tensor(v).view(shape); }
+
+void expect_near(const at::Tensor& got, std::vector<float> want, double tol = 1e-5) {
+  at::Tensor w = at::tensor(want).view(got.sizes());
+  EXPECT_TRUE(at::allclose(got.to(at::kFloat), w, 0, tol)) << got << "\nwant\n" << w;
+}
+
+// Rows (in order): group 7 r=1, group 3 (singleton) r=2, group 7 r=0, group 5 r=3, group 7 r=0,
+// group 5 r=3, group 7 r=0 (an empty response). Groups are interleaved on purpose.
+AdvantageInput grouped_input() {
+  AdvantageInput in;
+  in.scores = at::tensor(std::vector<float>{1, 2, 0, 3, 0, 3, 0});
+  in.group_ids = at::tensor(std::vector<int64_t>{7, 3, 7, 5, 7, 5, 7});
+  in.mask = T({1, 1, 0,  //
+               1, 0, 0,  //
+               1, 1, 1,  //
+               1, 0, 1,  // interior zero
+               1, 0, 0,  //
+               1, 1, 0,  //
+               0, 0, 0},
+              {7, 3});
+  return in;
+}
+
+TEST(GrpoTest, GroupMeanAndUnbiasedStdWithEpsOnTheStd) {
+  // Group 7 rewards {1, 0, 0, 0}: mean 0.25, unbiased std 0.5 (the empty response counts).
+  auto r = make_grpo({})->get()->compute(grouped_input());
+  ASSERT_TRUE(r.ok()) << r.status();
+  const float a1 = 0.75 / (0.5 + 1e-6), a0 = -0.25 / (0.5 + 1e-6);
+  const float single = 2 / (1 + 1e-6);         // a singleton: mean 0, std 1 (verl)
+  expect_near(r->advantages, {a1,     a1, 0,   //
+                              single, 0,  0,   //
+                              a0,     a0, a0,  //
+                              0,      0,  0,   // zero std: no signal
+                              a0,     0,  0,  0, 0, 0, 0, 0, 0});
+}
+
+TEST(DrGrpoTest, NoStdDivision) {
+  auto r = make_dr_grpo({})->get()->compute(grouped_input());
+  ASSERT_TRUE(r.ok());
+  expect_near(r->advantages, {0.75, 0.75,  0, 2, 0, 0, -0.25, -0.25, -0.25, 0, 0,
+                              0,    -0.25, 0, 0, 0, 0, 0,     0,     0,     0});
+}
+
+TEST(GrpoTest, NormByStdSwitchGivesDrGrpo) {
+  EstimatorOptions o;
+  o.norm_by_std = false;
+  auto a = make_grpo(o)->get()->compute(grouped_input());
+  auto b = make_dr_grpo({})->get()->compute(grouped_input());
+  EXPECT_TRUE(at::equal(a->advantages, b->advantages));
+}
+
+TEST(RlooTest, LeaveOneOutBaselineAndSingletonKeepsItsScore) {
+  auto r = make_rloo({})->get()->compute(grouped_input());
+  ASSERT_TRUE(r.ok());
+  // n/(n-1) (r - mean) = 4/3 * {0.75, -0.25}; singleton: A = r.
+  expect_near(r->advantages, {1, 1,        0, 2, 0, 0, -1.f / 3, -1.f / 3, -1.f / 3, 0, 0,
+                              0, -1.f / 3, 0, 0, 0, 0, 0,        0,        0,        0});
+}
+
+TEST(GaeTest, HandComputedWithoutWhitening) {
+  AdvantageInput in;
+  in.scores = at::tensor(std::vector<float>{1});
+  in.mask = T({1, 1, 1}, {1, 3});
+  in.values = T({0.5, 0.2, 0.1}, {1, 3});
+  EstimatorOptions o;
+  o.whiten = false;
+  auto r = make_gae(o)->get()->compute(in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // delta_2 = 1 - 0.1; delta_1 = 0.1 - 0.2; delta_0 = 0.2 - 0.5 (gamma = lam = 1).
+  expect_near(r->advantages, {0.5, 0.8, 0.9});
+  expect_near(r->returns, {1, 1, 1});
+}
+
+TEST(GaeTest, SkipsInteriorMaskedPositionsAndDiscounts) {
+  AdvantageInput in;
+  in.scores = at::tensor(std::vector<float>{1});
+  in.mask = T({1, 0, 1, 1}, {1, 4});
+  in.values = T({0.5, 99, 0.2, 0.1}, {1, 4});  // 99: garbage at the tool token
+  EstimatorOptions o;
+  o.gamma = 0.9;
+  o.lam = 0.5;
+  o.whiten = false;
+  auto r = make_gae(o)->get()->compute(in);
+  ASSERT_TRUE(r.ok());
+  // A3 = 0.9; A2 = 0.09 - 0.2 + 0.45 * 0.9 = 0.295; A0 = 0.18 - 0.5 + 0.45 * 0.295 = -0.18725.
+  expect_near(r->advantages, {-0.18725, 0, 0.295, 0.9});
+  expect_near(r->returns, {0.31275, 0, 0.495, 1.0});
+}
+
+TEST(GaeTest, WhitensOverValidTokensAndHandlesEdgeCases) {
+  AdvantageInput in;
+  in.scores = at::tensor(std::vector<float>{1, 0.5});
+  in.mask = T({1, 1, 1, 1, 0, 0}, {2, 3});
+  in.values = at::zeros({2, 3});
+  auto r = make_gae({})->get()->compute(in);
+  ASSERT_TRUE(r.ok());
+  // Raw advantages: row 0 all 1 (gamma = lam = 1), row 1: 0.5 on its single token.
+  at::Tensor raw = T({1, 1, 1, 0.5, 0, 0}, {2, 3});
+  at::Tensor expected = masked_whiten(raw, in.mask) * in.mask;
+  EXPECT_TRUE(at::allclose(r->advantages, expected, 0, 1e-5));
+  EXPECT_NEAR(r->advantages.masked_select(in.mask.to(at::kBool)).sum().item<float>(), 0, 1e-5);
+  // One token: A = r - V0. Empty response: zeros.
+  AdvantageInput one;
+  one.scores = at::tensor(std::vector<float>{2, 5});
+  one.mask = T({1, 0, 0, 0}, {2, 2});
+  one.values = T({0.5, 7, 7, 7}, {2, 2});
+  EstimatorOptions no_whiten;
+  no_whiten.whiten = false;
+  auto o = make_gae(no_whiten)->get()->compute(one);
+  expect_near(o->advantages, {1.5, 0, 0, 0});
+  EXPECT_FALSE(make_gae({})->get()->compute(grouped_input()).ok());  // no values
+}
+
+TEST(MaskedWhitenTest, UnbiasedAndZerosBelowTwoTokens) {
+  at::Tensor x = T({1, 2, 3, 100}, {1, 4}), m = T({1, 1, 1, 0}, {1, 4});
+  // mean 2, unbiased var 1.
+  expect_near(masked_whiten(x, m).narrow(1, 0, 3), {-1, 0, 1}, 1e-4);
+  expect_near(masked_whiten(x, T({0, 1, 0, 0}, {1, 4})), {0, 0, 0, 0});
+}
+
+TEST(ReinforcePpTest, DiscountedReturnsSkipMaskedPositionsThenWhiten) {
+  AdvantageInput in;
+  in.scores = at::tensor(std::vector<float>{2});
+  in.mask = T({1, 0, 1}, {1, 3});
+  EstimatorOptions o;
+  o.gamma = 0.5;
+  auto r = make_reinforce_pp(o)->get()->compute(in);
+  ASSERT_TRUE(r.ok());
+  expect_near(r->returns, {1, 0, 2});
+  const float z = 0.5 / std::sqrt(0.5 + 1e-8);  // mean 1.5, unbiased var 0.5
+  expect_near(r->advantages, {-z, 0, z}, 1e-4);
+}
+
+TEST(ReinforcePpTest, TokenLevelRewardsAreUsed) {
+  AdvantageInput in;
+  in.token_rewards = T({0.5, -0.25, 1}, {1, 3});
+  in.mask = T({1, 1, 1}, {1, 3});
+  auto r = make_reinforce_pp({})->get()->compute(in);
+  ASSERT_TRUE(r.ok());
+  expect_near(r->returns, {1.25, 0.75, 1});
+}
+
+TEST(ReinforcePpBaselineTest, GroupCenteredThenTokenWeightedWhitening) {
+  AdvantageInput in;
+  in.scores = at::tensor(std::vector<float>{1, 3});
+  in.group_ids = at::tensor(std::vector<int64_t>{0, 0});
+  in.mask = T({1, 0, 1, 1}, {2, 2});
+  auto r = make_reinforce_pp_baseline({})->get()->compute(in);
+  ASSERT_TRUE(r.ok());
+  // Centered {-1 | +1, +1}: mean 1/3, unbiased var 4/3.
+  const double sd = std::sqrt(4.0 / 3 + 1e-8);
+  expect_near(r->advantages,
+              {static_cast<float>((-1 - 1.0 / 3) / sd), 0, static_cast<float>((1 - 1.0 / 3) / sd),
+               static_cast<float>((1 - 1.0 / 3) / sd)},
+              1e-4);
+}
+
+TEST(ScoresOnLastTokenTest, PutsEachScoreOnTheLastValidToken) {
+  expect_near(scores_on_last_token(at::tensor(std::vector<float>{5, 7, 9}),
+                                   T({1, 1, 0, 1, 0, 1, 0, 0, 0}, {3, 3})),
+              {0, 5, 0, 0, 0, 7, 0, 0, 0});
+}
+
+TEST(AdvantageInputTest, MisshapenInputsAreErrors) {
+  AdvantageInput in = grouped_input();
+  in.group_ids = at::Tensor();
+  EXPECT_FALSE(make_grpo({})->get()->compute(in).ok());
+  in = grouped_input();
+  in.scores = at::zeros({3});
+  EXPECT_FALSE(make_rloo({})->get()->compute(in).ok());
+}
+
+}  // namespace
+}  // namespace flywheel::algos
