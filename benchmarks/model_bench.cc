@@ -12,36 +12,14 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "bench_util.h"
 #include "flywheel/model/decoder.h"
 #include "flywheel/model/hf_checkpoint.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Best-of-`reps` time of `fn`, after one warm-up call.
-template <typename F>
-double best_time(int reps, F&& fn) {
-  fn();
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    auto start = Clock::now();
-    fn();
-    best = std::min(best, seconds_since(start));
-  }
-  return best;
-}
-
-double matmul_gflops(at::ScalarType dtype) {
-  const int64_t n = 1024;
-  at::Tensor a = at::randn({n, n}).to(dtype), b = at::randn({n, n}).to(dtype);
-  double t = best_time(5, [&] { at::mm(a, b); });
-  return 2.0 * n * n * n / t / 1e9;
-}
+using flywheel::bench::best_time;
+using flywheel::bench::matmul_gflops;
 
 flywheel::model::ModelConfig bench_config() {
   flywheel::model::ModelConfig c;

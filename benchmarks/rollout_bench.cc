@@ -15,43 +15,18 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "bench_util.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/rollout/engine.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using flywheel::bench::best_time;
+using flywheel::bench::matmul_gflops;
+using flywheel::bench::memory_bandwidth_gbs;
+using flywheel::bench::seconds_since;
+using Clock = flywheel::bench::Clock;
 using flywheel::model::ModelConfig;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-template <typename F>
-double best_time(int reps, F&& fn) {
-  fn();
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    auto start = Clock::now();
-    fn();
-    best = std::min(best, seconds_since(start));
-  }
-  return best;
-}
-
-// Streaming read bandwidth: sum of a 1 GiB float32 tensor.
-double memory_bandwidth_gbs() {
-  at::Tensor buffer = at::ones({int64_t{1} << 28}, at::kFloat);
-  double t = best_time(3, [&] { buffer.sum().item<float>(); });
-  return buffer.numel() * 4.0 / t / 1e9;
-}
-
-double matmul_gflops(at::ScalarType dtype) {
-  const int64_t n = 1024;
-  at::Tensor a = at::randn({n, n}).to(dtype), b = at::randn({n, n}).to(dtype);
-  double t = best_time(5, [&] { at::mm(a, b); });
-  return 2.0 * n * n * n / t / 1e9;
-}
 
 ModelConfig qwen2_config(int64_t vocab, int64_t hidden, int64_t intermediate, int64_t layers,
                          int64_t heads, int64_t kv_heads) {

@@ -12,6 +12,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "chat_input.h"
 #include "commands.h"
 #include "flywheel/core/plugin_registry.h"
 #include "flywheel/model/chat_template.h"
@@ -119,20 +120,10 @@ absl::Status run(const GenerateArgs& args) {
           if (!resolved.ok()) return resolved.status();
           chat_template = *resolved;
         }
-        std::vector<model::ChatMessage> chat;
-        if (!messages->is_array())
-          return absl::InvalidArgumentError(
-              absl::StrCat((*in)->where(), ": messages must be a list"));
-        for (const core::Json& m : messages->as_array()) {
-          const core::Json* role = m.find("role");
-          const core::Json* content = m.find("content");
-          if (!role || !role->is_string() || !content || !content->is_string()) {
-            return absl::InvalidArgumentError(
-                absl::StrCat((*in)->where(), ": each message needs role and content strings"));
-          }
-          chat.push_back({role->as_string(), content->as_string()});
-        }
-        absl::StatusOr<std::string> rendered = chat_template->render(chat);
+        absl::StatusOr<std::vector<model::ChatMessage>> chat =
+            parse_messages(*messages, (*in)->where());
+        if (!chat.ok()) return chat.status();
+        absl::StatusOr<std::string> rendered = chat_template->render(*chat);
         if (!rendered.ok())
           return absl::InvalidArgumentError(
               absl::StrCat((*in)->where(), ": ", rendered.status().message()));

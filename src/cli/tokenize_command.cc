@@ -5,6 +5,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "chat_input.h"
 #include "commands.h"
 #include "flywheel/model/chat_template.h"
 #include "flywheel/model/tokenizer.h"
@@ -23,24 +24,6 @@ struct TokenizeArgs {
   bool skip_special_tokens = false;
   std::string chat_template = "auto";
 };
-
-// {"messages": [{"role": ..., "content": ...}, ...]} -> ChatMessages.
-absl::StatusOr<std::vector<model::ChatMessage>> parse_messages(const core::Json& list,
-                                                               const std::string& where) {
-  if (!list.is_array())
-    return absl::InvalidArgumentError(absl::StrCat(where, ": \"messages\" must be a list"));
-  std::vector<model::ChatMessage> messages;
-  for (const core::Json& m : list.as_array()) {
-    const core::Json* role = m.find("role");
-    const core::Json* content = m.find("content");
-    if (!role || !role->is_string() || !content || !content->is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": each message needs string \"role\" and \"content\""));
-    }
-    messages.push_back({role->as_string(), content->as_string()});
-  }
-  return messages;
-}
 
 absl::Status run(const TokenizeArgs& args) {
   absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
