@@ -5,11 +5,13 @@
 #include <ATen/ATen.h>
 
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace flywheel::algos {
 namespace {
 
-at::Tensor T(std::vector<float> v, std::vector<int64_t> shape) { return at::tensor(v).view(shape); }
+using testing::expect_near;
+using testing::T;
 
 TEST(ActorLossTest, AddsKlAndEntropyTermsUnweighted) {
   at::Tensor lp = T({-1.0, -2.0}, {1, 2}).requires_grad_(true);

@@ -5,16 +5,13 @@
 #include <ATen/ATen.h>
 
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace flywheel::algos {
 namespace {
 
-at::Tensor T(std::vector<float> v, std::vector<int64_t> shape) { return at::tensor(v).view(shape); }
-
-void expect_near(const at::Tensor& got, std::vector<float> want, double tol = 1e-5) {
-  at::Tensor w = at::tensor(want).view(got.sizes());
-  EXPECT_TRUE(at::allclose(got.to(at::kFloat), w, 0, tol)) << got << "\nwant\n" << w;
-}
+using testing::expect_near;
+using testing::T;
 
 // Rows (in order): group 7 r=1, group 3 (singleton) r=2, group 7 r=0, group 5 r=3, group 7 r=0,
 // group 5 r=3, group 7 r=0 (an empty response). Groups are interleaved on purpose.

@@ -6,16 +6,13 @@
 #include "flywheel/algos/aggregation.h"
 #include "flywheel/algos/policy_loss.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace flywheel::algos {
 namespace {
 
-at::Tensor T(std::vector<float> v, std::vector<int64_t> shape) { return at::tensor(v).view(shape); }
-
-void expect_near(const at::Tensor& got, std::vector<float> want, double tol = 1e-5) {
-  at::Tensor w = at::tensor(want).view(got.sizes());
-  EXPECT_TRUE(at::allclose(got.to(at::kFloat), w, 0, tol)) << got << "\nwant\n" << w;
-}
+using testing::expect_near;
+using testing::T;
 
 PolicyLossInput ppo_input(at::Tensor lp_new) {
   PolicyLossInput in;
