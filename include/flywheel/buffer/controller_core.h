@@ -1,0 +1,162 @@
+// The controller's core (no gRPC, no LibTorch): the prompt cursor with leases, the staleness
+// budget, and the staleness-bounded trajectory buffer (DESIGN.md §1, AReaL's rule).
+//
+//   acquire():  grants prompts only while in_flight + buffered + consumed
+//               < (max_staleness + version + 1) * groups_per_step
+//   push():     validates a group, checks its lease, applies staleness and the group filter,
+//               buffers it (bounded capacity)
+//   take_batch(): hands groups to the learners; never a group whose oldest token version is
+//               below version - max_staleness (set_version() evicts those: drop or requeue)
+//
+// Every prompt of an epoch is trained on exactly once unless it is filtered or dropped as
+// stale (both counted): an expired lease re-issues its prompt and a late push under it is
+// rejected; a re-pushed group id is acknowledged without being stored twice.
+// Thread-safe. Time is passed in (seconds on any monotonic clock) so tests are deterministic.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "flywheel/buffer/trajectory.h"
+
+namespace flywheel::buffer {
+
+struct ControllerOptions {
+  int64_t num_prompts = 0;  // dataset size (> 0)
+  int64_t epochs = 1;
+  bool shuffle = true;
+  uint64_t seed = 1;
+  int64_t groups_per_step = 8;
+  int64_t max_staleness = 1;    // 0 = synchronous on-policy
+  bool requeue_stale = false;   // stale groups: false = drop, true = re-issue the prompt
+  bool freshest_first = false;  // sampling order: false = FIFO
+  int64_t capacity_groups = 1024;
+  int64_t capacity_bytes = int64_t{1} << 30;
+  double lease_timeout_s = 600;
+  double worker_timeout_s = 15;  // a worker silent this long loses its leases
+  ValidationLimits limits;
+
+  absl::Status validate() const;
+};
+
+struct Lease {
+  uint64_t id = 0;
+  int64_t epoch = 0;
+  int64_t prompt = 0;  // index into the dataset
+  std::string worker;
+  double deadline = 0;
+};
+
+struct Grant {
+  enum class Kind { kWork, kWait, kDone };
+  Kind kind = Kind::kWait;
+  std::vector<Lease> leases;  // kWork only
+  int64_t version = 0;
+};
+
+enum class PushOutcome { kAccepted, kDuplicate, kFiltered, kStaleDropped, kStaleRequeued };
+const char* push_outcome_name(PushOutcome outcome);
+
+// Exact counts of everything that happened to prompts and groups.
+struct ControllerCounters {
+  int64_t granted = 0;           // leases handed out (re-issues included)
+  int64_t expired = 0;           // leases that expired (prompt re-issued)
+  int64_t released = 0;          // leases given back by workers (prompt re-issued)
+  int64_t accepted = 0;          // groups buffered
+  int64_t duplicates = 0;        // re-pushed group ids, acknowledged again
+  int64_t filtered = 0;          // groups removed by the group filter
+  int64_t stale_dropped = 0;     // groups dropped as too stale
+  int64_t stale_requeued = 0;    // groups whose prompt was re-issued as too stale
+  int64_t rejected_invalid = 0;  // pushes that failed validation
+  int64_t rejected_lease = 0;    // pushes under an unknown or expired lease
+  int64_t rejected_full = 0;     // pushes refused by the capacity limits
+  int64_t consumed = 0;          // groups handed to learners
+};
+
+class ControllerCore {
+ public:
+  using Filter = std::function<bool(const std::vector<double>& rewards)>;
+
+  // InvalidArgument for invalid options. `filter` (may be empty) decides which groups to keep.
+  static absl::StatusOr<std::unique_ptr<ControllerCore>> create(const ControllerOptions& options,
+                                                                Filter filter = nullptr);
+
+  // Up to `max_prompts` leases for `worker` if the staleness budget allows (kWork), kWait when
+  // it does not (or every remaining prompt is in flight), kDone when every epoch is issued
+  // and nothing is in flight or waiting to be re-issued. Also counts as a heartbeat.
+  Grant acquire(const std::string& worker, int64_t max_prompts, double now);
+
+  // Errors: FailedPrecondition for an unknown or expired lease, InvalidArgument naming the bad
+  // field (validate_group), ResourceExhausted when the buffer is full (the lease stays valid:
+  // retry). A group id seen before returns kDuplicate without storing it again.
+  absl::StatusOr<PushOutcome> push(TrajectoryGroup group, double now);
+
+  // Exactly `n` groups (FIFO or freshest first), or Unavailable when fewer are buffered.
+  absl::StatusOr<std::vector<TrajectoryGroup>> take_batch(int64_t n);
+
+  // The learner's new version; buffered groups that became too stale are dropped or requeued.
+  void set_version(int64_t version);
+
+  void heartbeat(const std::string& worker, double now);
+  // Expires leases past their deadline or held by silent workers; their prompts are re-issued.
+  void expire(double now);
+  // A worker gives a lease back (e.g. aborted); the prompt is re-issued. NotFound if unknown.
+  absl::Status release(uint64_t lease_id);
+
+  int64_t version() const;
+  int64_t in_flight() const;
+  int64_t buffered() const;
+  // in_flight + buffered + consumed must stay below this for acquire() to grant.
+  int64_t budget_limit() const;
+  ControllerCounters counters() const;
+
+  // The whole state as JSON (cursor, leases, requeued prompts, buffered groups, acknowledged
+  // group ids, counters, version). restore() rebuilds it; lease deadlines restart from `now`,
+  // and the budget follows from the restored counts.
+  std::string snapshot() const;
+  static absl::StatusOr<std::unique_ptr<ControllerCore>> restore(const ControllerOptions& options,
+                                                                 const std::string& snapshot,
+                                                                 double now,
+                                                                 Filter filter = nullptr);
+
+ private:
+  ControllerCore(const ControllerOptions& options, Filter filter);
+  bool next_prompt_locked(int64_t* epoch, int64_t* prompt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void expire_locked(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void requeue_locked(int64_t epoch, int64_t prompt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void evict_stale_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const std::vector<int64_t>& order_locked(int64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ControllerOptions options_;
+  const Filter filter_;
+  mutable absl::Mutex mu_;
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;   // epoch of the cursor
+  int64_t cursor_ ABSL_GUARDED_BY(mu_) = 0;  // next position in the epoch's order
+  uint64_t next_lease_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<int64_t, std::vector<int64_t>> orders_ ABSL_GUARDED_BY(mu_);    // epoch -> permutation
+  std::deque<std::pair<int64_t, int64_t>> requeued_ ABSL_GUARDED_BY(mu_);  // (epoch, prompt)
+  std::map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, double> last_seen_ ABSL_GUARDED_BY(mu_);
+  struct Entry {
+    TrajectoryGroup group;
+    int64_t epoch = 0, prompt = 0;  // the prompt it answers, for requeueing
+    int64_t min_version = 0;
+    int64_t bytes = 0;
+  };
+  std::deque<Entry> buffer_ ABSL_GUARDED_BY(mu_);
+  int64_t buffered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<std::string> acknowledged_ ABSL_GUARDED_BY(mu_);
+  ControllerCounters counters_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace flywheel::buffer

@@ -1,0 +1,55 @@
+// Trajectories and trajectory groups as the buffer stores them: plain vectors, no LibTorch,
+// no protobuf (DESIGN.md §3).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace flywheel::buffer {
+
+struct Trajectory {
+  std::vector<int64_t> prompt_ids;
+  std::vector<int64_t> response_ids;
+  std::vector<uint8_t> loss_mask;  // per response token: 1 = model token, 0 = environment token
+  std::vector<float> logprobs;     // behaviour log-prob per response token
+  std::vector<int64_t> versions;   // policy version per response token
+  double reward = 0;
+  std::map<std::string, double> reward_breakdown;
+  std::string finish_reason;  // stop | length | abort | error
+  int64_t sample_index = 0;
+
+  // Smallest token version; INT64_MAX for an empty response.
+  int64_t min_version() const;
+  size_t bytes() const;
+};
+
+struct TrajectoryGroup {
+  std::string group_id;   // unique; a re-push of an acknowledged id is a no-op
+  uint64_t lease_id = 0;  // the lease the prompt was granted under
+  std::string worker_id;
+  std::vector<Trajectory> trajectories;
+
+  int64_t min_version() const;  // over all trajectories
+  size_t bytes() const;
+  std::vector<double> rewards() const;
+};
+
+struct ValidationLimits {
+  int64_t vocab_size = 0;        // ids must be < vocab_size (> 0 required)
+  int64_t group_size = 0;        // trajectories per group
+  int64_t max_tokens = 1 << 20;  // prompt + response tokens per trajectory
+  int64_t max_group_bytes = int64_t{1} << 30;
+};
+
+// InvalidArgument naming the field ("trajectories[2].logprobs[5]: ..."): ids outside the
+// vocabulary, lengths of response_ids / logprobs / versions / loss_mask that differ, non-finite
+// or positive log-probs, non-finite rewards, a wrong group size, token versions above
+// `current_version` (from the future) or negative, sizes above the limits.
+absl::Status validate_group(const TrajectoryGroup& group, const ValidationLimits& limits,
+                            int64_t current_version);
+
+}  // namespace flywheel::buffer

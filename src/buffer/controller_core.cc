@@ -1,0 +1,274 @@
+#include "flywheel/buffer/controller_core.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "flywheel/core/json.h"
+
+namespace flywheel::buffer {
+
+const char* push_outcome_name(PushOutcome outcome) {
+  switch (outcome) {
+    case PushOutcome::kAccepted:
+      return "accepted";
+    case PushOutcome::kDuplicate:
+      return "duplicate";
+    case PushOutcome::kFiltered:
+      return "filtered";
+    case PushOutcome::kStaleDropped:
+      return "stale_dropped";
+    case PushOutcome::kStaleRequeued:
+      return "stale_requeued";
+  }
+  return "?";
+}
+
+absl::Status ControllerOptions::validate() const {
+  if (num_prompts < 1) return absl::InvalidArgumentError("controller needs at least one prompt");
+  if (epochs < 1) return absl::InvalidArgumentError("epochs must be >= 1");
+  if (groups_per_step < 1) return absl::InvalidArgumentError("groups_per_step must be >= 1");
+  if (max_staleness < 0) return absl::InvalidArgumentError("max_staleness must be >= 0");
+  if (capacity_groups < groups_per_step) {
+    return absl::InvalidArgumentError("capacity_groups must hold at least one step's groups");
+  }
+  if (capacity_bytes < 1) return absl::InvalidArgumentError("capacity_bytes must be >= 1");
+  if (!(lease_timeout_s > 0) || !(worker_timeout_s > 0)) {
+    return absl::InvalidArgumentError("lease and worker timeouts must be > 0");
+  }
+  if (limits.vocab_size < 1 || limits.group_size < 1) {
+    return absl::InvalidArgumentError("validation limits need vocab_size and group_size");
+  }
+  return absl::OkStatus();
+}
+
+ControllerCore::ControllerCore(const ControllerOptions& options, Filter filter)
+    : options_(options), filter_(std::move(filter)) {}
+
+absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::create(
+    const ControllerOptions& options, Filter filter) {
+  absl::Status valid = options.validate();
+  if (!valid.ok()) return valid;
+  return std::unique_ptr<ControllerCore>(new ControllerCore(options, std::move(filter)));
+}
+
+const std::vector<int64_t>& ControllerCore::order_locked(int64_t epoch) {
+  auto it = orders_.find(epoch);
+  if (it != orders_.end()) return it->second;
+  std::vector<int64_t> order(options_.num_prompts);
+  for (int64_t i = 0; i < options_.num_prompts; ++i) order[i] = i;
+  if (options_.shuffle) {
+    std::mt19937_64 rng(options_.seed * 1000003 + static_cast<uint64_t>(epoch));
+    std::shuffle(order.begin(), order.end(), rng);
+  }
+  return orders_.emplace(epoch, std::move(order)).first->second;
+}
+
+bool ControllerCore::next_prompt_locked(int64_t* epoch, int64_t* prompt) {
+  if (!requeued_.empty()) {
+    std::tie(*epoch, *prompt) = requeued_.front();
+    requeued_.pop_front();
+    return true;
+  }
+  if (epoch_ >= options_.epochs) return false;
+  *epoch = epoch_;
+  *prompt = order_locked(epoch_)[cursor_];
+  if (++cursor_ == options_.num_prompts) {
+    orders_.erase(epoch_);  // the order of a finished epoch is no longer needed
+    ++epoch_;
+    cursor_ = 0;
+  }
+  return true;
+}
+
+void ControllerCore::requeue_locked(int64_t epoch, int64_t prompt) {
+  requeued_.emplace_back(epoch, prompt);
+}
+
+int64_t ControllerCore::budget_limit() const {
+  absl::MutexLock lock(&mu_);
+  return (options_.max_staleness + version_ + 1) * options_.groups_per_step;
+}
+
+Grant ControllerCore::acquire(const std::string& worker, int64_t max_prompts, double now) {
+  absl::MutexLock lock(&mu_);
+  last_seen_[worker] = now;
+  expire_locked(now);
+  Grant grant;
+  grant.version = version_;
+  const int64_t limit = (options_.max_staleness + version_ + 1) * options_.groups_per_step;
+  const int64_t used = static_cast<int64_t>(leases_.size() + buffer_.size()) + counters_.consumed;
+  const bool exhausted = epoch_ >= options_.epochs && requeued_.empty();
+  if (exhausted) {
+    grant.kind = leases_.empty() ? Grant::Kind::kDone : Grant::Kind::kWait;
+    return grant;
+  }
+  int64_t room = std::min(max_prompts, limit - used);
+  for (int64_t i = 0; i < room; ++i) {
+    Lease lease;
+    if (!next_prompt_locked(&lease.epoch, &lease.prompt)) break;
+    lease.id = next_lease_id_++;
+    lease.worker = worker;
+    lease.deadline = now + options_.lease_timeout_s;
+    leases_[lease.id] = lease;
+    grant.leases.push_back(lease);
+    ++counters_.granted;
+  }
+  grant.kind = grant.leases.empty() ? Grant::Kind::kWait : Grant::Kind::kWork;
+  return grant;
+}
+
+absl::StatusOr<PushOutcome> ControllerCore::push(TrajectoryGroup group, double now) {
+  absl::MutexLock lock(&mu_);
+  last_seen_[group.worker_id] = now;
+  if (acknowledged_.count(group.group_id)) {
+    ++counters_.duplicates;
+    return PushOutcome::kDuplicate;
+  }
+  expire_locked(now);
+  auto it = leases_.find(group.lease_id);
+  if (it == leases_.end()) {
+    ++counters_.rejected_lease;
+    return absl::FailedPreconditionError(
+        absl::StrCat("lease ", group.lease_id, " is unknown or expired; its prompt was re-issued"));
+  }
+  absl::Status valid = validate_group(group, options_.limits, version_);
+  if (!valid.ok()) {
+    ++counters_.rejected_invalid;
+    return valid;
+  }
+  const Lease lease = it->second;
+  const int64_t min_version = group.min_version();
+  if (min_version < version_ - options_.max_staleness) {
+    leases_.erase(it);
+    acknowledged_.insert(group.group_id);
+    if (options_.requeue_stale) {
+      requeue_locked(lease.epoch, lease.prompt);
+      ++counters_.stale_requeued;
+      return PushOutcome::kStaleRequeued;
+    }
+    ++counters_.stale_dropped;
+    return PushOutcome::kStaleDropped;
+  }
+  if (filter_ && !filter_(group.rewards())) {
+    leases_.erase(it);
+    acknowledged_.insert(group.group_id);
+    ++counters_.filtered;
+    return PushOutcome::kFiltered;
+  }
+  const int64_t bytes = static_cast<int64_t>(group.bytes());
+  if (static_cast<int64_t>(buffer_.size()) >= options_.capacity_groups ||
+      buffered_bytes_ + bytes > options_.capacity_bytes) {
+    ++counters_.rejected_full;
+    return absl::ResourceExhaustedError(absl::StrCat("buffer full (", buffer_.size(), " groups, ",
+                                                     buffered_bytes_, " bytes); retry later"));
+  }
+  leases_.erase(it);
+  acknowledged_.insert(group.group_id);
+  buffered_bytes_ += bytes;
+  buffer_.push_back(Entry{std::move(group), lease.epoch, lease.prompt, min_version, bytes});
+  ++counters_.accepted;
+  return PushOutcome::kAccepted;
+}
+
+absl::StatusOr<std::vector<TrajectoryGroup>> ControllerCore::take_batch(int64_t n) {
+  absl::MutexLock lock(&mu_);
+  evict_stale_locked();
+  if (n < 1 || static_cast<int64_t>(buffer_.size()) < n) {
+    return absl::UnavailableError(
+        absl::StrCat("need ", n, " groups, ", buffer_.size(), " buffered"));
+  }
+  if (options_.freshest_first) {
+    std::stable_sort(buffer_.begin(), buffer_.end(),
+                     [](const Entry& a, const Entry& b) { return a.min_version > b.min_version; });
+  }
+  std::vector<TrajectoryGroup> batch;
+  for (int64_t i = 0; i < n; ++i) {
+    buffered_bytes_ -= buffer_.front().bytes;
+    batch.push_back(std::move(buffer_.front().group));
+    buffer_.pop_front();
+  }
+  counters_.consumed += n;
+  return batch;
+}
+
+void ControllerCore::evict_stale_locked() {
+  const int64_t oldest_allowed = version_ - options_.max_staleness;
+  for (auto it = buffer_.begin(); it != buffer_.end();) {
+    if (it->min_version >= oldest_allowed) {
+      ++it;
+      continue;
+    }
+    buffered_bytes_ -= it->bytes;
+    if (options_.requeue_stale) {
+      requeue_locked(it->epoch, it->prompt);
+      ++counters_.stale_requeued;
+    } else {
+      ++counters_.stale_dropped;
+    }
+    it = buffer_.erase(it);
+  }
+}
+
+void ControllerCore::set_version(int64_t version) {
+  absl::MutexLock lock(&mu_);
+  version_ = version;
+  evict_stale_locked();
+}
+
+void ControllerCore::heartbeat(const std::string& worker, double now) {
+  absl::MutexLock lock(&mu_);
+  last_seen_[worker] = now;
+}
+
+void ControllerCore::expire(double now) {
+  absl::MutexLock lock(&mu_);
+  expire_locked(now);
+}
+
+void ControllerCore::expire_locked(double now) {
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    const Lease& lease = it->second;
+    auto seen = last_seen_.find(lease.worker);
+    const bool silent = seen == last_seen_.end() || now - seen->second > options_.worker_timeout_s;
+    if (now > lease.deadline || silent) {
+      requeue_locked(lease.epoch, lease.prompt);
+      ++counters_.expired;
+      it = leases_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+absl::Status ControllerCore::release(uint64_t lease_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return absl::NotFoundError(absl::StrCat("no lease ", lease_id));
+  requeue_locked(it->second.epoch, it->second.prompt);
+  ++counters_.released;
+  leases_.erase(it);
+  return absl::OkStatus();
+}
+
+int64_t ControllerCore::version() const {
+  absl::MutexLock lock(&mu_);
+  return version_;
+}
+
+int64_t ControllerCore::in_flight() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(leases_.size());
+}
+
+int64_t ControllerCore::buffered() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(buffer_.size());
+}
+
+ControllerCounters ControllerCore::counters() const {
+  absl::MutexLock lock(&mu_);
+  return counters_;
+}
+
+}  // namespace flywheel::buffer

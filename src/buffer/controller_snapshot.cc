@@ -1,0 +1,232 @@
+// ControllerCore::snapshot() / restore(): the controller's whole state as JSON.
+#include <type_traits>
+
+#include "absl/strings/str_cat.h"
+#include "flywheel/buffer/controller_core.h"
+#include "flywheel/core/json.h"
+
+namespace flywheel::buffer {
+namespace {
+
+using core::Json;
+
+template <typename T>
+Json numbers(const std::vector<T>& values) {
+  Json a = Json::array();
+  for (T v : values)
+    a.push_back(
+        Json(static_cast<std::conditional_t<std::is_floating_point_v<T>, double, int64_t>>(v)));
+  return a;
+}
+
+Json trajectory_json(const Trajectory& t) {
+  Json j = Json::object();
+  j.set("prompt_ids", numbers(t.prompt_ids));
+  j.set("response_ids", numbers(t.response_ids));
+  std::vector<int64_t> mask(t.loss_mask.begin(), t.loss_mask.end());
+  j.set("loss_mask", numbers(mask));
+  j.set("logprobs", numbers(t.logprobs));
+  j.set("versions", numbers(t.versions));
+  j.set("reward", Json(t.reward));
+  Json breakdown = Json::object();
+  for (const auto& [k, v] : t.reward_breakdown) breakdown.set(k, Json(v));
+  j.set("reward_breakdown", std::move(breakdown));
+  j.set("finish_reason", Json(t.finish_reason));
+  j.set("sample_index", Json(t.sample_index));
+  return j;
+}
+
+// Readers that fail soft: a malformed snapshot is reported once, at the end.
+struct Reader {
+  bool ok = true;
+  int64_t integer(const Json* j) {
+    if (!j || !j->is_integer()) ok = false;
+    return ok ? j->as_int() : 0;
+  }
+  double number(const Json* j) {
+    if (!j || !j->is_number()) ok = false;
+    return ok ? j->as_double() : 0;
+  }
+  std::string string(const Json* j) {
+    if (!j || !j->is_string()) ok = false;
+    return ok ? j->as_string() : "";
+  }
+  template <typename T>
+  std::vector<T> list(const Json* j) {
+    std::vector<T> out;
+    if (!j || !j->is_array()) {
+      ok = false;
+      return out;
+    }
+    for (const Json& v : j->as_array()) {
+      if constexpr (std::is_floating_point_v<T>) {
+        out.push_back(static_cast<T>(number(&v)));
+      } else {
+        out.push_back(static_cast<T>(integer(&v)));
+      }
+    }
+    return out;
+  }
+  Trajectory trajectory(const Json& j) {
+    Trajectory t;
+    t.prompt_ids = list<int64_t>(j.find("prompt_ids"));
+    t.response_ids = list<int64_t>(j.find("response_ids"));
+    t.loss_mask = list<uint8_t>(j.find("loss_mask"));
+    t.logprobs = list<float>(j.find("logprobs"));
+    t.versions = list<int64_t>(j.find("versions"));
+    t.reward = number(j.find("reward"));
+    if (const Json* b = j.find("reward_breakdown"); b && b->is_object()) {
+      for (const auto& [k, v] : b->as_object()) t.reward_breakdown[k] = number(&v);
+    }
+    t.finish_reason = string(j.find("finish_reason"));
+    t.sample_index = integer(j.find("sample_index"));
+    return t;
+  }
+};
+
+}  // namespace
+
+std::string ControllerCore::snapshot() const {
+  absl::MutexLock lock(&mu_);
+  Json j = Json::object();
+  j.set("format", Json("flywheel.controller.v1"));
+  j.set("version", Json(version_));
+  j.set("epoch", Json(epoch_));
+  j.set("cursor", Json(cursor_));
+  j.set("next_lease_id", Json(static_cast<int64_t>(next_lease_id_)));
+  Json requeued = Json::array();
+  for (const auto& [epoch, prompt] : requeued_)
+    requeued.push_back(Json::array({Json(epoch), Json(prompt)}));
+  j.set("requeued", std::move(requeued));
+  Json leases = Json::array();
+  for (const auto& [id, lease] : leases_) {
+    Json l = Json::object();
+    l.set("id", Json(static_cast<int64_t>(id)));
+    l.set("epoch", Json(lease.epoch));
+    l.set("prompt", Json(lease.prompt));
+    l.set("worker", Json(lease.worker));
+    leases.push_back(std::move(l));
+  }
+  j.set("leases", std::move(leases));
+  Json buffer = Json::array();
+  for (const Entry& e : buffer_) {
+    Json g = Json::object();
+    g.set("group_id", Json(e.group.group_id));
+    g.set("lease_id", Json(static_cast<int64_t>(e.group.lease_id)));
+    g.set("worker_id", Json(e.group.worker_id));
+    g.set("epoch", Json(e.epoch));
+    g.set("prompt", Json(e.prompt));
+    Json ts = Json::array();
+    for (const Trajectory& t : e.group.trajectories) ts.push_back(trajectory_json(t));
+    g.set("trajectories", std::move(ts));
+    buffer.push_back(std::move(g));
+  }
+  j.set("buffer", std::move(buffer));
+  Json acked = Json::array();
+  for (const std::string& id : acknowledged_) acked.push_back(Json(id));
+  j.set("acknowledged", std::move(acked));
+  const ControllerCounters& c = counters_;
+  Json counters = Json::object();
+  for (const auto& [name, value] :
+       std::vector<std::pair<const char*, int64_t>>{{"granted", c.granted},
+                                                    {"expired", c.expired},
+                                                    {"released", c.released},
+                                                    {"accepted", c.accepted},
+                                                    {"duplicates", c.duplicates},
+                                                    {"filtered", c.filtered},
+                                                    {"stale_dropped", c.stale_dropped},
+                                                    {"stale_requeued", c.stale_requeued},
+                                                    {"rejected_invalid", c.rejected_invalid},
+                                                    {"rejected_lease", c.rejected_lease},
+                                                    {"rejected_full", c.rejected_full},
+                                                    {"consumed", c.consumed}}) {
+    counters.set(name, Json(value));
+  }
+  j.set("counters", std::move(counters));
+  return j.dump();
+}
+
+absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::restore(
+    const ControllerOptions& options, const std::string& text, double now, Filter filter) {
+  absl::StatusOr<std::unique_ptr<ControllerCore>> created = create(options, std::move(filter));
+  if (!created.ok()) return created.status();
+  absl::StatusOr<Json> parsed = Json::parse(text);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("controller snapshot: ", parsed.status().message()));
+  }
+  const Json& j = *parsed;
+  if (const Json* f = j.find("format");
+      !f || !f->is_string() || f->as_string() != "flywheel.controller.v1") {
+    return absl::InvalidArgumentError(
+        "controller snapshot: unknown format (expected flywheel.controller.v1)");
+  }
+  ControllerCore& c = **created;
+  Reader r;
+  absl::MutexLock lock(&c.mu_);
+  c.version_ = r.integer(j.find("version"));
+  c.epoch_ = r.integer(j.find("epoch"));
+  c.cursor_ = r.integer(j.find("cursor"));
+  c.next_lease_id_ = static_cast<uint64_t>(r.integer(j.find("next_lease_id")));
+  if (const Json* q = j.find("requeued"); q && q->is_array()) {
+    for (const Json& pair : q->as_array()) {
+      std::vector<int64_t> v = r.list<int64_t>(&pair);
+      if (v.size() == 2) c.requeued_.emplace_back(v[0], v[1]);
+    }
+  }
+  if (const Json* ls = j.find("leases"); ls && ls->is_array()) {
+    for (const Json& l : ls->as_array()) {
+      Lease lease;
+      lease.id = static_cast<uint64_t>(r.integer(l.find("id")));
+      lease.epoch = r.integer(l.find("epoch"));
+      lease.prompt = r.integer(l.find("prompt"));
+      lease.worker = r.string(l.find("worker"));
+      lease.deadline = now + options.lease_timeout_s;  // deadlines restart with the controller
+      c.last_seen_[lease.worker] = now;
+      c.leases_[lease.id] = lease;
+    }
+  }
+  if (const Json* b = j.find("buffer"); b && b->is_array()) {
+    for (const Json& g : b->as_array()) {
+      Entry e;
+      e.group.group_id = r.string(g.find("group_id"));
+      e.group.lease_id = static_cast<uint64_t>(r.integer(g.find("lease_id")));
+      e.group.worker_id = r.string(g.find("worker_id"));
+      e.epoch = r.integer(g.find("epoch"));
+      e.prompt = r.integer(g.find("prompt"));
+      if (const Json* ts = g.find("trajectories"); ts && ts->is_array()) {
+        for (const Json& t : ts->as_array()) e.group.trajectories.push_back(r.trajectory(t));
+      }
+      e.min_version = e.group.min_version();
+      e.bytes = static_cast<int64_t>(e.group.bytes());
+      c.buffered_bytes_ += e.bytes;
+      c.buffer_.push_back(std::move(e));
+    }
+  }
+  if (const Json* a = j.find("acknowledged"); a && a->is_array()) {
+    for (const Json& id : a->as_array()) c.acknowledged_.insert(r.string(&id));
+  }
+  if (const Json* cs = j.find("counters"); cs && cs->is_object()) {
+    ControllerCounters& k = c.counters_;
+    k.granted = r.integer(cs->find("granted"));
+    k.expired = r.integer(cs->find("expired"));
+    k.released = r.integer(cs->find("released"));
+    k.accepted = r.integer(cs->find("accepted"));
+    k.duplicates = r.integer(cs->find("duplicates"));
+    k.filtered = r.integer(cs->find("filtered"));
+    k.stale_dropped = r.integer(cs->find("stale_dropped"));
+    k.stale_requeued = r.integer(cs->find("stale_requeued"));
+    k.rejected_invalid = r.integer(cs->find("rejected_invalid"));
+    k.rejected_lease = r.integer(cs->find("rejected_lease"));
+    k.rejected_full = r.integer(cs->find("rejected_full"));
+    k.consumed = r.integer(cs->find("consumed"));
+  } else {
+    r.ok = false;
+  }
+  if (!r.ok || c.epoch_ < 0 || c.cursor_ < 0 || c.cursor_ >= options.num_prompts) {
+    return absl::InvalidArgumentError("controller snapshot: malformed or inconsistent state");
+  }
+  return created;
+}
+
+}  // namespace flywheel::buffer

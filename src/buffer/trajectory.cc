@@ -1,0 +1,100 @@
+#include "flywheel/buffer/trajectory.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace flywheel::buffer {
+
+int64_t Trajectory::min_version() const {
+  int64_t v = std::numeric_limits<int64_t>::max();
+  for (int64_t x : versions) v = std::min(v, x);
+  return v;
+}
+
+size_t Trajectory::bytes() const {
+  return prompt_ids.size() * 8 + response_ids.size() * (8 + 1 + 4 + 8) + finish_reason.size() +
+         reward_breakdown.size() * 24 + 64;
+}
+
+int64_t TrajectoryGroup::min_version() const {
+  int64_t v = std::numeric_limits<int64_t>::max();
+  for (const Trajectory& t : trajectories) v = std::min(v, t.min_version());
+  return v;
+}
+
+size_t TrajectoryGroup::bytes() const {
+  size_t total = group_id.size() + worker_id.size() + 32;
+  for (const Trajectory& t : trajectories) total += t.bytes();
+  return total;
+}
+
+std::vector<double> TrajectoryGroup::rewards() const {
+  std::vector<double> r;
+  for (const Trajectory& t : trajectories) r.push_back(t.reward);
+  return r;
+}
+
+absl::Status validate_group(const TrajectoryGroup& group, const ValidationLimits& limits,
+                            int64_t current_version) {
+  auto bad = [](const std::string& field, const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+  };
+  if (group.group_id.empty()) return bad("group_id", "must not be empty");
+  if (static_cast<int64_t>(group.trajectories.size()) != limits.group_size) {
+    return bad("trajectories",
+               absl::StrCat("expected ", limits.group_size, " trajectories (the group size), got ",
+                            group.trajectories.size()));
+  }
+  if (static_cast<int64_t>(group.bytes()) > limits.max_group_bytes) {
+    return bad("group",
+               absl::StrCat(group.bytes(), " bytes exceed the limit of ", limits.max_group_bytes));
+  }
+  for (size_t i = 0; i < group.trajectories.size(); ++i) {
+    const Trajectory& t = group.trajectories[i];
+    const std::string at = absl::StrCat("trajectories[", i, "]");
+    const size_t n = t.response_ids.size();
+    if (t.logprobs.size() != n || t.versions.size() != n || t.loss_mask.size() != n) {
+      return bad(at, absl::StrCat("response_ids (", n, "), logprobs (", t.logprobs.size(),
+                                  "), versions (", t.versions.size(), ") and loss_mask (",
+                                  t.loss_mask.size(), ") must have equal lengths"));
+    }
+    if (t.prompt_ids.empty()) return bad(at + ".prompt_ids", "must not be empty");
+    if (static_cast<int64_t>(t.prompt_ids.size() + n) > limits.max_tokens) {
+      return bad(at, absl::StrCat(t.prompt_ids.size() + n, " tokens exceed the limit of ",
+                                  limits.max_tokens));
+    }
+    for (const auto* ids : {&t.prompt_ids, &t.response_ids}) {
+      const char* name = ids == &t.prompt_ids ? ".prompt_ids" : ".response_ids";
+      for (size_t k = 0; k < ids->size(); ++k) {
+        if ((*ids)[k] < 0 || (*ids)[k] >= limits.vocab_size) {
+          return bad(absl::StrCat(at, name, "[", k, "]"),
+                     absl::StrCat("id ", (*ids)[k], " outside the vocabulary [0, ",
+                                  limits.vocab_size, ")"));
+        }
+      }
+    }
+    for (size_t k = 0; k < n; ++k) {
+      if (!std::isfinite(t.logprobs[k]) || t.logprobs[k] > 0) {
+        return bad(absl::StrCat(at, ".logprobs[", k, "]"),
+                   absl::StrCat("must be finite and <= 0, got ", t.logprobs[k]));
+      }
+      if (t.versions[k] < 0 || t.versions[k] > current_version) {
+        return bad(absl::StrCat(at, ".versions[", k, "]"),
+                   absl::StrCat("version ", t.versions[k], " is outside [0, ", current_version,
+                                "] (the learner's version)"));
+      }
+      if (t.loss_mask[k] > 1) return bad(absl::StrCat(at, ".loss_mask[", k, "]"), "must be 0 or 1");
+    }
+    if (!std::isfinite(t.reward)) return bad(at + ".reward", "must be finite");
+    for (const auto& [name, value] : t.reward_breakdown) {
+      if (!std::isfinite(value))
+        return bad(absl::StrCat(at, ".reward_breakdown.", name), "must be finite");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace flywheel::buffer

@@ -1,0 +1,308 @@
+#include "flywheel/buffer/controller_core.h"
+
+#include <map>
+#include <random>
+#include <set>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace flywheel::buffer {
+namespace {
+
+using ::testing::HasSubstr;
+
+ControllerOptions options(int64_t prompts, int64_t groups_per_step, int64_t max_staleness) {
+  ControllerOptions o;
+  o.num_prompts = prompts;
+  o.groups_per_step = groups_per_step;
+  o.max_staleness = max_staleness;
+  o.limits.vocab_size = 100;
+  o.limits.group_size = 2;
+  o.lease_timeout_s = 10;
+  o.worker_timeout_s = 1000;
+  return o;
+}
+
+std::unique_ptr<ControllerCore> make(const ControllerOptions& o,
+                                     ControllerCore::Filter filter = nullptr) {
+  auto c = ControllerCore::create(o, std::move(filter));
+  EXPECT_TRUE(c.ok()) << c.status();
+  return std::move(*c);
+}
+
+// A valid group for `lease`, every token produced at `version`, rewards r0 / r1.
+TrajectoryGroup group_for(const Lease& lease, int64_t version, double r0 = 1, double r1 = 0) {
+  TrajectoryGroup g;
+  g.group_id = "g" + std::to_string(lease.id);
+  g.lease_id = lease.id;
+  g.worker_id = lease.worker;
+  for (int i = 0; i < 2; ++i) {
+    Trajectory t;
+    t.prompt_ids = {1, 2, 3};
+    t.response_ids = {4, 5};
+    t.loss_mask = {1, 1};
+    t.logprobs = {-0.5f, -1.5f};
+    t.versions = {version, version};
+    t.reward = i == 0 ? r0 : r1;
+    t.sample_index = i;
+    g.trajectories.push_back(t);
+  }
+  return g;
+}
+
+TEST(ControllerCoreTest, StalenessBudgetGatesGrantsAndZeroIsSynchronous) {
+  auto c = make(options(/*prompts=*/20, /*groups_per_step=*/2, /*max_staleness=*/0));
+  Grant g = c->acquire("w", 10, 0);
+  ASSERT_EQ(g.kind, Grant::Kind::kWork);
+  ASSERT_EQ(g.leases.size(), 2u);  // (0 + 0 + 1) * 2
+  EXPECT_EQ(c->acquire("w", 10, 0).kind, Grant::Kind::kWait);
+  for (const Lease& l : g.leases) ASSERT_TRUE(c->push(group_for(l, 0), 0).ok());
+  EXPECT_EQ(c->acquire("w", 10, 0).kind, Grant::Kind::kWait);  // buffered still counts
+  ASSERT_TRUE(c->take_batch(2).ok());
+  EXPECT_EQ(c->acquire("w", 10, 0).kind, Grant::Kind::kWait);  // consumed counts until v1
+  c->set_version(1);
+  EXPECT_EQ(c->acquire("w", 10, 0).leases.size(), 2u);
+}
+
+TEST(ControllerCoreTest, MaxStalenessOneAllowsOneStepAhead) {
+  auto c = make(options(20, 2, 1));
+  EXPECT_EQ(c->acquire("w", 10, 0).leases.size(), 4u);  // (1 + 0 + 1) * 2
+  EXPECT_EQ(c->budget_limit(), 4);
+}
+
+TEST(ControllerCoreTest, ExpiredLeasesAreReissuedAndLatePushesRejected) {
+  auto c = make(options(5, 1, 0));
+  Lease first = c->acquire("a", 1, /*now=*/0).leases.at(0);
+  c->expire(/*now=*/11);  // lease_timeout 10
+  EXPECT_EQ(c->in_flight(), 0);
+  Lease again = c->acquire("b", 1, 12).leases.at(0);
+  EXPECT_EQ(again.prompt, first.prompt);
+  EXPECT_EQ(again.epoch, first.epoch);
+  EXPECT_NE(again.id, first.id);
+  absl::Status late = c->push(group_for(first, 0), 13).status();
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c->counters().expired, 1);
+  EXPECT_EQ(c->counters().rejected_lease, 1);
+  EXPECT_EQ(*c->push(group_for(again, 0), 13), PushOutcome::kAccepted);
+}
+
+TEST(ControllerCoreTest, SilentWorkersLoseTheirLeases) {
+  ControllerOptions o = options(5, 1, 0);
+  o.worker_timeout_s = 3;
+  auto c = make(o);
+  c->acquire("quiet", 1, 0);
+  c->heartbeat("quiet", 2);
+  c->expire(4);
+  EXPECT_EQ(c->in_flight(), 1);
+  c->expire(6);
+  EXPECT_EQ(c->in_flight(), 0);
+  EXPECT_EQ(c->counters().expired, 1);
+}
+
+TEST(ControllerCoreTest, DuplicatePushesAreAcknowledgedOnce) {
+  auto c = make(options(5, 2, 0));
+  Lease l = c->acquire("w", 1, 0).leases.at(0);
+  EXPECT_EQ(*c->push(group_for(l, 0), 0), PushOutcome::kAccepted);
+  EXPECT_EQ(*c->push(group_for(l, 0), 1), PushOutcome::kDuplicate);
+  EXPECT_EQ(c->buffered(), 1);
+  EXPECT_EQ(c->counters().duplicates, 1);
+}
+
+TEST(ControllerCoreTest, FilterDropsGroupsWithoutSignalAndCountsThem) {
+  auto c = make(options(5, 2, 0), [](const std::vector<double>& r) { return r[0] != r[1]; });
+  Grant g = c->acquire("w", 2, 0);
+  EXPECT_EQ(*c->push(group_for(g.leases[0], 0, 1, 1), 0), PushOutcome::kFiltered);
+  EXPECT_EQ(*c->push(group_for(g.leases[1], 0, 1, 0), 0), PushOutcome::kAccepted);
+  EXPECT_EQ(c->counters().filtered, 1);
+  EXPECT_EQ(c->buffered(), 1);
+  EXPECT_EQ(c->acquire("w", 5, 0).leases.size(), 1u);  // the filtered prompt freed budget
+}
+
+TEST(ControllerCoreTest, CapacityRefusesPushesButKeepsTheLease) {
+  ControllerOptions o = options(10, 2, 1);
+  o.capacity_groups = 2;
+  auto c = make(o);
+  Grant g = c->acquire("w", 3, 0);
+  ASSERT_EQ(g.leases.size(), 3u);
+  ASSERT_TRUE(c->push(group_for(g.leases[0], 0), 0).ok());
+  ASSERT_TRUE(c->push(group_for(g.leases[1], 0), 0).ok());
+  absl::Status full = c->push(group_for(g.leases[2], 0), 0).status();
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(c->in_flight(), 1);
+  ASSERT_TRUE(c->take_batch(2).ok());
+  EXPECT_EQ(*c->push(group_for(g.leases[2], 0), 1), PushOutcome::kAccepted);
+  EXPECT_EQ(c->counters().rejected_full, 1);
+}
+
+TEST(ControllerCoreTest, StaleGroupsAreDroppedOrRequeuedAtPushAndOnVersionBumps) {
+  for (bool requeue : {false, true}) {
+    ControllerOptions o = options(10, 1, 1);
+    o.requeue_stale = requeue;
+    auto c = make(o);
+    Grant g = c->acquire("w", 2, 0);
+    ASSERT_TRUE(c->push(group_for(g.leases[0], 0), 0).ok());
+    c->set_version(2);  // the buffered group (v0) is now older than 2 - 1
+    EXPECT_EQ(c->buffered(), 0);
+    auto outcome = c->push(group_for(g.leases[1], 0), 0);  // stale on arrival
+    ASSERT_TRUE(outcome.ok());
+    EXPECT_EQ(*outcome, requeue ? PushOutcome::kStaleRequeued : PushOutcome::kStaleDropped);
+    ControllerCounters k = c->counters();
+    EXPECT_EQ(requeue ? k.stale_requeued : k.stale_dropped, 2);
+    if (requeue) {
+      // Both prompts come back first.
+      Grant again = c->acquire("w", 2, 1);
+      ASSERT_EQ(again.leases.size(), 2u);
+      EXPECT_EQ(again.leases[0].prompt, g.leases[0].prompt);
+      EXPECT_EQ(again.leases[1].prompt, g.leases[1].prompt);
+    }
+  }
+}
+
+TEST(ControllerCoreTest, FreshestFirstSampling) {
+  ControllerOptions o = options(10, 1, 5);
+  o.freshest_first = true;
+  auto c = make(o);
+  c->set_version(3);
+  Grant g = c->acquire("w", 3, 0);
+  ASSERT_TRUE(c->push(group_for(g.leases[0], 1), 0).ok());
+  ASSERT_TRUE(c->push(group_for(g.leases[1], 3), 0).ok());
+  ASSERT_TRUE(c->push(group_for(g.leases[2], 2), 0).ok());
+  auto batch = c->take_batch(3);
+  ASSERT_TRUE(batch.ok());
+  EXPECT_EQ((*batch)[0].min_version(), 3);
+  EXPECT_EQ((*batch)[1].min_version(), 2);
+  EXPECT_EQ((*batch)[2].min_version(), 1);
+  EXPECT_EQ(c->take_batch(1).status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(ControllerCoreTest, InvalidGroupsAreRejectedAndTheLeaseSurvives) {
+  auto c = make(options(5, 1, 0));
+  Lease l = c->acquire("w", 1, 0).leases.at(0);
+  TrajectoryGroup bad = group_for(l, 0);
+  bad.trajectories[1].logprobs[0] = 0.5f;
+  absl::Status s = c->push(bad, 0).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("trajectories[1].logprobs[0]"));
+  EXPECT_EQ(*c->push(group_for(l, 0), 0), PushOutcome::kAccepted);
+}
+
+TEST(ControllerCoreTest, DoneAfterEveryEpochIsIssuedAndSettled) {
+  ControllerOptions o = options(3, 3, 0);
+  o.epochs = 2;
+  auto c = make(o);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    Grant g = c->acquire("w", 10, 0);
+    ASSERT_EQ(g.leases.size(), 3u);
+    for (const Lease& l : g.leases) {
+      EXPECT_EQ(l.epoch, epoch);
+      ASSERT_TRUE(c->push(group_for(l, epoch), 0).ok());
+    }
+    ASSERT_TRUE(c->take_batch(3).ok());
+    c->set_version(epoch + 1);
+  }
+  EXPECT_EQ(c->acquire("w", 10, 0).kind, Grant::Kind::kDone);
+}
+
+TEST(ControllerCoreTest, SnapshotRestoreIsEquivalent) {
+  ControllerOptions o = options(7, 2, 1);
+  auto a = make(o);
+  Grant g = a->acquire("w", 4, 0);
+  ASSERT_TRUE(a->push(group_for(g.leases[0], 0, 0.25, 0.5), 0).ok());
+  ASSERT_TRUE(a->push(group_for(g.leases[1], 0), 0).ok());
+  a->expire(100);  // leases 3 and 4 expire: their prompts wait to be re-issued
+  Grant g2 = a->acquire("w2", 1, 100);
+  ASSERT_TRUE(a->take_batch(1).ok());
+  a->set_version(1);
+  auto b = ControllerCore::restore(o, a->snapshot(), /*now=*/100);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*b)->snapshot(), a->snapshot());
+  EXPECT_EQ((*b)->budget_limit(), a->budget_limit());
+  EXPECT_EQ((*b)->in_flight(), a->in_flight());
+  // Both continue identically.
+  for (auto* c : {a.get(), b->get()}) {
+    Grant next = c->acquire("w3", 10, 101);
+    EXPECT_EQ(next.leases.size(), 3u);  // limit (1 + 1 + 1) * 2 = 6, 3 used
+    ASSERT_TRUE(c->push(group_for(g2.leases[0], 1), 101).ok());
+  }
+  EXPECT_EQ((*b)->snapshot(), a->snapshot());
+  auto ba = a->take_batch(2), bb = (*b)->take_batch(2);
+  ASSERT_TRUE(ba.ok() && bb.ok());
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ((*ba)[i].group_id, (*bb)[i].group_id);
+    EXPECT_EQ((*ba)[i].trajectories[0].reward, (*bb)[i].trajectories[0].reward);
+    EXPECT_EQ((*ba)[i].trajectories[1].logprobs, (*bb)[i].trajectories[1].logprobs);
+  }
+  EXPECT_FALSE(ControllerCore::restore(o, "{}", 0).ok());
+  EXPECT_FALSE(ControllerCore::restore(o, "not json", 0).ok());
+}
+
+// Randomised interleavings of acquire / push / expire / sample / version bumps: the staleness
+// budget and the learner-side invariant hold after every one of 10^5 operations, and no prompt
+// of an epoch is ever trained twice.
+TEST(ControllerCorePropertyTest, StalenessInvariantAndExactlyOnceUnderRandomInterleavings) {
+  std::mt19937_64 rng(42);
+  for (int64_t max_staleness : {0, 1, 3}) {
+    ControllerOptions o = options(/*prompts=*/37, /*groups_per_step=*/4, max_staleness);
+    o.epochs = 1000;
+    o.requeue_stale = max_staleness == 1;
+    o.capacity_groups = 12;
+    auto c = make(o, [](const std::vector<double>& r) { return r[0] != r[1]; });
+    std::map<uint64_t, std::pair<Lease, int64_t>> held;  // lease -> (lease, version at grant)
+    std::set<std::pair<int64_t, int64_t>> trained;       // (epoch, prompt)
+    std::map<std::string, std::pair<int64_t, int64_t>> group_prompt;
+    double now = 0;
+    int64_t violations = 0;
+    const int kOps = 100000;
+    for (int op = 0; op < kOps; ++op) {
+      now += 0.01;
+      switch (rng() % 6) {
+        case 0: {  // acquire
+          std::string worker = "w" + std::to_string(rng() % 4);
+          Grant g = c->acquire(worker, 1 + rng() % 5, now);
+          for (const Lease& l : g.leases) held[l.id] = {l, g.version};
+          break;
+        }
+        case 1:
+        case 2: {  // push a held lease, tokens from the grant's version up to the current one
+          if (held.empty()) break;
+          auto it = std::next(held.begin(), rng() % held.size());
+          const auto [lease, granted_version] = it->second;
+          int64_t v = granted_version + (c->version() > granted_version ? rng() % 2 : 0);
+          TrajectoryGroup g = group_for(lease, v, rng() % 2, rng() % 2);
+          group_prompt[g.group_id] = {lease.epoch, lease.prompt};
+          auto outcome = c->push(g, now);
+          if (outcome.ok() || outcome.status().code() == absl::StatusCode::kFailedPrecondition) {
+            held.erase(it);
+          }
+          break;
+        }
+        case 3:  // time passes: some leases expire
+          if (rng() % 50 == 0) now += 11;
+          c->expire(now);
+          break;
+        case 4:
+        case 5: {  // the learner takes a step and bumps its version
+          const int64_t version = c->version();
+          auto batch = c->take_batch(o.groups_per_step);
+          if (!batch.ok()) break;
+          for (const TrajectoryGroup& g : *batch) {
+            if (g.min_version() < version - max_staleness) ++violations;
+            if (!trained.insert(group_prompt.at(g.group_id)).second) ++violations;
+          }
+          c->set_version(version + 1);
+          break;
+        }
+      }
+      ControllerCounters k = c->counters();
+      if (c->in_flight() + c->buffered() + k.consumed > c->budget_limit()) ++violations;
+    }
+    EXPECT_EQ(violations, 0) << "max_staleness " << max_staleness;
+    EXPECT_GT(c->counters().consumed, 1000) << "the run must make progress";
+    EXPECT_GT(c->counters().expired, 0);
+    EXPECT_GT(c->counters().filtered, 0);
+  }
+}
+
+}  // namespace
+}  // namespace flywheel::buffer

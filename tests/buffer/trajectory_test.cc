@@ -1,0 +1,78 @@
+#include "flywheel/buffer/trajectory.h"
+
+#include <cmath>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace flywheel::buffer {
+namespace {
+
+using ::testing::HasSubstr;
+
+TrajectoryGroup good() {
+  TrajectoryGroup g;
+  g.group_id = "g";
+  Trajectory t;
+  t.prompt_ids = {1, 2};
+  t.response_ids = {3, 4, 5};
+  t.loss_mask = {1, 0, 1};
+  t.logprobs = {-0.1f, 0.0f, -2.0f};
+  t.versions = {3, 3, 4};
+  t.reward = 1;
+  g.trajectories = {t, t};
+  return g;
+}
+
+ValidationLimits limits() {
+  ValidationLimits l;
+  l.vocab_size = 10;
+  l.group_size = 2;
+  l.max_tokens = 100;
+  return l;
+}
+
+std::string error(const TrajectoryGroup& g, int64_t version = 4) {
+  absl::Status s = validate_group(g, limits(), version);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  return std::string(s.message());
+}
+
+TEST(ValidateGroupTest, AcceptsAGoodGroup) {
+  EXPECT_TRUE(validate_group(good(), limits(), 4).ok());
+  EXPECT_EQ(good().min_version(), 3);
+}
+
+TEST(ValidateGroupTest, NamesTheBadField) {
+  TrajectoryGroup g = good();
+  g.trajectories[1].response_ids[2] = 10;
+  EXPECT_THAT(error(g), HasSubstr("trajectories[1].response_ids[2]: id 10 outside the vocabulary"));
+  g = good();
+  g.trajectories[0].prompt_ids[0] = -1;
+  EXPECT_THAT(error(g), HasSubstr("trajectories[0].prompt_ids[0]"));
+  g = good();
+  g.trajectories[0].logprobs.pop_back();
+  EXPECT_THAT(error(g), HasSubstr("must have equal lengths"));
+  g = good();
+  g.trajectories[0].logprobs[1] = NAN;
+  EXPECT_THAT(error(g), HasSubstr("trajectories[0].logprobs[1]: must be finite and <= 0"));
+  g = good();
+  g.trajectories[0].logprobs[1] = 0.5f;
+  EXPECT_THAT(error(g), HasSubstr("logprobs[1]"));
+  g = good();
+  g.trajectories[1].reward = INFINITY;
+  EXPECT_THAT(error(g), HasSubstr("trajectories[1].reward: must be finite"));
+  g = good();
+  g.trajectories.pop_back();
+  EXPECT_THAT(error(g), HasSubstr("expected 2 trajectories (the group size), got 1"));
+  EXPECT_THAT(error(good(), /*version=*/3), HasSubstr("version 4 is outside [0, 3]"));
+  g = good();
+  g.trajectories[0].prompt_ids.assign(99, 1);
+  EXPECT_THAT(error(g), HasSubstr("102 tokens exceed the limit of 100"));
+  g = good();
+  g.group_id.clear();
+  EXPECT_THAT(error(g), HasSubstr("group_id"));
+}
+
+}  // namespace
+}  // namespace flywheel::buffer
