@@ -22,7 +22,7 @@ packages=(
   libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev libcli11-dev libutf8proc-dev
-  gnuplot-nox clang-format
+  gnuplot-nox clang-format openssl
 )
 # Node.js runs the tokenizer parity tests against Hugging Face's `tokenizers`; use the
 # machine's node when it has one.

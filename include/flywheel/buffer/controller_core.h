@@ -113,6 +113,8 @@ class ControllerCore {
   absl::Status release(uint64_t lease_id);
 
   int64_t version() const;
+  int64_t group_size() const { return options_.limits.group_size; }
+  int64_t num_prompts() const { return options_.num_prompts; }
   int64_t in_flight() const;
   int64_t buffered() const;
   // in_flight + buffered + consumed must stay below this for acquire() to grant.

@@ -1,0 +1,78 @@
+// The client rollout workers use to talk to the controller.
+//
+// Every call carries the token (if any) and a deadline; a call that fails with UNAVAILABLE is
+// retried with exponential backoff. push_groups() streams groups and, when the stream breaks,
+// reconnects and re-pushes exactly the groups not yet acknowledged (group ids make re-pushes
+// idempotent). Thread-safe, except that one push_groups() call at a time is expected per client.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "flywheel/buffer/trajectory.h"
+#include "flywheel/v1/controller.pb.h"
+
+namespace grpc {
+class Channel;
+}  // namespace grpc
+
+namespace flywheel::buffer {
+
+struct ControllerClientOptions {
+  std::string address;          // HOST:PORT
+  std::string worker_id;        // required
+  std::string token;            // shared token; empty = none
+  std::string tls_root_ca_pem;  // set: TLS, trusting this CA
+  std::string tls_cert_pem;     // client certificate for mutual TLS
+  std::string tls_key_pem;
+  std::string tls_target_name;  // overrides the name checked against the certificate
+  double deadline_s = 30;       // of every call
+  int64_t max_message_bytes = 64 << 20;
+  int max_attempts = 6;  // per call, for UNAVAILABLE
+  double backoff_initial_s = 0.05;
+  double backoff_max_s = 2;
+};
+
+class ControllerClient {
+ public:
+  static absl::StatusOr<std::unique_ptr<ControllerClient>> connect(
+      const ControllerClientOptions& options);
+  // Over an existing channel (e.g. ControllerServer::in_process_channel()).
+  static absl::StatusOr<std::unique_ptr<ControllerClient>> over(
+      std::shared_ptr<grpc::Channel> channel, const ControllerClientOptions& options);
+  ~ControllerClient();  // stops heartbeats
+
+  absl::StatusOr<v1::RegisterReply> register_worker(
+      const std::map<std::string, std::string>& capabilities = {});
+  absl::StatusOr<v1::AcquireWorkReply> acquire_work(int64_t max_prompts);
+  // One acknowledgement per group, in the order given. Errors only when the controller stays
+  // unreachable (or rejects the call itself, e.g. UNAUTHENTICATED).
+  absl::StatusOr<std::vector<v1::PushAck>> push_groups(const std::vector<TrajectoryGroup>& groups);
+  absl::Status release_lease(uint64_t lease_id);
+  absl::StatusOr<v1::StatusReply> status();
+
+  // Sends Heartbeat every `interval_s` from a background thread until destruction.
+  void start_heartbeats(double interval_s);
+  int64_t reconnects() const { return reconnects_.load(); }
+
+ private:
+  ControllerClient() = default;
+  struct Stub;
+  template <typename Call>
+  absl::Status with_retries(Call&& call);
+
+  ControllerClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<Stub> stub_;
+  std::atomic<int64_t> reconnects_{0};
+  absl::Notification stop_;
+  std::thread heartbeat_thread_;
+};
+
+}  // namespace flywheel::buffer

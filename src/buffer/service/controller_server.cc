@@ -1,0 +1,260 @@
+#include "flywheel/buffer/controller_server.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "flywheel/v1/controller.grpc.pb.h"
+#include "proto_convert.h"
+
+namespace flywheel::buffer {
+namespace {
+
+// Constant-time comparison: the time does not depend on where the strings differ.
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+grpc::Status to_grpc(const absl::Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> read_token(const std::string& file, const std::string& env) {
+  if (!file.empty()) {
+    std::ifstream in(file);
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot read token file '", file, "'"));
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string token(absl::StripAsciiWhitespace(text.str()));
+    if (token.empty()) return absl::NotFoundError(absl::StrCat("token file '", file, "' is empty"));
+    return token;
+  }
+  const char* value = env.empty() ? nullptr : std::getenv(env.c_str());
+  if (value == nullptr || *value == '\0') {
+    return absl::NotFoundError(absl::StrCat("no token: set ", env, " or a token file"));
+  }
+  return std::string(value);
+}
+
+class ControllerServer::Service final : public v1::Controller::Service {
+ public:
+  Service(ControllerCore* core, const PromptDataset* dataset, const ControllerServerOptions& o,
+          std::function<double()> clock)
+      : core_(core), dataset_(dataset), options_(o), clock_(std::move(clock)) {}
+
+  grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
+                        v1::RegisterReply* reply) override {
+    if (auto s = authorize(ctx); !s.ok()) return s;
+    if (req->worker_id().empty()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id must not be empty");
+    }
+    core_->heartbeat(req->worker_id(), clock_());
+    reply->set_version(core_->version());
+    reply->set_group_size(group_size_);
+    reply->set_heartbeat_interval_s(options_.heartbeat_interval_s);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatReply* reply) override {
+    if (auto s = authorize(ctx); !s.ok()) return s;
+    core_->heartbeat(req->worker_id(), clock_());
+    reply->set_version(core_->version());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status AcquireWork(grpc::ServerContext* ctx, const v1::AcquireWorkRequest* req,
+                           v1::AcquireWorkReply* reply) override {
+    if (auto s = authorize(ctx); !s.ok()) return s;
+    if (req->worker_id().empty() || req->max_prompts() < 1) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "AcquireWork needs a worker_id and max_prompts >= 1");
+    }
+    Grant grant = core_->acquire(req->worker_id(), req->max_prompts(), clock_());
+    reply->set_version(grant.version);
+    reply->set_kind(grant.kind == Grant::Kind::kWork   ? v1::AcquireWorkReply::WORK
+                    : grant.kind == Grant::Kind::kDone ? v1::AcquireWorkReply::DONE
+                                                       : v1::AcquireWorkReply::WAIT);
+    for (const Lease& lease : grant.leases) {
+      v1::PromptLease* l = reply->add_leases();
+      l->set_lease_id(lease.id);
+      l->set_epoch(lease.epoch);
+      l->set_prompt_index(lease.prompt);
+      l->set_prompt_json(dataset_->line(lease.prompt));
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status PushGroups(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::PushAck, v1::TrajectoryGroup>* stream) override {
+    if (auto s = authorize(ctx); !s.ok()) return s;
+    v1::TrajectoryGroup proto;
+    while (stream->Read(&proto)) {
+      v1::PushAck ack;
+      ack.set_group_id(proto.group_id());
+      absl::StatusOr<PushOutcome> outcome = push_with_backpressure(from_proto(proto), ctx);
+      ack.set_code(static_cast<int32_t>(outcome.status().code()));
+      if (outcome.ok()) {
+        ack.set_outcome(push_outcome_name(*outcome));
+      } else {
+        ack.set_message(std::string(outcome.status().message()));
+      }
+      if (!stream->Write(ack)) break;  // the client went away; what it pushed is kept
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ReleaseLease(grpc::ServerContext* ctx, const v1::ReleaseLeaseRequest* req,
+                            v1::ReleaseLeaseReply*) override {
+    if (auto s = authorize(ctx); !s.ok()) return s;
+    return to_grpc(core_->release(req->lease_id()));
+  }
+
+  grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::StatusRequest*,
+                         v1::StatusReply* reply) override {
+    if (auto s = authorize(ctx); !s.ok()) return s;
+    reply->set_version(core_->version());
+    reply->set_in_flight(core_->in_flight());
+    reply->set_buffered(core_->buffered());
+    reply->set_budget_limit(core_->budget_limit());
+    ControllerCounters c = core_->counters();
+    auto& m = *reply->mutable_counters();
+    m["granted"] = c.granted;
+    m["expired"] = c.expired;
+    m["released"] = c.released;
+    m["accepted"] = c.accepted;
+    m["duplicates"] = c.duplicates;
+    m["filtered"] = c.filtered;
+    m["stale_dropped"] = c.stale_dropped;
+    m["stale_requeued"] = c.stale_requeued;
+    m["rejected_invalid"] = c.rejected_invalid;
+    m["rejected_lease"] = c.rejected_lease;
+    m["rejected_full"] = c.rejected_full;
+    m["consumed"] = c.consumed;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetWeightsManifest(grpc::ServerContext* ctx, const v1::WeightsRequest*,
+                                  v1::WeightsManifest*) override {
+    if (auto s = authorize(ctx); !s.ok()) return s;
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "weight publication is not implemented yet (it arrives with the trainer)");
+  }
+
+  grpc::Status StreamWeights(grpc::ServerContext* ctx, const v1::WeightsRequest*,
+                             grpc::ServerWriter<v1::WeightsBucket>*) override {
+    if (auto s = authorize(ctx); !s.ok()) return s;
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "weight publication is not implemented yet (it arrives with the trainer)");
+  }
+
+  int64_t group_size_ = 0;
+
+ private:
+  grpc::Status authorize(grpc::ServerContext* ctx) const {
+    if (options_.token.empty()) return grpc::Status::OK;
+    const auto& metadata = ctx->client_metadata();
+    auto it = metadata.find("authorization");
+    if (it == metadata.end()) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing authorization token");
+    }
+    std::string value(it->second.data(), it->second.size());
+    std::string prefix = "Bearer ";
+    if (!absl::StartsWith(value, prefix) ||
+        !same_secret(value.substr(prefix.size()), options_.token)) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong authorization token");
+    }
+    return grpc::Status::OK;
+  }
+
+  // Retries a push refused by the capacity limit until it fits, the push deadline passes or the
+  // client cancels.
+  absl::StatusOr<PushOutcome> push_with_backpressure(TrajectoryGroup group,
+                                                     grpc::ServerContext* ctx) {
+    const double deadline = clock_() + options_.push_timeout_s;
+    while (true) {
+      absl::StatusOr<PushOutcome> outcome = core_->push(group, clock_());
+      if (outcome.ok() || outcome.status().code() != absl::StatusCode::kResourceExhausted) {
+        return outcome;
+      }
+      if (clock_() >= deadline || ctx->IsCancelled()) return outcome;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  ControllerCore* core_;
+  const PromptDataset* dataset_;
+  ControllerServerOptions options_;
+  std::function<double()> clock_;
+};
+
+absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::start(
+    ControllerCore* core, const PromptDataset* dataset, const ControllerServerOptions& options,
+    std::function<double()> clock) {
+  if (core == nullptr || dataset == nullptr) {
+    return absl::InvalidArgumentError("controller server needs a core and a dataset");
+  }
+  if (dataset->size() != core->num_prompts()) {
+    return absl::InvalidArgumentError(absl::StrCat("the dataset has ", dataset->size(),
+                                                   " prompts but the controller was built for ",
+                                                   core->num_prompts()));
+  }
+  std::unique_ptr<ControllerServer> server(new ControllerServer());
+  server->service_ =
+      std::make_unique<Service>(core, dataset, options, clock ? std::move(clock) : &steady_seconds);
+  server->service_->group_size_ = core->group_size();
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!options.tls_cert_pem.empty()) {
+    grpc::SslServerCredentialsOptions ssl(
+        options.tls_client_ca_pem.empty()
+            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = options.tls_client_ca_pem;
+    ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.bind_address, credentials, &server->port_);
+  builder.RegisterService(server->service_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve the controller on '", options.bind_address, "'"));
+  }
+  return server;
+}
+
+std::shared_ptr<grpc::Channel> ControllerServer::in_process_channel() {
+  return server_->InProcessChannel(grpc::ChannelArguments());
+}
+
+void ControllerServer::shutdown() {
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+}
+
+ControllerServer::~ControllerServer() { shutdown(); }
+
+}  // namespace flywheel::buffer

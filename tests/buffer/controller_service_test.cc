@@ -1,0 +1,332 @@
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "flywheel/buffer/controller_client.h"
+#include "flywheel/buffer/controller_server.h"
+#include "flywheel/v1/controller.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace flywheel::buffer {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+ControllerOptions core_options(int64_t prompts) {
+  ControllerOptions o;
+  o.num_prompts = prompts;
+  o.groups_per_step = 4;
+  o.max_staleness = 1;
+  o.capacity_groups = 64;
+  o.limits.vocab_size = 100;
+  o.limits.group_size = 2;
+  return o;
+}
+
+std::unique_ptr<PromptDataset> dataset(int64_t n) {
+  std::vector<std::string> lines;
+  for (int64_t i = 0; i < n; ++i) lines.push_back("{\"prompt\": \"q" + std::to_string(i) + "\"}");
+  return std::move(*PromptDataset::from_lines(lines, "test"));
+}
+
+TrajectoryGroup group_for(uint64_t lease_id, int64_t version, const std::string& id = "") {
+  TrajectoryGroup g;
+  g.group_id = id.empty() ? "g" + std::to_string(lease_id) : id;
+  g.lease_id = lease_id;
+  for (int i = 0; i < 2; ++i) {
+    Trajectory t;
+    t.prompt_ids = {1, 2};
+    t.response_ids = {3, 4, 5};
+    t.loss_mask = {1, 1, 0};
+    t.logprobs = {-0.5f, -0.25f, -1.0f};
+    t.versions = {version, version, version};
+    t.reward = i;
+    g.trajectories.push_back(t);
+  }
+  return g;
+}
+
+// A server on loopback port 0 with its core and dataset.
+struct Fixture {
+  explicit Fixture(ControllerServerOptions server_options = {}, int64_t prompts = 40) {
+    core = std::move(*ControllerCore::create(core_options(prompts)));
+    data = dataset(prompts);
+    auto started = ControllerServer::start(core.get(), data.get(), server_options);
+    EXPECT_TRUE(started.ok()) << started.status();
+    server = std::move(*started);
+  }
+  std::unique_ptr<ControllerClient> tcp_client(ControllerClientOptions o = {}) {
+    o.address = "127.0.0.1:" + std::to_string(server->port());
+    if (o.worker_id.empty()) o.worker_id = "w";
+    return std::move(*ControllerClient::connect(o));
+  }
+  std::unique_ptr<ControllerClient> local_client(ControllerClientOptions o = {}) {
+    if (o.worker_id.empty()) o.worker_id = "w";
+    return std::move(*ControllerClient::over(server->in_process_channel(), o));
+  }
+  std::unique_ptr<ControllerCore> core;
+  std::unique_ptr<PromptDataset> data;
+  std::unique_ptr<ControllerServer> server;
+};
+
+TEST(ControllerServiceTest, RegisterAcquirePushAndStatusInProcess) {
+  Fixture f;
+  auto client = f.local_client();
+  auto reg = client->register_worker({{"device", "cpu"}});
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  EXPECT_EQ(reg->group_size(), 2);
+  auto work = client->acquire_work(3);
+  ASSERT_TRUE(work.ok()) << work.status();
+  ASSERT_EQ(work->kind(), v1::AcquireWorkReply::WORK);
+  ASSERT_EQ(work->leases_size(), 3);
+  EXPECT_THAT(work->leases(0).prompt_json(), HasSubstr("\"prompt\": \"q"));
+  std::vector<TrajectoryGroup> groups;
+  for (const auto& l : work->leases()) groups.push_back(group_for(l.lease_id(), 0));
+  auto acks = client->push_groups(groups);
+  ASSERT_TRUE(acks.ok()) << acks.status();
+  for (const auto& ack : *acks) {
+    EXPECT_EQ(ack.code(), 0) << ack.message();
+    EXPECT_EQ(ack.outcome(), "accepted");
+  }
+  auto status = client->status();
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->buffered(), 3);
+  EXPECT_EQ(status->counters().at("accepted"), 3);
+}
+
+TEST(ControllerServiceTest, BadGroupsAreRejectedWithTheRightStatusAndTheStreamContinues) {
+  Fixture f;
+  auto client = f.local_client();
+  auto work = client->acquire_work(2);
+  ASSERT_TRUE(work.ok());
+  TrajectoryGroup bad = group_for(work->leases(0).lease_id(), 0);
+  bad.trajectories[0].response_ids[1] = 100;
+  TrajectoryGroup future = group_for(work->leases(1).lease_id(), 7, "future");
+  TrajectoryGroup no_lease = group_for(999, 0);
+  TrajectoryGroup good = group_for(work->leases(1).lease_id(), 0);
+  auto acks = client->push_groups({bad, future, no_lease, good});
+  ASSERT_TRUE(acks.ok()) << acks.status();
+  EXPECT_EQ((*acks)[0].code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT((*acks)[0].message(), HasSubstr("trajectories[0].response_ids[1]"));
+  EXPECT_EQ((*acks)[1].code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT((*acks)[1].message(), HasSubstr("versions"));
+  EXPECT_EQ((*acks)[2].code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ((*acks)[3].code(), grpc::StatusCode::OK);
+  EXPECT_EQ(f.core->buffered(), 1);
+  auto bad_request = client->acquire_work(0);
+  EXPECT_EQ(bad_request.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ControllerServiceTest, ConcurrentPushersAndASamplerOverLoopbackTcp) {
+  Fixture f({}, /*prompts=*/200);
+  std::atomic<int64_t> accepted_acks{0}, stale_acks{0};
+  std::atomic<bool> done{false};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 4; ++w) {
+    workers.emplace_back([&, w] {
+      ControllerClientOptions o;
+      o.worker_id = "w" + std::to_string(w);
+      auto client = f.tcp_client(o);
+      for (int round = 0; round < 200 && !done; ++round) {
+        auto work = client->acquire_work(2);
+        if (!work.ok() || work->kind() == v1::AcquireWorkReply::DONE) break;
+        if (work->kind() == v1::AcquireWorkReply::WAIT) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          continue;
+        }
+        std::vector<TrajectoryGroup> groups;
+        for (const auto& l : work->leases())
+          groups.push_back(group_for(l.lease_id(), work->version()));
+        auto acks = client->push_groups(groups);
+        ASSERT_TRUE(acks.ok()) << acks.status();
+        for (const auto& a : *acks) {
+          ASSERT_EQ(a.code(), 0) << a.message();
+          accepted_acks += a.outcome() == "accepted";
+          stale_acks += a.outcome() == "stale_dropped";
+        }
+      }
+    });
+  }
+  int64_t consumed = 0;
+  for (int step = 0; step < 20; ++step) {
+    while (true) {
+      auto batch = f.core->take_batch(4);
+      if (batch.ok()) {
+        for (const auto& g : *batch) EXPECT_GE(g.min_version(), f.core->version() - 1);
+        consumed += 4;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    f.core->set_version(step + 1);
+  }
+  done = true;
+  for (auto& t : workers) t.join();
+  ControllerCounters c = f.core->counters();
+  EXPECT_EQ(consumed, 80);
+  EXPECT_EQ(c.accepted, accepted_acks.load());
+  // Conservation: every accepted group was consumed, is buffered, or was evicted as stale.
+  const int64_t evicted = c.stale_dropped - stale_acks.load();
+  EXPECT_EQ(c.accepted, c.consumed + f.core->buffered() + evicted);
+}
+
+TEST(ControllerServiceTest, AClientKilledMidStreamLosesNoAckedGroupAndDuplicatesNone) {
+  Fixture f;
+  auto client = f.local_client();
+  auto work = client->acquire_work(6);
+  ASSERT_TRUE(work.ok());
+  std::vector<TrajectoryGroup> groups;
+  for (const auto& l : work->leases()) groups.push_back(group_for(l.lease_id(), 0));
+  {
+    // A raw stream: push 3 and read their acks, push a 4th, then die without reading its ack.
+    auto stub = v1::Controller::NewStub(f.server->in_process_channel());
+    grpc::ClientContext context;
+    auto stream = stub->PushGroups(&context);
+    v1::PushAck ack;
+    for (size_t i = 0; i < 4; ++i) {
+      const TrajectoryGroup& g = groups[i];
+      v1::TrajectoryGroup p;
+      p.set_group_id(g.group_id);
+      p.set_lease_id(g.lease_id);
+      for (const auto& t : g.trajectories) {
+        auto* tp = p.add_trajectories();
+        for (auto id : t.prompt_ids) tp->add_prompt_ids(id);
+        for (auto id : t.response_ids) tp->add_response_ids(id);
+        for (auto m : t.loss_mask) tp->add_loss_mask(m);
+        for (auto lp : t.logprobs) tp->add_logprobs(lp);
+        for (auto v : t.versions) tp->add_versions(v);
+        tp->set_reward(t.reward);
+      }
+      ASSERT_TRUE(stream->Write(p));
+      if (i < 3) ASSERT_TRUE(stream->Read(&ack));
+    }
+    context.TryCancel();
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  // The worker restarts and pushes everything again.
+  auto acks = client->push_groups(groups);
+  ASSERT_TRUE(acks.ok()) << acks.status();
+  int accepted = 0, duplicates = 0;
+  for (const auto& a : *acks) {
+    ASSERT_EQ(a.code(), 0) << a.message();
+    accepted += a.outcome() == "accepted";
+    duplicates += a.outcome() == "duplicate";
+  }
+  EXPECT_EQ(accepted + duplicates, 6);
+  EXPECT_GE(duplicates, 3);
+  EXPECT_EQ(f.core->buffered(), 6);  // every group exactly once
+}
+
+TEST(ControllerServiceTest, TokenAuthentication) {
+  ControllerServerOptions o;
+  o.token = "s3cret-token";
+  Fixture f(o);
+  EXPECT_EQ(f.tcp_client()->status().status().code(), absl::StatusCode::kUnauthenticated);
+  ControllerClientOptions wrong;
+  wrong.token = "s3cret-tokeN";
+  EXPECT_EQ(f.tcp_client(wrong)->acquire_work(1).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  ControllerClientOptions right;
+  right.token = "s3cret-token";
+  EXPECT_TRUE(f.tcp_client(right)->status().ok());
+  auto acks = f.tcp_client(wrong)->push_groups({group_for(1, 0)});
+  EXPECT_EQ(acks.status().code(), absl::StatusCode::kUnauthenticated);
+}
+
+TEST(ControllerServiceTest, TokenFromFileOrEnvironment) {
+  std::string path = ::testing::TempDir() + "/flywheel_token_" + std::to_string(getpid());
+  std::ofstream(path) << "  abc123\n";
+  EXPECT_EQ(*read_token(path, ""), "abc123");
+  setenv("FLYWHEEL_TEST_TOKEN", "xyz", 1);
+  EXPECT_EQ(*read_token("", "FLYWHEEL_TEST_TOKEN"), "xyz");
+  EXPECT_EQ(read_token("", "FLYWHEEL_TEST_TOKEN_MISSING").status().code(),
+            absl::StatusCode::kNotFound);
+  std::remove(path.c_str());
+}
+
+TEST(ControllerServiceTest, WeightRpcsSayNotImplemented) {
+  Fixture f;
+  auto stub = v1::Controller::NewStub(f.server->in_process_channel());
+  grpc::ClientContext context;
+  v1::WeightsManifest manifest;
+  EXPECT_EQ(stub->GetWeightsManifest(&context, v1::WeightsRequest(), &manifest).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Test certificates made with openssl at test time: a CA, a server certificate for localhost /
+// 127.0.0.1 and a client certificate.
+class TlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / ("flywheel_tls_" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+    const std::string d = dir_.string();
+    const std::string script =
+        "cd " + d +
+        " && "
+        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 1 "
+        "-subj /CN=flywheel-test-ca >/dev/null 2>&1 && "
+        "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext && "
+        "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr "
+        "-subj /CN=localhost >/dev/null 2>&1 && "
+        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+        "-out server.pem -days 1 -extfile san.ext >/dev/null 2>&1 && "
+        "openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr "
+        "-subj /CN=worker >/dev/null 2>&1 && "
+        "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+        "-out client.pem -days 1 >/dev/null 2>&1";
+    ASSERT_EQ(std::system(script.c_str()), 0) << "openssl failed";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string pem(const char* name) { return read_file(dir_ / name); }
+  fs::path dir_;
+};
+
+TEST_F(TlsTest, ServerTlsAndMutualTls) {
+  ControllerServerOptions o;
+  o.tls_cert_pem = pem("server.pem");
+  o.tls_key_pem = pem("server.key");
+  {
+    Fixture f(o);
+    ControllerClientOptions tls;
+    tls.tls_root_ca_pem = pem("ca.pem");
+    tls.tls_target_name = "localhost";
+    tls.max_attempts = 2;
+    tls.deadline_s = 5;
+    EXPECT_TRUE(f.tcp_client(tls)->status().ok());
+    ControllerClientOptions plain;
+    plain.max_attempts = 1;
+    plain.deadline_s = 2;
+    EXPECT_FALSE(f.tcp_client(plain)->status().ok());
+  }
+  o.tls_client_ca_pem = pem("ca.pem");  // now require client certificates
+  Fixture f(o);
+  ControllerClientOptions no_cert;
+  no_cert.tls_root_ca_pem = pem("ca.pem");
+  no_cert.tls_target_name = "localhost";
+  no_cert.max_attempts = 1;
+  no_cert.deadline_s = 2;
+  EXPECT_FALSE(f.tcp_client(no_cert)->status().ok());
+  ControllerClientOptions with_cert = no_cert;
+  with_cert.tls_cert_pem = pem("client.pem");
+  with_cert.tls_key_pem = pem("client.key");
+  EXPECT_TRUE(f.tcp_client(with_cert)->status().ok());
+}
+
+}  // namespace
+}  // namespace flywheel::buffer
