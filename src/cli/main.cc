@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   add_export_command(app, &exit_code);
   add_init_model_command(app, &exit_code);
   add_generate_command(app, &exit_code);
+  add_buffer_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

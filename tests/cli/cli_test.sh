@@ -24,7 +24,7 @@ case "$case_name" in
     done ;;
   help)
     expect_exit 0 "$flywheel" --help
-    subs=(version validate-config config-doc plot tokenize score export init-model generate)
+    subs=(version validate-config config-doc plot tokenize score export init-model generate buffer)
     for sub in "${subs[@]}"; do expect_output "$sub"; done
     for sub in "${subs[@]}"; do
       expect_exit 0 "$flywheel" "$sub" --help
@@ -158,6 +158,28 @@ JSON
     expect_output "bad.jsonl:1: request '0': prompt token 1 has id 700, outside the vocabulary"
     expect_exit 2 "$flywheel" generate --model "$work/m" -i "$work/p.jsonl" --max-seq-len 4
     expect_output "leaves no room in the context of 4 tokens" ;;
+  buffer)
+    printf '{"model_type": "llama", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4}' > "$work/c.json"
+    expect_exit 0 "$flywheel" init-model --config "$work/c.json" --out "$work/m"
+    printf '{"prompt": "1+1="}\n{"prompt": "2+2="}\n' > "$work/p.jsonl"
+    printf 'model: {path: %s}\ndata: {train_path: %s}\nalgorithm: {name: dapo}\n' \
+      "$work/m" "$work/p.jsonl" > "$work/b.yaml"
+    "$flywheel" buffer "$work/b.yaml" --snapshot "$work/state.json" > "$work/out.txt" 2> "$work/err.txt" &
+    pid=$!
+    for _ in $(seq 100); do grep -q "listening on 127.0.0.1:" "$work/out.txt" && break; sleep 0.1; done
+    grep -q "listening on 127.0.0.1:[1-9]" "$work/out.txt" || fail "no address: $(cat "$work/err.txt")"
+    kill -TERM "$pid"
+    wait "$pid" || fail "buffer exited with $?: $(cat "$work/err.txt")"
+    grep -q '"format":"flywheel.controller.v1"' "$work/state.json" || fail "no snapshot"
+    "$flywheel" buffer "$work/b.yaml" --snapshot "$work/state.json" > "$work/out2.txt" 2> "$work/err2.txt" &
+    pid=$!
+    for _ in $(seq 100); do grep -q "listening" "$work/out2.txt" && break; sleep 0.1; done
+    kill -TERM "$pid"
+    wait "$pid" || fail "restart failed: $(cat "$work/err2.txt")"
+    grep -q "restored" "$work/err2.txt" || fail "snapshot not restored: $(cat "$work/err2.txt")"
+    printf 'model: {path: %s}\ndata: {train_path: %s}\n' "$work/m" "$work/none.jsonl" > "$work/bad.yaml"
+    expect_exit 2 "$flywheel" buffer "$work/bad.yaml"
+    expect_output "cannot read prompt file" ;;
   *) fail "unknown case" ;;
 esac
 echo "PASS ($case_name)"
