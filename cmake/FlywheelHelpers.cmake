@@ -16,7 +16,8 @@ function(flywheel_add_component name)
   target_link_libraries(${target} PUBLIC ${C_PUBLIC_DEPS} PRIVATE ${C_PRIVATE_DEPS}
                                          flywheel::warnings)
   set_target_properties(${target} PROPERTIES EXPORT_NAME ${name} OUTPUT_NAME ${target}
-                                             VERSION ${PROJECT_VERSION} SOVERSION 0)
+                                             VERSION ${PROJECT_VERSION} SOVERSION 0
+                                             INSTALL_RPATH "$ORIGIN")
   set_property(GLOBAL APPEND PROPERTY FLYWHEEL_COMPONENTS ${target})
 endfunction()
 
