@@ -252,6 +252,72 @@ TEST(ControllerServiceTest, TokenFromFileOrEnvironment) {
   std::remove(path.c_str());
 }
 
+TEST(ControllerServiceTest, AFullBufferMakesThePushWaitThenResourceExhausted) {
+  ControllerServerOptions so;
+  so.push_timeout_s = 1.0;
+  auto core = std::move(*ControllerCore::create([] {
+    ControllerOptions o = core_options(20);
+    o.groups_per_step = 1;
+    o.max_staleness = 5;
+    o.capacity_groups = 1;
+    return o;
+  }()));
+  auto data = dataset(20);
+  auto server = std::move(*ControllerServer::start(core.get(), data.get(), so));
+  ControllerClientOptions co;
+  co.worker_id = "w";
+  auto client = std::move(*ControllerClient::over(server->in_process_channel(), co));
+  auto work = client->acquire_work(3);
+  ASSERT_TRUE(work.ok());
+  ASSERT_GE(work->leases_size(), 3);
+  auto acks = client->push_groups(
+      {group_for(work->leases(0).lease_id(), 0), group_for(work->leases(1).lease_id(), 0)});
+  ASSERT_TRUE(acks.ok());
+  EXPECT_EQ((*acks)[0].code(), 0);
+  EXPECT_EQ((*acks)[1].code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // A learner frees space while a push waits: the push then succeeds.
+  std::thread learner([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_TRUE(core->take_batch(1).ok());
+  });
+  auto later = client->push_groups({group_for(work->leases(1).lease_id(), 0)});
+  learner.join();
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ((*later)[0].code(), 0) << (*later)[0].message();
+}
+
+TEST(ControllerServiceTest, UnreachableControllerIsRetriedWithBackoffThenUnavailable) {
+  ControllerClientOptions o;
+  o.address = "127.0.0.1:1";  // nothing listens on port 1
+  o.worker_id = "w";
+  o.max_attempts = 3;
+  o.backoff_initial_s = 0.01;
+  o.deadline_s = 1;
+  auto client = std::move(*ControllerClient::connect(o));
+  EXPECT_EQ(client->status().status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(client->reconnects(), 3);
+}
+
+TEST(ControllerServiceTest, HeartbeatsKeepLeasesAlive) {
+  auto core = std::move(*ControllerCore::create([] {
+    ControllerOptions o = core_options(20);
+    o.worker_timeout_s = 1.0;
+    return o;
+  }()));
+  auto data = dataset(20);
+  auto server = std::move(*ControllerServer::start(core.get(), data.get(), {}));
+  ControllerClientOptions co;
+  co.worker_id = "beating";
+  auto client = std::move(*ControllerClient::over(server->in_process_channel(), co));
+  ASSERT_TRUE(client->acquire_work(2).ok());
+  client->start_heartbeats(0.05);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // 2.5 worker timeouts
+  double now =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  core->expire(now);
+  EXPECT_EQ(core->in_flight(), 2);
+}
+
 TEST(ControllerServiceTest, WeightRpcsSayNotImplemented) {
   Fixture f;
   auto stub = v1::Controller::NewStub(f.server->in_process_channel());
