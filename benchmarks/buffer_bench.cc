@@ -133,7 +133,7 @@ void push_bench(const char* name, int samples, int tokens, int groups_per_call, 
       auto* tp = wire.add_trajectories();
       for (int64_t id : t.prompt_ids) tp->add_prompt_ids(id);
       for (int64_t id : t.response_ids) tp->add_response_ids(id);
-      for (uint8_t m : t.loss_mask) tp->add_loss_mask(m);
+      tp->set_loss_mask(std::string(t.loss_mask.begin(), t.loss_mask.end()));
       for (float lp : t.logprobs) tp->add_logprobs(lp);
       for (int64_t v : t.versions) tp->add_versions(v);
     }

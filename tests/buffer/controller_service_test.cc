@@ -200,7 +200,7 @@ TEST(ControllerServiceTest, AClientKilledMidStreamLosesNoAckedGroupAndDuplicates
         auto* tp = p.add_trajectories();
         for (auto id : t.prompt_ids) tp->add_prompt_ids(id);
         for (auto id : t.response_ids) tp->add_response_ids(id);
-        for (auto m : t.loss_mask) tp->add_loss_mask(m);
+        tp->set_loss_mask(std::string(t.loss_mask.begin(), t.loss_mask.end()));
         for (auto lp : t.logprobs) tp->add_logprobs(lp);
         for (auto v : t.versions) tp->add_versions(v);
         tp->set_reward(t.reward);
