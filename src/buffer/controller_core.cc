@@ -24,6 +24,28 @@ const char* push_outcome_name(PushOutcome outcome) {
   return "?";
 }
 
+std::vector<std::pair<std::string, int64_t*>> ControllerCounters::fields() {
+  return {{"granted", &granted},
+          {"expired", &expired},
+          {"released", &released},
+          {"accepted", &accepted},
+          {"duplicates", &duplicates},
+          {"filtered", &filtered},
+          {"stale_dropped", &stale_dropped},
+          {"stale_requeued", &stale_requeued},
+          {"rejected_invalid", &rejected_invalid},
+          {"rejected_lease", &rejected_lease},
+          {"rejected_full", &rejected_full},
+          {"consumed", &consumed}};
+}
+
+std::vector<std::pair<std::string, int64_t>> ControllerCounters::entries() const {
+  ControllerCounters copy = *this;
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& [name, value] : copy.fields()) out.emplace_back(name, *value);
+  return out;
+}
+
 absl::Status ControllerOptions::validate() const {
   if (num_prompts < 1) return absl::InvalidArgumentError("controller needs at least one prompt");
   if (epochs < 1) return absl::InvalidArgumentError("epochs must be >= 1");

@@ -125,23 +125,8 @@ std::string ControllerCore::snapshot() const {
   Json acked = Json::array();
   for (const std::string& id : acknowledged_) acked.push_back(Json(id));
   j.set("acknowledged", std::move(acked));
-  const ControllerCounters& c = counters_;
   Json counters = Json::object();
-  for (const auto& [name, value] :
-       std::vector<std::pair<const char*, int64_t>>{{"granted", c.granted},
-                                                    {"expired", c.expired},
-                                                    {"released", c.released},
-                                                    {"accepted", c.accepted},
-                                                    {"duplicates", c.duplicates},
-                                                    {"filtered", c.filtered},
-                                                    {"stale_dropped", c.stale_dropped},
-                                                    {"stale_requeued", c.stale_requeued},
-                                                    {"rejected_invalid", c.rejected_invalid},
-                                                    {"rejected_lease", c.rejected_lease},
-                                                    {"rejected_full", c.rejected_full},
-                                                    {"consumed", c.consumed}}) {
-    counters.set(name, Json(value));
-  }
+  for (const auto& [name, value] : counters_.entries()) counters.set(name, Json(value));
   j.set("counters", std::move(counters));
   return j.dump();
 }
@@ -207,19 +192,7 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::restore(
     for (const Json& id : a->as_array()) c.acknowledged_.insert(r.string(&id));
   }
   if (const Json* cs = j.find("counters"); cs && cs->is_object()) {
-    ControllerCounters& k = c.counters_;
-    k.granted = r.integer(cs->find("granted"));
-    k.expired = r.integer(cs->find("expired"));
-    k.released = r.integer(cs->find("released"));
-    k.accepted = r.integer(cs->find("accepted"));
-    k.duplicates = r.integer(cs->find("duplicates"));
-    k.filtered = r.integer(cs->find("filtered"));
-    k.stale_dropped = r.integer(cs->find("stale_dropped"));
-    k.stale_requeued = r.integer(cs->find("stale_requeued"));
-    k.rejected_invalid = r.integer(cs->find("rejected_invalid"));
-    k.rejected_lease = r.integer(cs->find("rejected_lease"));
-    k.rejected_full = r.integer(cs->find("rejected_full"));
-    k.consumed = r.integer(cs->find("consumed"));
+    for (auto& [name, field] : c.counters_.fields()) *field = r.integer(cs->find(name));
   } else {
     r.ok = false;
   }

@@ -80,6 +80,10 @@ struct ControllerCounters {
   int64_t rejected_lease = 0;    // pushes under an unknown or expired lease
   int64_t rejected_full = 0;     // pushes refused by the capacity limits
   int64_t consumed = 0;          // groups handed to learners
+
+  // Every counter by name (snapshot, GetStatus), in declaration order.
+  std::vector<std::pair<std::string, int64_t*>> fields();
+  std::vector<std::pair<std::string, int64_t>> entries() const;
 };
 
 class ControllerCore {

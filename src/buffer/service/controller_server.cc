@@ -138,20 +138,9 @@ class ControllerServer::Service final : public v1::Controller::Service {
     reply->set_in_flight(core_->in_flight());
     reply->set_buffered(core_->buffered());
     reply->set_budget_limit(core_->budget_limit());
-    ControllerCounters c = core_->counters();
-    auto& m = *reply->mutable_counters();
-    m["granted"] = c.granted;
-    m["expired"] = c.expired;
-    m["released"] = c.released;
-    m["accepted"] = c.accepted;
-    m["duplicates"] = c.duplicates;
-    m["filtered"] = c.filtered;
-    m["stale_dropped"] = c.stale_dropped;
-    m["stale_requeued"] = c.stale_requeued;
-    m["rejected_invalid"] = c.rejected_invalid;
-    m["rejected_lease"] = c.rejected_lease;
-    m["rejected_full"] = c.rejected_full;
-    m["consumed"] = c.consumed;
+    for (const auto& [name, value] : core_->counters().entries()) {
+      (*reply->mutable_counters())[name] = value;
+    }
     return grpc::Status::OK;
   }
 
