@@ -17,8 +17,10 @@
 #include <thread>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
 #include "flywheel/buffer/controller_client.h"
 #include "flywheel/buffer/controller_server.h"
+#include "flywheel/v1/controller.grpc.pb.h"
 #include "flywheel/v1/trajectory.pb.h"
 
 namespace {
@@ -164,36 +166,57 @@ void push_bench(const char* name, int samples, int tokens, int groups_per_call, 
       name, samples, tokens, groups / busy, mb_per_s, raw / 1e6, 100 * mb_per_s / (raw / 1e6));
 }
 
-void latency_bench(int workers, int calls_per_worker) {
+// `workers` AcquireWork calls kept in flight at all times (64 concurrent workers), issued
+// asynchronously from one thread so that 64 client threads do not compete with the server for
+// the machine's two cores; each call's latency is measured from issue to completion.
+void latency_bench(int workers, int total_calls) {
   Setup s = start_controller(1, 1 << 22);
-  std::vector<std::vector<double>> latencies(workers);
-  std::vector<std::thread> threads;
-  for (int w = 0; w < workers; ++w) {
-    threads.emplace_back([&, w] {
-      ControllerClientOptions co;
-      co.address = "127.0.0.1:" + std::to_string(s.server->port());
-      co.worker_id = "w" + std::to_string(w);
-      auto client = std::move(*ControllerClient::connect(co));
-      client->acquire_work(1);  // connect
-      for (int i = 0; i < calls_per_worker; ++i) {
-        auto t = Clock::now();
-        auto work = client->acquire_work(1);
-        latencies[w].push_back(seconds_since(t));
-        if (!work.ok()) break;
-      }
-    });
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(s.server->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = flywheel::v1::Controller::NewStub(channel);
+  grpc::CompletionQueue queue;
+  struct Call {
+    grpc::ClientContext context;
+    flywheel::v1::AcquireWorkRequest request;
+    flywheel::v1::AcquireWorkReply reply;
+    grpc::Status status;
+    Clock::time_point start;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<flywheel::v1::AcquireWorkReply>> reader;
+  };
+  int issued = 0;
+  auto issue = [&](int worker) {
+    auto* call = new Call();
+    call->request.set_worker_id("w" + std::to_string(worker));
+    call->request.set_max_prompts(1);
+    call->start = Clock::now();
+    call->reader = stub->AsyncAcquireWork(&call->context, call->request, &queue);
+    call->reader->Finish(&call->reply, &call->status, call);
+    ++issued;
+  };
+  for (int w = 0; w < workers; ++w) issue(w);
+  std::vector<double> latencies;
+  int failed = 0;
+  void* tag;
+  bool ok;
+  while (static_cast<int>(latencies.size()) + failed < total_calls && queue.Next(&tag, &ok)) {
+    std::unique_ptr<Call> call(static_cast<Call*>(tag));
+    if (ok && call->status.ok()) {
+      latencies.push_back(seconds_since(call->start));
+    } else {
+      ++failed;
+    }
+    if (issued < total_calls) issue(issued % workers);
   }
-  for (auto& t : threads) t.join();
-  std::vector<double> all;
-  for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
-  std::sort(all.begin(), all.end());
+  queue.Shutdown();
+  while (queue.Next(&tag, &ok)) delete static_cast<Call*>(tag);
+  std::sort(latencies.begin(), latencies.end());
   auto q = [&](double p) {
-    return all[std::min(all.size() - 1, static_cast<size_t>(p * all.size()))];
+    return latencies[std::min(latencies.size() - 1, static_cast<size_t>(p * latencies.size()))];
   };
   std::printf(
-      "AcquireWork with %d concurrent workers: %zu calls, p50 %.3f ms, p99 %.3f ms "
-      "(target p99 < 2 ms)\n",
-      workers, all.size(), q(0.5) * 1e3, q(0.99) * 1e3);
+      "AcquireWork, %d calls always in flight: %zu calls (%d failed), p50 %.3f ms, "
+      "p99 %.3f ms (target p99 < 2 ms)\n",
+      workers, latencies.size(), failed, q(0.5) * 1e3, q(0.99) * 1e3);
 }
 
 }  // namespace
@@ -209,7 +232,7 @@ int main(int argc, char** argv) {
   push_bench("small", 8, 256, 64, seconds, raw);
   push_bench("large", 16, 8192, 4, seconds, raw);
   std::printf("\n");
-  latency_bench(64, 100);
-  latency_bench(8, 400);
+  latency_bench(64, 20000);
+  latency_bench(8, 20000);
   return 0;
 }

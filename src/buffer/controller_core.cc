@@ -132,7 +132,7 @@ Grant ControllerCore::acquire(const std::string& worker, int64_t max_prompts, do
     lease.id = next_lease_id_++;
     lease.worker = worker;
     lease.deadline = now + options_.lease_timeout_s;
-    leases_[lease.id] = lease;
+    add_lease_locked(lease);
     grant.leases.push_back(lease);
     ++counters_.granted;
   }
@@ -162,7 +162,7 @@ absl::StatusOr<PushOutcome> ControllerCore::push(TrajectoryGroup group, double n
   const Lease lease = it->second;
   const int64_t min_version = group.min_version();
   if (min_version < version_ - options_.max_staleness) {
-    leases_.erase(it);
+    remove_lease_locked(lease.id);
     acknowledged_.insert(group.group_id);
     if (options_.requeue_stale) {
       requeue_locked(lease.epoch, lease.prompt);
@@ -173,7 +173,7 @@ absl::StatusOr<PushOutcome> ControllerCore::push(TrajectoryGroup group, double n
     return PushOutcome::kStaleDropped;
   }
   if (filter_ && !filter_(group.rewards())) {
-    leases_.erase(it);
+    remove_lease_locked(lease.id);
     acknowledged_.insert(group.group_id);
     ++counters_.filtered;
     return PushOutcome::kFiltered;
@@ -185,7 +185,7 @@ absl::StatusOr<PushOutcome> ControllerCore::push(TrajectoryGroup group, double n
     return absl::ResourceExhaustedError(absl::StrCat("buffer full (", buffer_.size(), " groups, ",
                                                      buffered_bytes_, " bytes); retry later"));
   }
-  leases_.erase(it);
+  remove_lease_locked(lease.id);
   acknowledged_.insert(group.group_id);
   buffered_bytes_ += bytes;
   buffer_.push_back(Entry{std::move(group), lease.epoch, lease.prompt, min_version, bytes});
@@ -248,18 +248,42 @@ void ControllerCore::expire(double now) {
   expire_locked(now);
 }
 
+void ControllerCore::add_lease_locked(const Lease& lease) {
+  leases_[lease.id] = lease;
+  leases_by_deadline_.emplace(lease.deadline, lease.id);
+  leases_by_worker_[lease.worker].insert(lease.id);
+}
+
+void ControllerCore::remove_lease_locked(uint64_t id) {
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return;
+  leases_by_deadline_.erase({it->second.deadline, id});
+  auto worker = leases_by_worker_.find(it->second.worker);
+  if (worker != leases_by_worker_.end()) {
+    worker->second.erase(id);
+    if (worker->second.empty()) leases_by_worker_.erase(worker);
+  }
+  leases_.erase(it);
+}
+
 void ControllerCore::expire_locked(double now) {
-  for (auto it = leases_.begin(); it != leases_.end();) {
-    const Lease& lease = it->second;
-    auto seen = last_seen_.find(lease.worker);
-    const bool silent = seen == last_seen_.end() || now - seen->second > options_.worker_timeout_s;
-    if (now > lease.deadline || silent) {
-      requeue_locked(lease.epoch, lease.prompt);
-      ++counters_.expired;
-      it = leases_.erase(it);
-    } else {
-      ++it;
+  std::vector<uint64_t> expired;
+  for (auto it = leases_by_deadline_.begin(); it != leases_by_deadline_.end() && it->first < now;
+       ++it) {
+    expired.push_back(it->second);
+  }
+  for (const auto& [worker, ids] : leases_by_worker_) {
+    auto seen = last_seen_.find(worker);
+    if (seen == last_seen_.end() || now - seen->second > options_.worker_timeout_s) {
+      expired.insert(expired.end(), ids.begin(), ids.end());
     }
+  }
+  for (uint64_t id : expired) {
+    auto it = leases_.find(id);
+    if (it == leases_.end()) continue;  // listed twice (deadline and silent worker)
+    requeue_locked(it->second.epoch, it->second.prompt);
+    ++counters_.expired;
+    remove_lease_locked(id);
   }
 }
 
@@ -269,7 +293,7 @@ absl::Status ControllerCore::release(uint64_t lease_id) {
   if (it == leases_.end()) return absl::NotFoundError(absl::StrCat("no lease ", lease_id));
   requeue_locked(it->second.epoch, it->second.prompt);
   ++counters_.released;
-  leases_.erase(it);
+  remove_lease_locked(lease_id);
   return absl::OkStatus();
 }
 

@@ -168,7 +168,7 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::restore(
       lease.worker = r.string(l.find("worker"));
       lease.deadline = now + options.lease_timeout_s;  // deadlines restart with the controller
       c.last_seen_[lease.worker] = now;
-      c.leases_[lease.id] = lease;
+      c.add_lease_locked(lease);
     }
   }
   if (const Json* b = j.find("buffer"); b && b->is_array()) {

@@ -138,6 +138,9 @@ class ControllerCore {
   ControllerCore(const ControllerOptions& options, Filter filter);
   bool next_prompt_locked(int64_t* epoch, int64_t* prompt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void expire_locked(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Lease bookkeeping: the lease map plus its two indexes (deadline, worker).
+  void add_lease_locked(const Lease& lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void remove_lease_locked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void requeue_locked(int64_t epoch, int64_t prompt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void evict_stale_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const std::vector<int64_t>& order_locked(int64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -152,6 +155,9 @@ class ControllerCore {
   std::map<int64_t, std::vector<int64_t>> orders_ ABSL_GUARDED_BY(mu_);    // epoch -> permutation
   std::deque<std::pair<int64_t, int64_t>> requeued_ ABSL_GUARDED_BY(mu_);  // (epoch, prompt)
   std::map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
+  // Indexes so that expiry costs O(expired + workers), not O(leases), per call.
+  std::set<std::pair<double, uint64_t>> leases_by_deadline_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::set<uint64_t>> leases_by_worker_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, double> last_seen_ ABSL_GUARDED_BY(mu_);
   struct Entry {
     TrajectoryGroup group;
