@@ -196,8 +196,20 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::restore(
   } else {
     r.ok = false;
   }
-  if (!r.ok || c.epoch_ < 0 || c.cursor_ < 0 || c.cursor_ >= options.num_prompts) {
-    return absl::InvalidArgumentError("controller snapshot: malformed or inconsistent state");
+  // Every prompt reference must point into this dataset and its epochs (a snapshot of another
+  // run must not make the server index out of range later).
+  auto in_range = [&](int64_t epoch, int64_t prompt) {
+    return epoch >= 0 && epoch < options.epochs && prompt >= 0 && prompt < options.num_prompts;
+  };
+  bool refs_ok = true;
+  for (const auto& [epoch, prompt] : c.requeued_) refs_ok = refs_ok && in_range(epoch, prompt);
+  for (const auto& [id, lease] : c.leases_)
+    refs_ok = refs_ok && in_range(lease.epoch, lease.prompt);
+  for (const Entry& e : c.buffer_) refs_ok = refs_ok && in_range(e.epoch, e.prompt);
+  if (!r.ok || !refs_ok || c.epoch_ < 0 || c.epoch_ > options.epochs || c.cursor_ < 0 ||
+      c.cursor_ >= options.num_prompts) {
+    return absl::InvalidArgumentError(
+        "controller snapshot: malformed, or made for another dataset or number of epochs");
   }
   return created;
 }

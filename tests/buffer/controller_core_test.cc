@@ -235,6 +235,11 @@ TEST(ControllerCoreTest, SnapshotRestoreIsEquivalent) {
   }
   EXPECT_FALSE(ControllerCore::restore(o, "{}", 0).ok());
   EXPECT_FALSE(ControllerCore::restore(o, "not json", 0).ok());
+  // A snapshot of a larger dataset refers to prompts this one does not have.
+  ControllerOptions smaller = o;
+  smaller.num_prompts = 2;
+  EXPECT_EQ(ControllerCore::restore(smaller, a->snapshot(), 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // Randomised interleavings of acquire / push / expire / sample / version bumps: the staleness
