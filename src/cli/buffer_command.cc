@@ -4,10 +4,8 @@
 #include <signal.h>
 
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +14,7 @@
 #include "commands.h"
 #include "flywheel/algos/dapo.h"
 #include "flywheel/buffer/controller_server.h"
+#include "flywheel/core/file_io.h"
 #include "flywheel/model/model_config.h"
 #include "job_setup.h"
 
@@ -29,29 +28,6 @@ struct BufferArgs {
   std::vector<std::string> overrides;
   std::string snapshot;  // restored at start when present, written at shutdown
 };
-
-absl::StatusOr<std::string> read_pem(const std::string& path) {
-  if (path.empty()) return std::string();
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-absl::Status write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out) return absl::UnavailableError(absl::StrCat("cannot write '", tmp, "'"));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec)
-    return absl::UnavailableError(absl::StrCat("cannot rename to '", path, "': ", ec.message()));
-  return absl::OkStatus();
-}
 
 absl::Status run(const BufferArgs& args) {
   // Signals are taken synchronously by this thread (sigwait), before any other thread starts.
@@ -104,10 +80,9 @@ absl::Status run(const BufferArgs& args) {
   std::unique_ptr<buffer::ControllerCore> core;
   std::error_code ec;
   if (!args.snapshot.empty() && fs::exists(args.snapshot, ec)) {
-    std::ifstream in(args.snapshot);
-    std::stringstream text;
-    text << in.rdbuf();
-    auto restored = buffer::ControllerCore::restore(o, text.str(), 0, filter);
+    absl::StatusOr<std::string> text = core::read_file(args.snapshot);
+    if (!text.ok()) return text.status();
+    auto restored = buffer::ControllerCore::restore(o, *text, 0, filter);
     if (!restored.ok()) return restored.status();
     core = std::move(*restored);
     std::cerr << "flywheel buffer: restored " << args.snapshot << " (version " << core->version()
@@ -136,7 +111,8 @@ absl::Status run(const BufferArgs& args) {
   for (auto [path, pem] : {std::pair{&c.buffer.server.tls_cert, &so.tls_cert_pem},
                            std::pair{&c.buffer.server.tls_key, &so.tls_key_pem},
                            std::pair{&c.buffer.server.tls_client_ca, &so.tls_client_ca_pem}}) {
-    absl::StatusOr<std::string> text = read_pem(*path);
+    if (path->empty()) continue;
+    absl::StatusOr<std::string> text = core::read_file(*path);
     if (!text.ok()) return text.status();
     *pem = *text;
   }
@@ -151,7 +127,7 @@ absl::Status run(const BufferArgs& args) {
   std::cerr << "flywheel buffer: stopping on signal " << signal_number << "\n";
   (*server)->shutdown();
   if (!args.snapshot.empty()) {
-    absl::Status written = write_atomically(args.snapshot, core->snapshot());
+    absl::Status written = core::write_file_atomically(args.snapshot, core->snapshot());
     if (!written.ok()) return written;
     std::cerr << "flywheel buffer: wrote " << args.snapshot << "\n";
   }

@@ -2,10 +2,8 @@
 // per-token behaviour log-probs and versions, through the rollout engine.
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "chat_input.h"
 #include "commands.h"
+#include "flywheel/core/file_io.h"
 #include "flywheel/core/plugin_registry.h"
 #include "flywheel/model/chat_template.h"
 #include "flywheel/model/tokenizer.h"
@@ -40,11 +39,9 @@ struct GenerateArgs {
 // eos ids from config.json and generation_config.json.
 std::vector<int64_t> eos_ids(const model::DecoderModel& model, const std::string& dir) {
   std::vector<int64_t> ids = model.config().eos_token_ids;
-  std::ifstream in(std::filesystem::path(dir) / "generation_config.json");
-  if (!in) return ids;
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<core::Json> config = core::Json::parse(text.str());
+  // generation_config.json is optional; an unreadable one adds nothing.
+  absl::StatusOr<core::Json> config =
+      core::read_json_file((std::filesystem::path(dir) / "generation_config.json").string());
   if (!config.ok()) return ids;
   if (const core::Json* eos = config->find("eos_token_id")) {
     std::vector<core::Json> values =

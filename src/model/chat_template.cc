@@ -1,12 +1,11 @@
 #include "flywheel/model/chat_template.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "flywheel/core/file_io.h"
 #include "flywheel/core/json.h"
 
 namespace flywheel::model {
@@ -95,15 +94,12 @@ absl::StatusOr<ChatTemplate> ChatTemplate::by_name(const std::string& name) {
 
 absl::StatusOr<ChatTemplate> ChatTemplate::detect(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "tokenizer_config.json").string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+  absl::StatusOr<core::Json> config = core::read_json_file(path);
+  if (absl::IsNotFound(config.status())) {
     return absl::NotFoundError(
         absl::StrCat("cannot read '", path, "' to detect the chat template; ", kHowToChoose));
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<core::Json> config = core::Json::parse(text.str());
-  if (!config.ok())
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", config.status().message()));
+  }
+  if (!config.ok()) return config.status();
   const core::Json* tmpl = config->find("chat_template");
   if (tmpl == nullptr || !tmpl->is_string()) {
     return absl::NotFoundError(absl::StrCat(path, " has no chat_template; ", kHowToChoose));

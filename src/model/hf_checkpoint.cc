@@ -1,14 +1,13 @@
 #include "flywheel/model/hf_checkpoint.h"
 
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "flywheel/core/file_io.h"
 #include "flywheel/core/json.h"
 #include "flywheel/model/safetensors.h"
 
@@ -16,26 +15,6 @@ namespace flywheel::model {
 namespace {
 
 namespace fs = std::filesystem;
-
-absl::StatusOr<core::Json> read_json_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", path.string(), "'"));
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<core::Json> json = core::Json::parse(text.str());
-  if (!json.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": ", json.status().message()));
-  }
-  return json;
-}
-
-absl::Status write_text_file(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return absl::UnavailableError(absl::StrCat("cannot write '", path.string(), "'"));
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -72,7 +51,7 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> load_hf_model(const std::string& d
   fs::path index_path = root / "model.safetensors.index.json";
   std::error_code ec;
   if (fs::exists(index_path, ec)) {
-    absl::StatusOr<core::Json> index = read_json_file(index_path);
+    absl::StatusOr<core::Json> index = core::read_json_file(index_path.string());
     if (!index.ok()) return index.status();
     const core::Json* weight_map = index->find("weight_map");
     if (weight_map == nullptr || !weight_map->is_object()) {
@@ -120,7 +99,7 @@ absl::Status save_hf_model(const DecoderModel& model, const std::string& dir,
   ModelConfig config = model.config();
   config.torch_dtype = dtype_name(model.options().dtype);
   std::string config_text = config.to_json().dump() + "\n";
-  absl::Status status = write_text_file(root / "config.json", config_text);
+  absl::Status status = core::write_file_atomically((root / "config.json").string(), config_text);
   if (!status.ok()) return status;
 
   // Shards in parameter order, each at most max_shard_bytes (a larger tensor gets its own).
@@ -154,7 +133,8 @@ absl::Status save_hf_model(const DecoderModel& model, const std::string& dir,
   index.set("metadata", std::move(metadata));
   index.set("weight_map", std::move(weight_map));
   fs::remove(root / "model.safetensors", ec);
-  return write_text_file(root / "model.safetensors.index.json", index.dump() + "\n");
+  return core::write_file_atomically((root / "model.safetensors.index.json").string(),
+                                     index.dump() + "\n");
 }
 
 }  // namespace flywheel::model

@@ -1,11 +1,10 @@
 #include "flywheel/model/model_config.h"
 
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "flywheel/core/file_io.h"
 
 namespace flywheel::model {
 namespace {
@@ -163,14 +162,11 @@ absl::StatusOr<ModelConfig> ModelConfig::from_json(const core::Json& json,
 }
 
 absl::StatusOr<ModelConfig> ModelConfig::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read model config '", path, "'"));
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<core::Json> json = core::Json::parse(text.str());
-  if (!json.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", json.status().message()));
+  absl::StatusOr<core::Json> json = core::read_json_file(path);
+  if (absl::IsNotFound(json.status())) {
+    return absl::NotFoundError(absl::StrCat("cannot read model config '", path, "'"));
   }
+  if (!json.ok()) return json.status();
   return from_json(*json, path);
 }
 

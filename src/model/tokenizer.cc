@@ -1,25 +1,16 @@
 #include "flywheel/model/tokenizer.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "bpe_tokenizer.h"
 #include "char_tokenizer.h"
+#include "flywheel/core/file_io.h"
 
 namespace flywheel::model {
 namespace {
 
 namespace fs = std::filesystem;
-
-absl::StatusOr<std::string> read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", path.string(), "'"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 }  // namespace
 
@@ -35,12 +26,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_hf_tokenizer_json(absl::string_v
 }
 
 absl::Status save_default_char_tokenizer(const std::string& dir) {
-  const fs::path path = fs::path(dir) / "char_tokenizer.json";
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << CharTokenizer::make_default()->to_json().dump() << "\n";
-  out.close();
-  if (!out) return absl::UnavailableError(absl::StrCat("cannot write '", path.string(), "'"));
-  return absl::OkStatus();
+  return core::write_file_atomically((fs::path(dir) / "char_tokenizer.json").string(),
+                                     CharTokenizer::make_default()->to_json().dump() + "\n");
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir,
@@ -51,7 +38,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir
   std::string kind = type;
   if (kind == "auto") kind = fs::exists(hf, ec) ? "hf" : "char";
   if (kind == "hf") {
-    absl::StatusOr<std::string> text = read_file(hf);
+    absl::StatusOr<std::string> text = core::read_file(hf.string());
     if (!text.ok()) return text.status();
     return load_hf_tokenizer_json(*text, hf.string());
   }
@@ -60,12 +47,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir
         absl::StrCat("unknown tokenizer type '", type, "'; expected auto, hf or char"));
   }
   if (!fs::exists(chr, ec)) return std::unique_ptr<Tokenizer>(CharTokenizer::make_default());
-  absl::StatusOr<std::string> text = read_file(chr);
-  if (!text.ok()) return text.status();
-  absl::StatusOr<core::Json> parsed = core::Json::parse(*text);
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(chr.string(), ": ", parsed.status().message()));
-  }
+  absl::StatusOr<core::Json> parsed = core::read_json_file(chr.string());
+  if (!parsed.ok()) return parsed.status();
   absl::StatusOr<std::unique_ptr<CharTokenizer>> t =
       CharTokenizer::from_json(*parsed, chr.string());
   if (!t.ok()) return t.status();

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "flywheel/core/file_io.h"
 #include "flywheel/v1/controller.grpc.pb.h"
 #include "proto_convert.h"
 
@@ -41,11 +42,9 @@ double steady_seconds() {
 
 absl::StatusOr<std::string> read_token(const std::string& file, const std::string& env) {
   if (!file.empty()) {
-    std::ifstream in(file);
-    if (!in) return absl::NotFoundError(absl::StrCat("cannot read token file '", file, "'"));
-    std::stringstream text;
-    text << in.rdbuf();
-    std::string token(absl::StripAsciiWhitespace(text.str()));
+    absl::StatusOr<std::string> text = core::read_file(file);
+    if (!text.ok()) return absl::NotFoundError(absl::StrCat("cannot read token file '", file, "'"));
+    std::string token(absl::StripAsciiWhitespace(*text));
     if (token.empty()) return absl::NotFoundError(absl::StrCat("token file '", file, "' is empty"));
     return token;
   }
