@@ -3,8 +3,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "flywheel/model/model_config.h"
 
 namespace flywheel::bench {
 
@@ -40,6 +47,47 @@ inline double memory_bandwidth_gbs() {
   at::Tensor buffer = at::ones({int64_t{1} << 28}, at::kFloat);
   double t = best_time(3, [&] { buffer.sum().item<float>(); });
   return buffer.numel() * 4.0 / t / 1e9;
+}
+
+// The flags the model benchmarks share: --threads N (0 = LibTorch's default), --dtype NAME,
+// --steps S.
+struct BenchArgs {
+  int threads = 0;
+  std::string dtype = "float32";
+  int64_t steps = 32;
+};
+
+// Parses the flags and applies --threads.
+inline BenchArgs parse_bench_args(int argc, char** argv) {
+  BenchArgs args;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (!std::strcmp(argv[i], "--threads"))
+      args.threads = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--dtype"))
+      args.dtype = argv[++i];
+    else if (!std::strcmp(argv[i], "--steps"))
+      args.steps = std::atoll(argv[++i]);
+  }
+  if (args.threads > 0) at::set_num_threads(args.threads);
+  return args;
+}
+
+// A Qwen2-shaped config with tied embeddings and q/k/v biases.
+inline model::ModelConfig qwen2_config(int64_t vocab, int64_t hidden, int64_t intermediate,
+                                       int64_t layers, int64_t heads, int64_t kv_heads) {
+  model::ModelConfig c;
+  c.model_type = "qwen2";
+  c.vocab_size = vocab;
+  c.hidden_size = hidden;
+  c.intermediate_size = intermediate;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv_heads;
+  c.head_dim = hidden / heads;
+  c.qkv_bias = true;
+  c.tie_word_embeddings = true;
+  c.max_position_embeddings = 4096;
+  return c;
 }
 
 }  // namespace flywheel::bench

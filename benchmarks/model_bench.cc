@@ -21,20 +21,9 @@ namespace {
 using flywheel::bench::best_time;
 using flywheel::bench::matmul_gflops;
 
+// ~100M parameters: hidden 768, 12 layers, 12 heads / 4 kv heads, vocab 32000.
 flywheel::model::ModelConfig bench_config() {
-  flywheel::model::ModelConfig c;
-  c.model_type = "qwen2";
-  c.vocab_size = 32000;
-  c.hidden_size = 768;
-  c.intermediate_size = 2048;
-  c.num_hidden_layers = 12;
-  c.num_attention_heads = 12;
-  c.num_key_value_heads = 4;
-  c.head_dim = 64;
-  c.qkv_bias = true;
-  c.tie_word_embeddings = true;
-  c.max_position_embeddings = 4096;
-  return c;
+  return flywheel::bench::qwen2_config(32000, 768, 2048, 12, 12, 4);
 }
 
 // Multiply-add FLOPs of one forward over `tokens` tokens of length `seq` (projections, MLP,
@@ -52,13 +41,8 @@ double forward_flops(const flywheel::model::ModelConfig& c, int64_t batch, int64
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 0;
-  std::string dtype_name = "float32";
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
-    if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) dtype_name = argv[++i];
-  }
-  if (threads > 0) at::set_num_threads(threads);
+  const flywheel::bench::BenchArgs args = flywheel::bench::parse_bench_args(argc, argv);
+  const std::string& dtype_name = args.dtype;
   auto dtype = flywheel::model::parse_dtype(dtype_name);
   if (!dtype.ok()) {
     std::fprintf(stderr, "%s\n", std::string(dtype.status().message()).c_str());

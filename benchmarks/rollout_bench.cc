@@ -24,25 +24,10 @@ namespace {
 using flywheel::bench::best_time;
 using flywheel::bench::matmul_gflops;
 using flywheel::bench::memory_bandwidth_gbs;
+using flywheel::bench::qwen2_config;
 using flywheel::bench::seconds_since;
 using Clock = flywheel::bench::Clock;
 using flywheel::model::ModelConfig;
-
-ModelConfig qwen2_config(int64_t vocab, int64_t hidden, int64_t intermediate, int64_t layers,
-                         int64_t heads, int64_t kv_heads) {
-  ModelConfig c;
-  c.model_type = "qwen2";
-  c.vocab_size = vocab;
-  c.hidden_size = hidden;
-  c.intermediate_size = intermediate;
-  c.num_hidden_layers = layers;
-  c.num_attention_heads = heads;
-  c.num_key_value_heads = kv_heads;
-  c.head_dim = hidden / heads;
-  c.qkv_bias = true;
-  c.tie_word_embeddings = true;
-  return c;
-}
 
 struct Result {
   double tokens_per_s;
@@ -94,15 +79,9 @@ Result run(std::shared_ptr<flywheel::model::DecoderModel> model, int64_t batch, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 0;
-  int64_t steps = 32;
-  std::string dtype_name = "float32";
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
-    if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) dtype_name = argv[++i];
-    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoll(argv[++i]);
-  }
-  if (threads > 0) at::set_num_threads(threads);
+  const flywheel::bench::BenchArgs args = flywheel::bench::parse_bench_args(argc, argv);
+  const std::string& dtype_name = args.dtype;
+  const int64_t steps = args.steps;
   auto dtype = flywheel::model::parse_dtype(dtype_name);
   if (!dtype.ok()) {
     std::fprintf(stderr, "%s\n", std::string(dtype.status().message()).c_str());
