@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -223,16 +224,26 @@ void latency_bench(int workers, int total_calls) {
 
 int main(int argc, char** argv) {
   double seconds = 3;
+  std::string only;  // small | large | latency; empty = all
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = std::atof(argv[++i]);
+    if (!std::strcmp(argv[i], "--seconds") && i + 1 < argc) {
+      seconds = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--case") && i + 1 < argc) {
+      only = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: buffer_bench [--seconds S] [--case small|large|latency]\n");
+      return 2;
+    }
   }
+  auto run = [&](const char* name) { return only.empty() || only == name; };
   const double raw = raw_loopback_bytes_per_s(seconds);
   std::printf("buffer_bench: pushes into the controller over loopback gRPC (plaintext)\n");
   std::printf("raw loopback TCP, one connection (measured in this run): %.1f MB/s\n\n", raw / 1e6);
-  push_bench("small", 8, 256, 64, seconds, raw);
-  push_bench("large", 16, 8192, 4, seconds, raw);
-  std::printf("\n");
-  latency_bench(64, 20000);
-  latency_bench(8, 20000);
+  if (run("small")) push_bench("small", 8, 256, 64, seconds, raw);
+  if (run("large")) push_bench("large", 16, 8192, 16, seconds, raw);
+  if (run("latency")) {
+    latency_bench(64, 20000);
+    latency_bench(8, 20000);
+  }
   return 0;
 }

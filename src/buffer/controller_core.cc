@@ -140,7 +140,11 @@ Grant ControllerCore::acquire(const std::string& worker, int64_t max_prompts, do
   return grant;
 }
 
-absl::StatusOr<PushOutcome> ControllerCore::push(TrajectoryGroup group, double now) {
+absl::StatusOr<PushOutcome> ControllerCore::push(TrajectoryGroup&& group, double now) {
+  // The version only grows, so a group valid against this one is valid against the current.
+  const absl::Status valid = validate_group(group, options_.limits, version());
+  const int64_t min_version = group.min_version();
+  const int64_t bytes = static_cast<int64_t>(group.bytes());
   absl::MutexLock lock(&mu_);
   last_seen_[group.worker_id] = now;
   if (acknowledged_.count(group.group_id)) {
@@ -154,13 +158,11 @@ absl::StatusOr<PushOutcome> ControllerCore::push(TrajectoryGroup group, double n
     return absl::FailedPreconditionError(
         absl::StrCat("lease ", group.lease_id, " is unknown or expired; its prompt was re-issued"));
   }
-  absl::Status valid = validate_group(group, options_.limits, version_);
   if (!valid.ok()) {
     ++counters_.rejected_invalid;
     return valid;
   }
   const Lease lease = it->second;
-  const int64_t min_version = group.min_version();
   if (min_version < version_ - options_.max_staleness) {
     remove_lease_locked(lease.id);
     acknowledged_.insert(group.group_id);
@@ -178,7 +180,6 @@ absl::StatusOr<PushOutcome> ControllerCore::push(TrajectoryGroup group, double n
     ++counters_.filtered;
     return PushOutcome::kFiltered;
   }
-  const int64_t bytes = static_cast<int64_t>(group.bytes());
   if (static_cast<int64_t>(buffer_.size()) >= options_.capacity_groups ||
       buffered_bytes_ + bytes > options_.capacity_bytes) {
     ++counters_.rejected_full;

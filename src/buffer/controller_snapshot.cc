@@ -1,4 +1,5 @@
 // ControllerCore::snapshot() / restore(): the controller's whole state as JSON.
+#include <limits>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
@@ -62,18 +63,20 @@ struct Reader {
       if constexpr (std::is_floating_point_v<T>) {
         out.push_back(static_cast<T>(number(&v)));
       } else {
-        out.push_back(static_cast<T>(integer(&v)));
+        const int64_t x = integer(&v);
+        if (x < std::numeric_limits<T>::min() || x > std::numeric_limits<T>::max()) ok = false;
+        out.push_back(static_cast<T>(x));
       }
     }
     return out;
   }
   Trajectory trajectory(const Json& j) {
     Trajectory t;
-    t.prompt_ids = list<int64_t>(j.find("prompt_ids"));
-    t.response_ids = list<int64_t>(j.find("response_ids"));
+    t.prompt_ids = list<int32_t>(j.find("prompt_ids"));
+    t.response_ids = list<int32_t>(j.find("response_ids"));
     t.loss_mask = list<uint8_t>(j.find("loss_mask"));
     t.logprobs = list<float>(j.find("logprobs"));
-    t.versions = list<int64_t>(j.find("versions"));
+    t.versions = list<int32_t>(j.find("versions"));
     t.reward = number(j.find("reward"));
     if (const Json* b = j.find("reward_breakdown"); b && b->is_object()) {
       for (const auto& [k, v] : b->as_object()) t.reward_breakdown[k] = number(&v);

@@ -63,6 +63,19 @@ void append_utf8(uint32_t cp, std::string* out) {
   }
 }
 
+bool is_valid_utf8(absl::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    const size_t length = utf8_sequence_length(s, i);
+    if (length == 0) return false;
+    i += length;
+  }
+  return true;
+}
+
 size_t utf8_sequence_length(absl::string_view s, size_t i) {
   size_t needed;
   size_t k = valid_prefix(s, i, &needed);

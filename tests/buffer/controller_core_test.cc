@@ -43,7 +43,7 @@ TrajectoryGroup group_for(const Lease& lease, int64_t version, double r0 = 1, do
     t.response_ids = {4, 5};
     t.loss_mask = {1, 1};
     t.logprobs = {-0.5f, -1.5f};
-    t.versions = {version, version};
+    t.versions.assign(2, static_cast<int32_t>(version));
     t.reward = i == 0 ? r0 : r1;
     t.sample_index = i;
     g.trajectories.push_back(t);
@@ -181,7 +181,7 @@ TEST(ControllerCoreTest, InvalidGroupsAreRejectedAndTheLeaseSurvives) {
   Lease l = c->acquire("w", 1, 0).leases.at(0);
   TrajectoryGroup bad = group_for(l, 0);
   bad.trajectories[1].logprobs[0] = 0.5f;
-  absl::Status s = c->push(bad, 0).status();
+  absl::Status s = c->push(std::move(bad), 0).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("trajectories[1].logprobs[0]"));
   EXPECT_EQ(*c->push(group_for(l, 0), 0), PushOutcome::kAccepted);
@@ -276,7 +276,7 @@ TEST(ControllerCorePropertyTest, StalenessInvariantAndExactlyOnceUnderRandomInte
           int64_t v = granted_version + (c->version() > granted_version ? rng() % 2 : 0);
           TrajectoryGroup g = group_for(lease, v, rng() % 2, rng() % 2);
           group_prompt[g.group_id] = {lease.epoch, lease.prompt};
-          auto outcome = c->push(g, now);
+          auto outcome = c->push(std::move(g), now);
           if (outcome.ok() || outcome.status().code() == absl::StatusCode::kFailedPrecondition) {
             held.erase(it);
           }

@@ -47,7 +47,7 @@ TrajectoryGroup group_for(uint64_t lease_id, int64_t version, const std::string&
     t.response_ids = {3, 4, 5};
     t.loss_mask = {1, 1, 0};
     t.logprobs = {-0.5f, -0.25f, -1.0f};
-    t.versions = {version, version, version};
+    t.versions.assign(3, static_cast<int32_t>(version));
     t.reward = i;
     g.trajectories.push_back(t);
   }

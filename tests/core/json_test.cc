@@ -83,6 +83,10 @@ TEST(Utf8Test, ValidatesAndReplacesLikeRust) {
   // Maximal subparts: "\xF0\x9F\x98" is one replacement, then "x".
   EXPECT_EQ(utf8_lossy("\xF0\x9F\x98x"), "\xEF\xBF\xBDx");
   EXPECT_EQ(utf8_lossy("\x80\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_TRUE(is_valid_utf8("plain \xC3\xA9 \xF0\x9F\x98\x80"));
+  EXPECT_TRUE(is_valid_utf8(""));
+  EXPECT_FALSE(is_valid_utf8("ok\xC0\x80"));
+  EXPECT_FALSE(is_valid_utf8("cut \xF0\x9F\x98"));
 }
 
 }  // namespace

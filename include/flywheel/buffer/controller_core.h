@@ -100,9 +100,11 @@ class ControllerCore {
   Grant acquire(const std::string& worker, int64_t max_prompts, double now);
 
   // Errors: FailedPrecondition for an unknown or expired lease, InvalidArgument naming the bad
-  // field (validate_group), ResourceExhausted when the buffer is full (the lease stays valid:
-  // retry). A group id seen before returns kDuplicate without storing it again.
-  absl::StatusOr<PushOutcome> push(TrajectoryGroup group, double now);
+  // field (validate_group), ResourceExhausted when the buffer is full (the lease stays valid,
+  // and `group` is left as it was: retry with it). A group id seen before returns kDuplicate
+  // without storing it again. Validation runs before the core's lock is taken, so a large
+  // group does not hold up other calls while it is checked.
+  absl::StatusOr<PushOutcome> push(TrajectoryGroup&& group, double now);
 
   // Exactly `n` groups (FIFO or freshest first), or Unavailable when fewer are buffered.
   absl::StatusOr<std::vector<TrajectoryGroup>> take_batch(int64_t n);

@@ -1,5 +1,7 @@
 // Trajectories and trajectory groups as the buffer stores them: plain vectors, no LibTorch,
-// no protobuf (DESIGN.md §3).
+// no protobuf (DESIGN.md §3). Ids and versions are 32-bit, as on the wire (fixed32), so that
+// moving a group between the wire and the buffer is a memory copy; a wire value of 2^31 or more
+// reads as negative and validation rejects it.
 #pragma once
 
 #include <cstdint>
@@ -12,11 +14,11 @@
 namespace flywheel::buffer {
 
 struct Trajectory {
-  std::vector<int64_t> prompt_ids;
-  std::vector<int64_t> response_ids;
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> response_ids;
   std::vector<uint8_t> loss_mask;  // per response token: 1 = model token, 0 = environment token
   std::vector<float> logprobs;     // behaviour log-prob per response token
-  std::vector<int64_t> versions;   // policy version per response token
+  std::vector<int32_t> versions;   // policy version per response token
   double reward = 0;
   std::map<std::string, double> reward_breakdown;
   std::string finish_reason;  // stop | length | abort | error

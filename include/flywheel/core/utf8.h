@@ -20,6 +20,9 @@ size_t utf8_sequence_length(absl::string_view s, size_t i);
 // sequence, as the Unicode "substitution of maximal subparts" rule (and Rust) does.
 size_t utf8_invalid_span(absl::string_view s, size_t i);
 
+// Whether `s` is well-formed UTF-8 throughout.
+bool is_valid_utf8(absl::string_view s);
+
 // `s` with every invalid sequence replaced by U+FFFD.
 std::string utf8_lossy(absl::string_view s);
 

@@ -4,13 +4,15 @@
 #include <chrono>
 #include <thread>
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "flywheel/v1/controller.grpc.pb.h"
-#include "proto_convert.h"
+#include "transport_args.h"
+#include "wire_codec.h"
 
 namespace flywheel::buffer {
 namespace {
@@ -24,13 +26,19 @@ grpc::ChannelArguments channel_arguments(const ControllerClientOptions& o) {
   args.SetMaxReceiveMessageSize(static_cast<int>(o.max_message_bytes));
   args.SetMaxSendMessageSize(static_cast<int>(o.max_message_bytes));
   if (!o.tls_target_name.empty()) args.SetSslTargetNameOverride(o.tls_target_name);
+  set_transport_args([&](const char* name, int v) { args.SetInt(name, v); });
   return args;
 }
+
+using PushStub = grpc::TemplatedGenericStub<grpc::ByteBuffer, v1::PushAck>;
 
 }  // namespace
 
 struct ControllerClient::Stub {
+  explicit Stub(const std::shared_ptr<grpc::Channel>& channel)
+      : stub(v1::Controller::NewStub(channel)), generic(channel) {}
   std::unique_ptr<v1::Controller::Stub> stub;
+  PushStub generic;  // PushGroups, whose requests wire_codec writes
 };
 
 absl::StatusOr<std::unique_ptr<ControllerClient>> ControllerClient::connect(
@@ -53,8 +61,7 @@ absl::StatusOr<std::unique_ptr<ControllerClient>> ControllerClient::over(
   std::unique_ptr<ControllerClient> client(new ControllerClient());
   client->options_ = options;
   client->channel_ = std::move(channel);
-  client->stub_ = std::make_unique<Stub>();
-  client->stub_->stub = v1::Controller::NewStub(client->channel_);
+  client->stub_ = std::make_unique<Stub>(client->channel_);
   return client;
 }
 
@@ -128,45 +135,88 @@ absl::StatusOr<v1::StatusReply> ControllerClient::status() {
   return reply;
 }
 
+namespace {
+
+// One PushGroups stream: writes the groups with wire_codec, one write in flight, and collects
+// the acks by group id.
+class PushCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, v1::PushAck> {
+ public:
+  PushCall(std::vector<const TrajectoryGroup*> groups, const std::string& worker_id,
+           std::map<std::string, v1::PushAck>* acks)
+      : groups_(std::move(groups)), worker_id_(worker_id), acks_(acks) {}
+
+  grpc::Status run(PushStub* stub, grpc::ClientContext* context) {
+    grpc::StubOptions options;
+    stub->PrepareBidiStreamingCall(context, "/flywheel.v1.Controller/PushGroups", options, this);
+    StartRead(&ack_);
+    if (groups_.empty()) {
+      StartWritesDone();
+    } else {
+      write(0);
+    }
+    StartCall();
+    done_.WaitForNotification();
+    return status_;
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) return;  // the stream broke; OnDone reports why
+    if (++written_ < groups_.size()) {
+      write(written_);
+    } else {
+      StartWritesDone();
+    }
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    (*acks_)[ack_.group_id()] = ack_;
+    StartRead(&ack_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    status_ = status;
+    done_.Notify();
+  }
+
+ private:
+  void write(size_t i) {
+    grpc::Slice slice(encoded_size(*groups_[i], worker_id_));
+    encode_group(*groups_[i], worker_id_, const_cast<uint8_t*>(slice.begin()));
+    buffer_ = grpc::ByteBuffer(&slice, 1);
+    StartWrite(&buffer_);
+  }
+
+  std::vector<const TrajectoryGroup*> groups_;
+  const std::string& worker_id_;
+  std::map<std::string, v1::PushAck>* acks_;  // only OnReadDone writes it until done_
+  grpc::ByteBuffer buffer_;                   // being written
+  size_t written_ = 0;
+  v1::PushAck ack_;
+  grpc::Status status_;
+  absl::Notification done_;
+};
+
+}  // namespace
+
 absl::StatusOr<std::vector<v1::PushAck>> ControllerClient::push_groups(
     const std::vector<TrajectoryGroup>& groups) {
-  absl::Mutex mu;
-  std::map<std::string, v1::PushAck> acks;  // by group id; the reader thread adds to it
-  std::vector<v1::TrajectoryGroup> protos(groups.size());
-  for (size_t i = 0; i < groups.size(); ++i) {
-    to_proto(groups[i], &protos[i]);
-    protos[i].set_worker_id(options_.worker_id);
-  }
+  std::map<std::string, v1::PushAck> acks;  // by group id
   absl::Status s = with_retries([&](grpc::ClientContext* c) {
-    auto stream = stub_->stub->PushGroups(c);
-    // Acks are read on another thread so that neither side blocks on a full window.
-    std::thread reader([&] {
-      v1::PushAck ack;
-      while (stream->Read(&ack)) {
-        absl::MutexLock lock(&mu);
-        acks[ack.group_id()] = ack;
-      }
-    });
-    for (const v1::TrajectoryGroup& g : protos) {
-      bool acknowledged;
-      {
-        absl::MutexLock lock(&mu);
-        acknowledged = acks.count(g.group_id()) > 0;  // acknowledged before a reconnect
-      }
-      if (acknowledged) continue;
-      if (!stream->Write(g)) break;
+    std::vector<const TrajectoryGroup*> pending;  // not acknowledged before a reconnect
+    for (const TrajectoryGroup& g : groups) {
+      if (!acks.count(g.group_id)) pending.push_back(&g);
     }
-    stream->WritesDone();
-    reader.join();
-    grpc::Status status = stream->Finish();
-    if (status.ok() && acks.size() < protos.size()) {
+    PushCall call(std::move(pending), options_.worker_id, &acks);
+    grpc::Status status = call.run(&stub_->generic, c);
+    if (status.ok() && acks.size() < groups.size()) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended before every ack");
     }
     return status;
   });
   if (!s.ok()) return s;
   std::vector<v1::PushAck> ordered;
-  for (const v1::TrajectoryGroup& g : protos) ordered.push_back(acks[g.group_id()]);
+  for (const TrajectoryGroup& g : groups) ordered.push_back(acks[g.group_id]);
   return ordered;
 }
 

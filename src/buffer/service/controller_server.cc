@@ -2,18 +2,20 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
-#include <thread>
+#include <deque>
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "flywheel/core/file_io.h"
 #include "flywheel/v1/controller.grpc.pb.h"
-#include "proto_convert.h"
+#include "retry_timer.h"
+#include "transport_args.h"
+#include "wire_codec.h"
 
 namespace flywheel::buffer {
 namespace {
@@ -55,40 +57,60 @@ absl::StatusOr<std::string> read_token(const std::string& file, const std::strin
   return std::string(value);
 }
 
-class ControllerServer::Service final : public v1::Controller::Service {
+// Every RPC runs on gRPC's callback API: handlers run on gRPC's own threads with no hand-off to
+// a worker pool, and PushGroups reads raw bytes that wire_codec decodes straight into the core's
+// vectors.
+using CallbackBase = v1::Controller::WithCallbackMethod_Register<
+    v1::Controller::WithCallbackMethod_Heartbeat<v1::Controller::WithCallbackMethod_AcquireWork<
+        v1::Controller::WithRawCallbackMethod_PushGroups<
+            v1::Controller::WithCallbackMethod_ReleaseLease<
+                v1::Controller::WithCallbackMethod_GetStatus<
+                    v1::Controller::WithCallbackMethod_GetWeightsManifest<
+                        v1::Controller::WithCallbackMethod_StreamWeights<
+                            v1::Controller::Service>>>>>>>>;
+
+class ControllerServer::Service final : public CallbackBase {
  public:
   Service(ControllerCore* core, const PromptDataset* dataset, const ControllerServerOptions& o,
           std::function<double()> clock)
       : core_(core), dataset_(dataset), options_(o), clock_(std::move(clock)) {}
 
-  grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
-                        v1::RegisterReply* reply) override {
-    if (auto s = authorize(ctx); !s.ok()) return s;
-    if (req->worker_id().empty()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id must not be empty");
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
+                                     const v1::RegisterRequest* req,
+                                     v1::RegisterReply* reply) override {
+    grpc::Status s = authorize(ctx);
+    if (s.ok() && req->worker_id().empty()) {
+      s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id must not be empty");
     }
-    core_->heartbeat(req->worker_id(), clock_());
-    reply->set_version(core_->version());
-    reply->set_group_size(group_size_);
-    reply->set_heartbeat_interval_s(options_.heartbeat_interval_s);
-    return grpc::Status::OK;
+    if (s.ok()) {
+      core_->heartbeat(req->worker_id(), clock_());
+      reply->set_version(core_->version());
+      reply->set_group_size(core_->group_size());
+      reply->set_heartbeat_interval_s(options_.heartbeat_interval_s);
+    }
+    return finish(ctx, s);
   }
 
-  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
-                         v1::HeartbeatReply* reply) override {
-    if (auto s = authorize(ctx); !s.ok()) return s;
-    core_->heartbeat(req->worker_id(), clock_());
-    reply->set_version(core_->version());
-    return grpc::Status::OK;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
+                                      const v1::HeartbeatRequest* req,
+                                      v1::HeartbeatReply* reply) override {
+    grpc::Status s = authorize(ctx);
+    if (s.ok()) {
+      core_->heartbeat(req->worker_id(), clock_());
+      reply->set_version(core_->version());
+    }
+    return finish(ctx, s);
   }
 
-  grpc::Status AcquireWork(grpc::ServerContext* ctx, const v1::AcquireWorkRequest* req,
-                           v1::AcquireWorkReply* reply) override {
-    if (auto s = authorize(ctx); !s.ok()) return s;
-    if (req->worker_id().empty() || req->max_prompts() < 1) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "AcquireWork needs a worker_id and max_prompts >= 1");
+  grpc::ServerUnaryReactor* AcquireWork(grpc::CallbackServerContext* ctx,
+                                        const v1::AcquireWorkRequest* req,
+                                        v1::AcquireWorkReply* reply) override {
+    grpc::Status s = authorize(ctx);
+    if (s.ok() && (req->worker_id().empty() || req->max_prompts() < 1)) {
+      s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                       "AcquireWork needs a worker_id and max_prompts >= 1");
     }
+    if (!s.ok()) return finish(ctx, s);
     Grant grant = core_->acquire(req->worker_id(), req->max_prompts(), clock_());
     reply->set_version(grant.version);
     reply->set_kind(grant.kind == Grant::Kind::kWork   ? v1::AcquireWorkReply::WORK
@@ -101,66 +123,176 @@ class ControllerServer::Service final : public v1::Controller::Service {
       l->set_prompt_index(lease.prompt);
       l->set_prompt_json(dataset_->line(lease.prompt));
     }
-    return grpc::Status::OK;
+    return finish(ctx, s);
   }
 
-  grpc::Status PushGroups(
-      grpc::ServerContext* ctx,
-      grpc::ServerReaderWriter<v1::PushAck, v1::TrajectoryGroup>* stream) override {
-    if (auto s = authorize(ctx); !s.ok()) return s;
-    v1::TrajectoryGroup proto;
-    while (stream->Read(&proto)) {
-      v1::PushAck ack;
-      ack.set_group_id(proto.group_id());
-      absl::StatusOr<PushOutcome> outcome = push_with_backpressure(from_proto(proto), ctx);
-      ack.set_code(static_cast<int32_t>(outcome.status().code()));
-      if (outcome.ok()) {
-        ack.set_outcome(push_outcome_name(*outcome));
-      } else {
-        ack.set_message(std::string(outcome.status().message()));
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PushGroups(
+      grpc::CallbackServerContext* ctx) override {
+    return new PushReactor(this, ctx);
+  }
+
+  grpc::ServerUnaryReactor* ReleaseLease(grpc::CallbackServerContext* ctx,
+                                         const v1::ReleaseLeaseRequest* req,
+                                         v1::ReleaseLeaseReply*) override {
+    grpc::Status s = authorize(ctx);
+    return finish(ctx, s.ok() ? to_grpc(core_->release(req->lease_id())) : s);
+  }
+
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx, const v1::StatusRequest*,
+                                      v1::StatusReply* reply) override {
+    grpc::Status s = authorize(ctx);
+    if (s.ok()) {
+      reply->set_version(core_->version());
+      reply->set_in_flight(core_->in_flight());
+      reply->set_buffered(core_->buffered());
+      reply->set_budget_limit(core_->budget_limit());
+      for (const auto& [name, value] : core_->counters().entries()) {
+        (*reply->mutable_counters())[name] = value;
       }
-      if (!stream->Write(ack)) break;  // the client went away; what it pushed is kept
     }
-    return grpc::Status::OK;
+    return finish(ctx, s);
   }
 
-  grpc::Status ReleaseLease(grpc::ServerContext* ctx, const v1::ReleaseLeaseRequest* req,
-                            v1::ReleaseLeaseReply*) override {
-    if (auto s = authorize(ctx); !s.ok()) return s;
-    return to_grpc(core_->release(req->lease_id()));
+  grpc::ServerUnaryReactor* GetWeightsManifest(grpc::CallbackServerContext* ctx,
+                                               const v1::WeightsRequest*,
+                                               v1::WeightsManifest*) override {
+    grpc::Status s = authorize(ctx);
+    return finish(ctx, s.ok() ? weights_unimplemented() : s);
   }
 
-  grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::StatusRequest*,
-                         v1::StatusReply* reply) override {
-    if (auto s = authorize(ctx); !s.ok()) return s;
-    reply->set_version(core_->version());
-    reply->set_in_flight(core_->in_flight());
-    reply->set_buffered(core_->buffered());
-    reply->set_budget_limit(core_->budget_limit());
-    for (const auto& [name, value] : core_->counters().entries()) {
-      (*reply->mutable_counters())[name] = value;
-    }
-    return grpc::Status::OK;
+  grpc::ServerWriteReactor<v1::WeightsBucket>* StreamWeights(grpc::CallbackServerContext* ctx,
+                                                             const v1::WeightsRequest*) override {
+    grpc::Status s = authorize(ctx);
+    return new FinishedWriter(s.ok() ? weights_unimplemented() : s);
   }
-
-  grpc::Status GetWeightsManifest(grpc::ServerContext* ctx, const v1::WeightsRequest*,
-                                  v1::WeightsManifest*) override {
-    if (auto s = authorize(ctx); !s.ok()) return s;
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        "weight publication is not implemented yet (it arrives with the trainer)");
-  }
-
-  grpc::Status StreamWeights(grpc::ServerContext* ctx, const v1::WeightsRequest*,
-                             grpc::ServerWriter<v1::WeightsBucket>*) override {
-    if (auto s = authorize(ctx); !s.ok()) return s;
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        "weight publication is not implemented yet (it arrives with the trainer)");
-  }
-
-  int64_t group_size_ = 0;
 
  private:
-  grpc::Status authorize(grpc::ServerContext* ctx) const {
+  // Reads groups one at a time: decode, push (retried from the timer while the buffer is full),
+  // queue the ack, read the next. Acks are written in order, one write in flight at a time.
+  class PushReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+   public:
+    PushReactor(Service* service, grpc::CallbackServerContext* ctx) : service_(service), ctx_(ctx) {
+      grpc::Status s = service_->authorize(ctx);
+      if (!s.ok()) {
+        finished_ = true;
+        Finish(s);
+        return;
+      }
+      StartRead(&request_);
+    }
+
+    void OnReadDone(bool ok) override {
+      if (!ok) {  // the client finished writing or went away
+        absl::MutexLock lock(&mu_);
+        reads_done_ = true;
+        finish_if_done();
+        return;
+      }
+      grpc::ProtoBufferReader reader(&request_);
+      DecodeLimits limits;
+      limits.max_trajectories = service_->core_->group_size();
+      absl::Status decoded = decode_group(&reader, request_.Length(), limits, &group_);
+      request_.Clear();
+      group_id_ = group_.group_id;  // group_ is moved into the core by a successful push
+      if (!decoded.ok()) {
+        acknowledge(decoded);
+        return;
+      }
+      deadline_ = service_->clock_() + service_->options_.push_timeout_s;
+      attempt();
+    }
+
+    void OnWriteDone(bool ok) override {
+      absl::MutexLock lock(&mu_);
+      acks_.pop_front();
+      if (!ok) acks_.clear();  // the client went away; what it pushed is kept
+      if (!acks_.empty()) {
+        StartWrite(&acks_.front());
+      } else {
+        writing_ = false;
+        finish_if_done();
+      }
+    }
+
+    void OnDone() override { delete this; }
+
+   private:
+    // Pushes group_; a full buffer is retried every 5 ms until the push deadline or a cancel.
+    void attempt() {
+      absl::StatusOr<PushOutcome> outcome =
+          service_->core_->push(std::move(group_), service_->clock_());
+      if (!outcome.ok() && outcome.status().code() == absl::StatusCode::kResourceExhausted &&
+          service_->clock_() < deadline_ && !ctx_->IsCancelled()) {
+        service_->timer_.schedule(absl::Milliseconds(5), [this] { attempt(); });
+        return;
+      }
+      acknowledge(outcome.status(), outcome.ok() ? push_outcome_name(*outcome) : "");
+    }
+
+    // Queues the ack of group_ and reads the next group.
+    void acknowledge(const absl::Status& status, const std::string& outcome = "") {
+      v1::PushAck ack;
+      ack.set_group_id(group_id_);
+      ack.set_code(static_cast<int32_t>(status.code()));
+      if (status.ok()) {
+        ack.set_outcome(outcome);
+      } else {
+        ack.set_message(std::string(status.message()));
+      }
+      group_ = TrajectoryGroup();
+      const std::string bytes = ack.SerializeAsString();
+      grpc::Slice slice(bytes);
+      {
+        absl::MutexLock lock(&mu_);
+        acks_.emplace_back(&slice, 1);
+        if (!writing_) {
+          writing_ = true;
+          StartWrite(&acks_.front());
+        }
+      }
+      StartRead(&request_);
+    }
+
+    void finish_if_done() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (reads_done_ && !writing_ && !finished_) {
+        finished_ = true;
+        Finish(grpc::Status::OK);
+      }
+    }
+
+    Service* service_;
+    grpc::CallbackServerContext* ctx_;
+    grpc::ByteBuffer request_;
+    TrajectoryGroup group_;  // being pushed
+    std::string group_id_;
+    double deadline_ = 0;
+    absl::Mutex mu_;
+    std::deque<grpc::ByteBuffer> acks_ ABSL_GUARDED_BY(mu_);  // front() is being written
+    bool writing_ ABSL_GUARDED_BY(mu_) = false;
+    bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+    bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  };
+
+  // A server stream that ends at once with a status.
+  class FinishedWriter final : public grpc::ServerWriteReactor<v1::WeightsBucket> {
+   public:
+    explicit FinishedWriter(const grpc::Status& status) { Finish(status); }
+    void OnDone() override { delete this; }
+  };
+
+  static grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* ctx,
+                                          const grpc::Status& status) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(status);
+    return reactor;
+  }
+
+  static grpc::Status weights_unimplemented() {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "weight publication is not implemented yet (it arrives with the trainer)");
+  }
+
+  grpc::Status authorize(grpc::CallbackServerContext* ctx) const {
     if (options_.token.empty()) return grpc::Status::OK;
     const auto& metadata = ctx->client_metadata();
     auto it = metadata.find("authorization");
@@ -176,25 +308,11 @@ class ControllerServer::Service final : public v1::Controller::Service {
     return grpc::Status::OK;
   }
 
-  // Retries a push refused by the capacity limit until it fits, the push deadline passes or the
-  // client cancels.
-  absl::StatusOr<PushOutcome> push_with_backpressure(TrajectoryGroup group,
-                                                     grpc::ServerContext* ctx) {
-    const double deadline = clock_() + options_.push_timeout_s;
-    while (true) {
-      absl::StatusOr<PushOutcome> outcome = core_->push(group, clock_());
-      if (outcome.ok() || outcome.status().code() != absl::StatusCode::kResourceExhausted) {
-        return outcome;
-      }
-      if (clock_() >= deadline || ctx->IsCancelled()) return outcome;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  }
-
   ControllerCore* core_;
   const PromptDataset* dataset_;
   ControllerServerOptions options_;
   std::function<double()> clock_;
+  RetryTimer timer_;
 };
 
 absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::start(
@@ -211,7 +329,6 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::start(
   std::unique_ptr<ControllerServer> server(new ControllerServer());
   server->service_ =
       std::make_unique<Service>(core, dataset, options, clock ? std::move(clock) : &steady_seconds);
-  server->service_->group_size_ = core->group_size();
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (!options.tls_cert_pem.empty()) {
     grpc::SslServerCredentialsOptions ssl(
@@ -227,6 +344,7 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::start(
   builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  set_transport_args([&](const char* name, int v) { builder.AddChannelArgument(name, v); });
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(

@@ -1,0 +1,294 @@
+// wire_codec against protobuf itself: encode_group() must produce the bytes protobuf's
+// deterministic serialization produces, and decode_group() must accept exactly what protobuf's
+// parser accepts and read the same values, including from randomly corrupted messages and from
+// input split into chunks at every boundary.
+#include "wire_codec.h"
+
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/stubs/logging.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+
+#include "flywheel/v1/trajectory.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace flywheel::buffer {
+namespace {
+
+using google::protobuf::io::ArrayInputStream;
+using google::protobuf::io::CodedOutputStream;
+using google::protobuf::io::StringOutputStream;
+using ::testing::HasSubstr;
+
+// The reference conversion, element by element.
+v1::TrajectoryGroup to_message(const TrajectoryGroup& g, const std::string& worker_id) {
+  v1::TrajectoryGroup p;
+  p.set_group_id(g.group_id);
+  p.set_lease_id(g.lease_id);
+  p.set_worker_id(worker_id);
+  for (const Trajectory& t : g.trajectories) {
+    v1::Trajectory* tp = p.add_trajectories();
+    for (int32_t id : t.prompt_ids) tp->add_prompt_ids(static_cast<uint32_t>(id));
+    for (int32_t id : t.response_ids) tp->add_response_ids(static_cast<uint32_t>(id));
+    tp->set_loss_mask(std::string(t.loss_mask.begin(), t.loss_mask.end()));
+    for (float lp : t.logprobs) tp->add_logprobs(lp);
+    for (int32_t v : t.versions) tp->add_versions(static_cast<uint32_t>(v));
+    tp->set_reward(t.reward);
+    for (const auto& [k, v] : t.reward_breakdown) (*tp->mutable_reward_breakdown())[k] = v;
+    tp->set_finish_reason(t.finish_reason);
+    tp->set_sample_index(t.sample_index);
+  }
+  return p;
+}
+
+TrajectoryGroup from_message(const v1::TrajectoryGroup& p) {
+  TrajectoryGroup g;
+  g.group_id = p.group_id();
+  g.lease_id = p.lease_id();
+  g.worker_id = p.worker_id();
+  for (const v1::Trajectory& tp : p.trajectories()) {
+    Trajectory t;
+    for (uint32_t id : tp.prompt_ids()) t.prompt_ids.push_back(static_cast<int32_t>(id));
+    for (uint32_t id : tp.response_ids()) t.response_ids.push_back(static_cast<int32_t>(id));
+    t.loss_mask.assign(tp.loss_mask().begin(), tp.loss_mask().end());
+    for (float lp : tp.logprobs()) t.logprobs.push_back(lp);
+    for (uint32_t v : tp.versions()) t.versions.push_back(static_cast<int32_t>(v));
+    t.reward = tp.reward();
+    for (const auto& [k, v] : tp.reward_breakdown()) t.reward_breakdown[k] = v;
+    t.finish_reason = tp.finish_reason();
+    t.sample_index = tp.sample_index();
+    g.trajectories.push_back(std::move(t));
+  }
+  return g;
+}
+
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+}
+
+bool same_double(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
+
+// Field-by-field equality, bitwise for floating point (NaN payloads and -0.0 included).
+void expect_same(const TrajectoryGroup& a, const TrajectoryGroup& b) {
+  EXPECT_EQ(a.group_id, b.group_id);
+  EXPECT_EQ(a.lease_id, b.lease_id);
+  EXPECT_EQ(a.worker_id, b.worker_id);
+  ASSERT_EQ(a.trajectories.size(), b.trajectories.size());
+  for (size_t i = 0; i < a.trajectories.size(); ++i) {
+    const Trajectory &x = a.trajectories[i], &y = b.trajectories[i];
+    EXPECT_EQ(x.prompt_ids, y.prompt_ids);
+    EXPECT_EQ(x.response_ids, y.response_ids);
+    EXPECT_EQ(x.loss_mask, y.loss_mask);
+    EXPECT_TRUE(same_bits(x.logprobs, y.logprobs)) << "trajectory " << i;
+    EXPECT_EQ(x.versions, y.versions);
+    EXPECT_TRUE(same_double(x.reward, y.reward)) << x.reward << " vs " << y.reward;
+    ASSERT_EQ(x.reward_breakdown.size(), y.reward_breakdown.size());
+    for (const auto& [k, v] : x.reward_breakdown) {
+      ASSERT_TRUE(y.reward_breakdown.count(k)) << k;
+      EXPECT_TRUE(same_double(v, y.reward_breakdown.at(k)));
+    }
+    EXPECT_EQ(x.finish_reason, y.finish_reason);
+    EXPECT_EQ(x.sample_index, y.sample_index);
+  }
+}
+
+TrajectoryGroup random_group(std::mt19937& rng) {
+  auto pick = [&](int n) { return static_cast<int>(rng() % n); };
+  TrajectoryGroup g;
+  g.group_id = pick(5) == 0 ? "" : "group-" + std::to_string(rng());
+  g.lease_id = pick(4) == 0 ? 0 : (static_cast<uint64_t>(rng()) << pick(33));
+  g.worker_id = "ignored: the encoder's worker_id wins";
+  const int n = pick(5);
+  for (int i = 0; i < n; ++i) {
+    Trajectory t;
+    const int prompt = pick(4) == 0 ? 0 : pick(300);
+    const int response = pick(4) == 0 ? 0 : pick(300);
+    for (int k = 0; k < prompt; ++k) t.prompt_ids.push_back(static_cast<int32_t>(rng()));
+    for (int k = 0; k < response; ++k) {
+      t.response_ids.push_back(static_cast<int32_t>(rng() % 1000));
+      t.loss_mask.push_back(static_cast<uint8_t>(rng() % 3));
+      t.logprobs.push_back(-std::ldexp(static_cast<float>(rng() % 1000), -pick(12)));
+      t.versions.push_back(pick(10) == 0 ? -1 : pick(1000));
+    }
+    const double rewards[] = {0.0, -0.0, 1.0, -2.5, 1e300, std::nan("")};
+    t.reward = rewards[pick(6)];
+    for (int k = pick(4); k > 0; --k) t.reward_breakdown["r" + std::to_string(pick(5))] = pick(7);
+    if (pick(3) == 0) t.reward_breakdown[""] = 0;  // empty key and zero value
+    t.finish_reason = pick(3) == 0 ? "" : "stop \xC3\xA9";
+    t.sample_index = pick(3) == 0 ? 0 : static_cast<int64_t>(rng()) - (1LL << 31);
+    g.trajectories.push_back(std::move(t));
+  }
+  return g;
+}
+
+std::string encode(const TrajectoryGroup& g, const std::string& worker_id) {
+  std::string bytes(encoded_size(g, worker_id), '\0');
+  encode_group(g, worker_id, reinterpret_cast<uint8_t*>(bytes.data()));
+  return bytes;
+}
+
+std::string protobuf_bytes(const v1::TrajectoryGroup& p) {
+  std::string bytes;
+  StringOutputStream stream(&bytes);
+  CodedOutputStream out(&stream);
+  out.SetSerializationDeterministic(true);
+  p.SerializeToCodedStream(&out);
+  out.Trim();
+  return bytes;
+}
+
+absl::Status decode(const std::string& bytes, TrajectoryGroup* g, int block = -1,
+                    const DecodeLimits& limits = {}) {
+  ArrayInputStream stream(bytes.data(), static_cast<int>(bytes.size()), block);
+  return decode_group(&stream, bytes.size(), limits, g);
+}
+
+TEST(WireCodecTest, EncodesTheBytesProtobufSerializes) {
+  std::mt19937 rng(1);
+  for (int i = 0; i < 500; ++i) {
+    const TrajectoryGroup g = random_group(rng);
+    const std::string worker = i % 3 == 0 ? "" : "worker-" + std::to_string(i);
+    ASSERT_EQ(encode(g, worker), protobuf_bytes(to_message(g, worker))) << "case " << i;
+  }
+}
+
+TEST(WireCodecTest, DecodesWhatProtobufSerializesAtAnyChunking) {
+  std::mt19937 rng(2);
+  for (int i = 0; i < 500; ++i) {
+    const v1::TrajectoryGroup message = to_message(random_group(rng), "w");
+    const std::string bytes = message.SerializeAsString();
+    for (int block : {-1, 1, 3, 4, 4096}) {
+      TrajectoryGroup decoded;
+      ASSERT_TRUE(decode(bytes, &decoded, block).ok()) << "case " << i << " block " << block;
+      expect_same(decoded, from_message(message));
+    }
+  }
+}
+
+// Encodings protobuf's own serializer never produces but its parser accepts.
+TEST(WireCodecTest, AcceptsUnpackedSplitReorderedAndUnknownFields) {
+  std::string bytes;
+  {
+    StringOutputStream stream(&bytes);
+    CodedOutputStream out(&stream);
+    std::string trajectory;
+    {
+      StringOutputStream ts(&trajectory);
+      CodedOutputStream t(&ts);
+      t.WriteTag(9 << 3 | 0);  // sample_index before the ids
+      t.WriteVarint64(7);
+      for (uint32_t id : {5u, 6u}) {  // response_ids one at a time (unpacked)
+        t.WriteTag(2 << 3 | 5);
+        t.WriteLittleEndian32(id);
+      }
+      t.WriteTag(2 << 3 | 2);  // ... then a packed run: ids append
+      t.WriteVarint32(4);
+      t.WriteLittleEndian32(8);
+      t.WriteTag(99 << 3 | 0);  // unknown fields of every wire type
+      t.WriteVarint64(123456789);
+      t.WriteTag(100 << 3 | 1);
+      t.WriteLittleEndian64(1);
+      t.WriteTag(101 << 3 | 2);
+      t.WriteVarint32(3);
+      t.WriteRaw("abc", 3);
+      t.WriteTag(102 << 3 | 3);  // a group holding a varint
+      t.WriteTag(1 << 3 | 0);
+      t.WriteVarint64(1);
+      t.WriteTag(102 << 3 | 4);
+      t.WriteTag(103 << 3 | 5);
+      t.WriteLittleEndian32(1);
+      t.WriteTag(6 << 3 | 0);  // reward with the wrong wire type: an unknown field
+      t.WriteVarint64(5);
+      t.WriteTag(8 << 3 | 2);  // finish_reason twice: the last wins
+      t.WriteVarint32(1);
+      t.WriteRaw("a", 1);
+      t.WriteTag(8 << 3 | 2);
+      t.WriteVarint32(4);
+      t.WriteRaw("stop", 4);
+    }
+    out.WriteTag(4 << 3 | 2);
+    out.WriteVarint32(static_cast<uint32_t>(trajectory.size()));
+    out.WriteRaw(trajectory.data(), static_cast<int>(trajectory.size()));
+    out.WriteTag(1 << 3 | 2);  // group_id after the trajectories
+    out.WriteVarint32(2);
+    out.WriteRaw("g1", 2);
+  }
+  v1::TrajectoryGroup reference;
+  ASSERT_TRUE(reference.ParseFromString(bytes));
+  TrajectoryGroup decoded;
+  ASSERT_TRUE(decode(bytes, &decoded).ok());
+  expect_same(decoded, from_message(reference));
+  EXPECT_EQ(decoded.trajectories.at(0).response_ids, (std::vector<int32_t>{5, 6, 8}));
+  EXPECT_EQ(decoded.trajectories.at(0).finish_reason, "stop");
+  EXPECT_EQ(decoded.trajectories.at(0).reward, 0);
+}
+
+// Random corruption: decode_group fails exactly when protobuf's parser fails, and reads the
+// same values when both succeed.
+TEST(WireCodecTest, AgreesWithProtobufOnCorruptedMessages) {
+  google::protobuf::LogSilencer quiet;  // protobuf logs each invalid UTF-8 string it rejects
+  std::mt19937 rng(3);
+  int rejected = 0, accepted = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string bytes = to_message(random_group(rng), "w").SerializeAsString();
+    if (bytes.empty()) continue;
+    switch (rng() % 4) {
+      case 0:  // truncate
+        bytes.resize(rng() % bytes.size());
+        break;
+      case 1:  // flip a few bytes
+        for (int k = 0; k < 3; ++k)
+          bytes[rng() % bytes.size()] ^= static_cast<char>(1 + rng() % 255);
+        break;
+      case 2:  // set one byte to a random value
+        bytes[rng() % bytes.size()] = static_cast<char>(rng());
+        break;
+      default:  // insert random bytes
+        bytes.insert(rng() % bytes.size(), std::string(1 + rng() % 4, static_cast<char>(rng())));
+    }
+    v1::TrajectoryGroup reference;
+    const bool protobuf_ok = reference.ParseFromString(bytes);
+    TrajectoryGroup decoded;
+    const absl::Status s = decode(bytes, &decoded, 1 + static_cast<int>(rng() % 64));
+    ASSERT_EQ(s.ok(), protobuf_ok) << "case " << i << ": " << s;
+    if (protobuf_ok) {
+      expect_same(decoded, from_message(reference));
+      ++accepted;
+    } else {
+      EXPECT_THAT(std::string(s.message()), HasSubstr("cannot parse flywheel.v1.TrajectoryGroup"));
+      ++rejected;
+    }
+  }
+  EXPECT_GT(rejected, 1000);  // both outcomes were exercised
+  EXPECT_GT(accepted, 1000);
+}
+
+TEST(WireCodecTest, RejectsBadStringsAndTooManyTrajectoriesNamingTheField) {
+  TrajectoryGroup g;
+  g.group_id = "g7";
+  g.trajectories.resize(1);
+  g.trajectories[0].finish_reason = "bad \xC0\x80";
+  TrajectoryGroup decoded;
+  absl::Status s = decode(encode(g, "w"), &decoded);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("trajectories[0].finish_reason"));
+  EXPECT_EQ(decoded.group_id, "g7");  // read before the error, for the acknowledgement
+
+  g.trajectories.resize(5);
+  g.trajectories[0].finish_reason = "stop";
+  DecodeLimits limits;
+  limits.max_trajectories = 4;
+  s = decode(encode(g, "w"), &decoded, -1, limits);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("more than 4 trajectories"));
+  limits.max_trajectories = 5;
+  EXPECT_TRUE(decode(encode(g, "w"), &decoded, -1, limits).ok());
+}
+
+}  // namespace
+}  // namespace flywheel::buffer
