@@ -206,7 +206,9 @@ TEST(ControllerServiceTest, AClientKilledMidStreamLosesNoAckedGroupAndDuplicates
         tp->set_reward(t.reward);
       }
       ASSERT_TRUE(stream->Write(p));
-      if (i < 3) ASSERT_TRUE(stream->Read(&ack));
+      if (i < 3) {
+        ASSERT_TRUE(stream->Read(&ack));
+      }
     }
     context.TryCancel();
     EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
