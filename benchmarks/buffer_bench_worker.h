@@ -15,7 +15,7 @@ struct PushWorkerOptions {
 };
 
 // Acquires leases and pushes groups for them until `seconds` have passed; prints
-// "groups G busy_s B group_bytes N" (busy = time inside push_groups()).
+// "groups G seconds S group_bytes N".
 int run_push_worker(const PushWorkerOptions& options);
 
 struct AcquireWorkerOptions {

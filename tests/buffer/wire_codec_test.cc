@@ -158,6 +158,40 @@ TEST(WireCodecTest, EncodesTheBytesProtobufSerializes) {
   }
 }
 
+TEST(WireCodecTest, SegmentsConcatenateToTheEncodingAndReferenceLargeArrays) {
+  std::mt19937 rng(4);
+  int referenced = 0;
+  for (int i = 0; i < 300; ++i) {
+    const TrajectoryGroup g = random_group(rng);
+    std::string scratch;
+    const std::vector<WireSegment> segments = encode_group_segments(g, "w", &scratch);
+    std::string joined;
+    for (const WireSegment& s : segments) {
+      ASSERT_GT(s.size, 0u);
+      if (s.external != nullptr) {
+        joined.append(reinterpret_cast<const char*>(s.external), s.size);
+        ++referenced;
+        bool inside_the_group = false;  // an array of the group itself, not a copy
+        for (const Trajectory& t : g.trajectories) {
+          for (const void* data : {static_cast<const void*>(t.prompt_ids.data()),
+                                   static_cast<const void*>(t.response_ids.data()),
+                                   static_cast<const void*>(t.loss_mask.data()),
+                                   static_cast<const void*>(t.logprobs.data()),
+                                   static_cast<const void*>(t.versions.data())}) {
+            inside_the_group |= data == s.external;
+          }
+        }
+        EXPECT_TRUE(inside_the_group);
+      } else {
+        ASSERT_LE(s.offset + s.size, scratch.size());
+        joined.append(scratch, s.offset, s.size);
+      }
+    }
+    ASSERT_EQ(joined, encode(g, "w")) << "case " << i;
+  }
+  EXPECT_GT(referenced, 100);
+}
+
 TEST(WireCodecTest, DecodesWhatProtobufSerializesAtAnyChunking) {
   std::mt19937 rng(2);
   for (int i = 0; i < 500; ++i) {

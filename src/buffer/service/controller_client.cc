@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <thread>
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "flywheel/v1/controller.grpc.pb.h"
@@ -137,8 +139,9 @@ absl::StatusOr<v1::StatusReply> ControllerClient::status() {
 
 namespace {
 
-// One PushGroups stream: writes the groups with wire_codec, one write in flight, and collects
-// the acks by group id.
+// One PushGroups stream. The calling thread encodes the groups (wire_codec) into two slots
+// while gRPC's threads write them, one write in flight, so encoding overlaps the socket
+// writes; acks are collected by group id.
 class PushCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, v1::PushAck> {
  public:
   PushCall(std::vector<const TrajectoryGroup*> groups, const std::string& worker_id,
@@ -149,22 +152,51 @@ class PushCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, v1::Push
     grpc::StubOptions options;
     stub->PrepareBidiStreamingCall(context, "/flywheel.v1.Controller/PushGroups", options, this);
     StartRead(&ack_);
-    if (groups_.empty()) {
-      StartWritesDone();
-    } else {
-      write(0);
-    }
+    if (groups_.empty()) StartWritesDone();
     StartCall();
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      {
+        // Slot i % 2 is free once group i - 2 is written.
+        absl::MutexLock lock(&mu_);
+        auto free = [&] { return broken_ || written_ + 1 >= i; };
+        mu_.Await(absl::Condition(&free));
+        if (broken_) break;
+      }
+      grpc::ByteBuffer buffer = to_byte_buffer(*groups_[i]);
+      Slot& slot = slots_[i % 2];
+      bool start = false;
+      {
+        absl::MutexLock lock(&mu_);
+        slot.buffer = std::move(buffer);
+        slot.group = i;
+        start = due_ == i;  // the previous write finished before this group was ready
+        if (start) due_ = SIZE_MAX;
+      }
+      if (start) StartWrite(&slot.buffer);
+    }
     done_.WaitForNotification();
     return status_;
   }
 
   void OnWriteDone(bool ok) override {
-    if (!ok) return;  // the stream broke; OnDone reports why
-    if (++written_ < groups_.size()) {
-      write(written_);
-    } else {
+    size_t next;
+    bool ready = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!ok) {  // the stream broke; OnDone reports why
+        broken_ = true;
+        return;
+      }
+      next = ++written_;
+      if (next < groups_.size()) {
+        ready = slots_[next % 2].group == next;
+        if (!ready) due_ = next;  // the encoding thread starts it
+      }
+    }
+    if (next == groups_.size()) {
       StartWritesDone();
+    } else if (ready) {
+      StartWrite(&slots_[next % 2].buffer);
     }
   }
 
@@ -175,23 +207,46 @@ class PushCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, v1::Push
   }
 
   void OnDone(const grpc::Status& status) override {
+    {
+      absl::MutexLock lock(&mu_);
+      broken_ = true;  // releases an encoding loop still waiting for a slot
+    }
     status_ = status;
     done_.Notify();
   }
 
  private:
-  void write(size_t i) {
-    grpc::Slice slice(encoded_size(*groups_[i], worker_id_));
-    encode_group(*groups_[i], worker_id_, const_cast<uint8_t*>(slice.begin()));
-    buffer_ = grpc::ByteBuffer(&slice, 1);
-    StartWrite(&buffer_);
+  // The group's wire bytes with its token arrays referenced in place, not copied: they stay
+  // valid because push_groups() returns only after the stream is done.
+  grpc::ByteBuffer to_byte_buffer(const TrajectoryGroup& group) {
+    std::string scratch;
+    const std::vector<WireSegment> segments = encode_group_segments(group, worker_id_, &scratch);
+    const grpc::Slice small(scratch);
+    std::vector<grpc::Slice> slices;
+    slices.reserve(segments.size());
+    for (const WireSegment& s : segments) {
+      if (s.external != nullptr) {
+        slices.emplace_back(const_cast<uint8_t*>(s.external), s.size, grpc::Slice::STATIC_SLICE);
+      } else {
+        slices.push_back(small.sub(s.offset, s.offset + s.size));
+      }
+    }
+    return grpc::ByteBuffer(slices.data(), slices.size());
   }
+
+  struct Slot {
+    grpc::ByteBuffer buffer;
+    size_t group = SIZE_MAX;  // the group `buffer` holds
+  };
 
   std::vector<const TrajectoryGroup*> groups_;
   const std::string& worker_id_;
   std::map<std::string, v1::PushAck>* acks_;  // only OnReadDone writes it until done_
-  grpc::ByteBuffer buffer_;                   // being written
-  size_t written_ = 0;
+  absl::Mutex mu_;
+  Slot slots_[2];
+  size_t written_ ABSL_GUARDED_BY(mu_) = 0;  // writes completed
+  size_t due_ ABSL_GUARDED_BY(mu_) = 0;      // a write that waits for its encoding
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
   v1::PushAck ack_;
   grpc::Status status_;
   absl::Notification done_;

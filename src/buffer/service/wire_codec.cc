@@ -265,13 +265,6 @@ size_t delimited_size(uint32_t field, size_t n) {
   return n == 0 ? 0 : tag_size(field) + CodedOutputStream::VarintSize32(n) + n;
 }
 
-uint8_t* write_delimited(uint32_t field, const void* data, size_t n, uint8_t* p) {
-  if (n == 0) return p;
-  p = CodedOutputStream::WriteTagToArray(tag(field, kLengthDelimited), p);
-  p = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(n), p);
-  return CodedOutputStream::WriteRawToArray(data, static_cast<int>(n), p);
-}
-
 uint64_t bits_of(double d) {
   uint64_t bits;
   std::memcpy(&bits, &d, 8);
@@ -302,32 +295,113 @@ size_t trajectory_size(const Trajectory& t) {
   return n;
 }
 
-uint8_t* write_trajectory(const Trajectory& t, uint8_t* p) {
-  p = write_delimited(kPromptIds, t.prompt_ids.data(), t.prompt_ids.size() * 4, p);
-  p = write_delimited(kResponseIds, t.response_ids.data(), t.response_ids.size() * 4, p);
-  p = write_delimited(kLossMask, t.loss_mask.data(), t.loss_mask.size(), p);
-  p = write_delimited(kLogprobs, t.logprobs.data(), t.logprobs.size() * 4, p);
-  p = write_delimited(kVersions, t.versions.data(), t.versions.size() * 4, p);
+// Where the encoder's bytes go: small pieces are always copied; token arrays (`array`) may be
+// referenced in place instead.
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual void bytes(const void* data, size_t n) = 0;
+  virtual void array(const void* data, size_t n) { bytes(data, n); }
+
+  void varint(uint64_t v) {
+    uint8_t buf[10];
+    bytes(buf, CodedOutputStream::WriteVarint64ToArray(v, buf) - buf);
+  }
+  void fixed64(uint64_t v) {
+    uint8_t buf[8];
+    CodedOutputStream::WriteLittleEndian64ToArray(v, buf);
+    bytes(buf, 8);
+  }
+  void delimited(uint32_t field, const void* data, size_t n, bool is_array = false) {
+    if (n == 0) return;
+    varint(tag(field, kLengthDelimited));
+    varint(n);
+    if (is_array) {
+      array(data, n);
+    } else {
+      bytes(data, n);
+    }
+  }
+};
+
+void write_trajectory(const Trajectory& t, Sink* out) {
+  out->delimited(kPromptIds, t.prompt_ids.data(), t.prompt_ids.size() * 4, true);
+  out->delimited(kResponseIds, t.response_ids.data(), t.response_ids.size() * 4, true);
+  out->delimited(kLossMask, t.loss_mask.data(), t.loss_mask.size(), true);
+  out->delimited(kLogprobs, t.logprobs.data(), t.logprobs.size() * 4, true);
+  out->delimited(kVersions, t.versions.data(), t.versions.size() * 4, true);
   if (bits_of(t.reward) != 0) {
-    p = CodedOutputStream::WriteTagToArray(tag(kReward, kFixed64), p);
-    p = CodedOutputStream::WriteLittleEndian64ToArray(bits_of(t.reward), p);
+    out->varint(tag(kReward, kFixed64));
+    out->fixed64(bits_of(t.reward));
   }
   for (const auto& [key, value] : t.reward_breakdown) {
-    p = CodedOutputStream::WriteTagToArray(tag(kRewardBreakdown, kLengthDelimited), p);
-    p = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(breakdown_entry_size(key)),
-                                                p);
-    p = CodedOutputStream::WriteTagToArray(tag(1, kLengthDelimited), p);
-    p = CodedOutputStream::WriteStringWithSizeToArray(key, p);
-    p = CodedOutputStream::WriteTagToArray(tag(2, kFixed64), p);
-    p = CodedOutputStream::WriteLittleEndian64ToArray(bits_of(value), p);
+    out->varint(tag(kRewardBreakdown, kLengthDelimited));
+    out->varint(breakdown_entry_size(key));
+    out->varint(tag(1, kLengthDelimited));
+    out->varint(key.size());
+    out->bytes(key.data(), key.size());
+    out->varint(tag(2, kFixed64));
+    out->fixed64(bits_of(value));
   }
-  p = write_delimited(kFinishReason, t.finish_reason.data(), t.finish_reason.size(), p);
+  out->delimited(kFinishReason, t.finish_reason.data(), t.finish_reason.size());
   if (t.sample_index != 0) {
-    p = CodedOutputStream::WriteTagToArray(tag(kSampleIndex, kVarint), p);
-    p = CodedOutputStream::WriteVarint64ToArray(static_cast<uint64_t>(t.sample_index), p);
+    out->varint(tag(kSampleIndex, kVarint));
+    out->varint(static_cast<uint64_t>(t.sample_index));
   }
-  return p;
 }
+
+void write_group(const TrajectoryGroup& group, absl::string_view worker_id, Sink* out) {
+  out->delimited(kGroupId, group.group_id.data(), group.group_id.size());
+  if (group.lease_id != 0) {
+    out->varint(tag(kLeaseId, kVarint));
+    out->varint(group.lease_id);
+  }
+  out->delimited(kWorkerId, worker_id.data(), worker_id.size());
+  for (const Trajectory& t : group.trajectories) {
+    out->varint(tag(kTrajectories, kLengthDelimited));
+    out->varint(trajectory_size(t));
+    write_trajectory(t, out);
+  }
+}
+
+class ArraySink final : public Sink {
+ public:
+  explicit ArraySink(uint8_t* out) : p_(out) {}
+  void bytes(const void* data, size_t n) override {
+    std::memcpy(p_, data, n);
+    p_ += n;
+  }
+
+ private:
+  uint8_t* p_;
+};
+
+// Arrays of at least kMinReferencedBytes are referenced; everything else goes to `scratch`.
+class SegmentSink final : public Sink {
+ public:
+  static constexpr size_t kMinReferencedBytes = 512;
+
+  explicit SegmentSink(std::string* scratch) : scratch_(scratch) { scratch_->clear(); }
+
+  void bytes(const void* data, size_t n) override {
+    if (n == 0) return;
+    if (segments_.empty() || segments_.back().external != nullptr) {
+      segments_.push_back({nullptr, scratch_->size(), 0});
+    }
+    scratch_->append(static_cast<const char*>(data), n);
+    segments_.back().size += n;
+  }
+  void array(const void* data, size_t n) override {
+    if (n < kMinReferencedBytes) return bytes(data, n);
+    segments_.push_back({static_cast<const uint8_t*>(data), 0, n});
+  }
+
+  std::vector<WireSegment> take() { return std::move(segments_); }
+
+ private:
+  std::string* scratch_;
+  std::vector<WireSegment> segments_;
+};
 
 }  // namespace
 
@@ -403,17 +477,15 @@ size_t encoded_size(const TrajectoryGroup& group, absl::string_view worker_id) {
 }
 
 void encode_group(const TrajectoryGroup& group, absl::string_view worker_id, uint8_t* out) {
-  uint8_t* p = write_delimited(kGroupId, group.group_id.data(), group.group_id.size(), out);
-  if (group.lease_id != 0) {
-    p = CodedOutputStream::WriteTagToArray(tag(kLeaseId, kVarint), p);
-    p = CodedOutputStream::WriteVarint64ToArray(group.lease_id, p);
-  }
-  p = write_delimited(kWorkerId, worker_id.data(), worker_id.size(), p);
-  for (const Trajectory& t : group.trajectories) {
-    p = CodedOutputStream::WriteTagToArray(tag(kTrajectories, kLengthDelimited), p);
-    p = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(trajectory_size(t)), p);
-    p = write_trajectory(t, p);
-  }
+  ArraySink sink(out);
+  write_group(group, worker_id, &sink);
+}
+
+std::vector<WireSegment> encode_group_segments(const TrajectoryGroup& group,
+                                               absl::string_view worker_id, std::string* scratch) {
+  SegmentSink sink(scratch);
+  write_group(group, worker_id, &sink);
+  return sink.take();
 }
 
 }  // namespace flywheel::buffer

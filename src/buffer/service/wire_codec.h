@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -39,5 +41,19 @@ size_t encoded_size(const TrajectoryGroup& group, absl::string_view worker_id);
 // Writes exactly encoded_size(group, worker_id) bytes to `out`: the bytes protobuf's
 // deterministic serialization of the equivalent v1::TrajectoryGroup produces.
 void encode_group(const TrajectoryGroup& group, absl::string_view worker_id, uint8_t* out);
+
+// A piece of an encoded group: `size` bytes at `external` (a token array of the group, used in
+// place) or, when `external` is null, at `offset` in the scratch buffer.
+struct WireSegment {
+  const uint8_t* external = nullptr;
+  size_t offset = 0;
+  size_t size = 0;
+};
+
+// The same bytes as encode_group() without copying the token arrays: tags, lengths, scalars
+// and strings are written to `scratch` (replaced), and arrays of 512 bytes or more are
+// referenced where they are. The segments are valid while `group` and `scratch` are unchanged.
+std::vector<WireSegment> encode_group_segments(const TrajectoryGroup& group,
+                                               absl::string_view worker_id, std::string* scratch);
 
 }  // namespace flywheel::buffer
