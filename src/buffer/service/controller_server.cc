@@ -5,7 +5,6 @@
 #include <deque>
 
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/support/proto_buffer_reader.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -13,9 +12,9 @@
 #include "absl/synchronization/mutex.h"
 #include "flywheel/core/file_io.h"
 #include "flywheel/v1/controller.grpc.pb.h"
+#include "push_stream.h"
 #include "retry_timer.h"
 #include "transport_args.h"
-#include "wire_codec.h"
 
 namespace flywheel::buffer {
 namespace {
@@ -128,7 +127,7 @@ class ControllerServer::Service final : public CallbackBase {
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PushGroups(
       grpc::CallbackServerContext* ctx) override {
-    return new PushReactor(this, ctx);
+    return new PushStream({core_, clock_, options_.push_timeout_s, &timer_}, ctx, authorize(ctx));
   }
 
   grpc::ServerUnaryReactor* ReleaseLease(grpc::CallbackServerContext* ctx,
@@ -167,112 +166,6 @@ class ControllerServer::Service final : public CallbackBase {
   }
 
  private:
-  // Reads groups one at a time: decode, push (retried from the timer while the buffer is full),
-  // queue the ack, read the next. Acks are written in order, one write in flight at a time.
-  class PushReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
-   public:
-    PushReactor(Service* service, grpc::CallbackServerContext* ctx) : service_(service), ctx_(ctx) {
-      grpc::Status s = service_->authorize(ctx);
-      if (!s.ok()) {
-        finished_ = true;
-        Finish(s);
-        return;
-      }
-      StartRead(&request_);
-    }
-
-    void OnReadDone(bool ok) override {
-      if (!ok) {  // the client finished writing or went away
-        absl::MutexLock lock(&mu_);
-        reads_done_ = true;
-        finish_if_done();
-        return;
-      }
-      grpc::ProtoBufferReader reader(&request_);
-      DecodeLimits limits;
-      limits.max_trajectories = service_->core_->group_size();
-      absl::Status decoded = decode_group(&reader, request_.Length(), limits, &group_);
-      request_.Clear();
-      group_id_ = group_.group_id;  // group_ is moved into the core by a successful push
-      if (!decoded.ok()) {
-        acknowledge(decoded);
-        return;
-      }
-      deadline_ = service_->clock_() + service_->options_.push_timeout_s;
-      attempt();
-    }
-
-    void OnWriteDone(bool ok) override {
-      absl::MutexLock lock(&mu_);
-      acks_.pop_front();
-      if (!ok) acks_.clear();  // the client went away; what it pushed is kept
-      if (!acks_.empty()) {
-        StartWrite(&acks_.front());
-      } else {
-        writing_ = false;
-        finish_if_done();
-      }
-    }
-
-    void OnDone() override { delete this; }
-
-   private:
-    // Pushes group_; a full buffer is retried every 5 ms until the push deadline or a cancel.
-    void attempt() {
-      absl::StatusOr<PushOutcome> outcome =
-          service_->core_->push(std::move(group_), service_->clock_());
-      if (!outcome.ok() && outcome.status().code() == absl::StatusCode::kResourceExhausted &&
-          service_->clock_() < deadline_ && !ctx_->IsCancelled()) {
-        service_->timer_.schedule(absl::Milliseconds(5), [this] { attempt(); });
-        return;
-      }
-      acknowledge(outcome.status(), outcome.ok() ? push_outcome_name(*outcome) : "");
-    }
-
-    // Queues the ack of group_ and reads the next group.
-    void acknowledge(const absl::Status& status, const std::string& outcome = "") {
-      v1::PushAck ack;
-      ack.set_group_id(group_id_);
-      ack.set_code(static_cast<int32_t>(status.code()));
-      if (status.ok()) {
-        ack.set_outcome(outcome);
-      } else {
-        ack.set_message(std::string(status.message()));
-      }
-      group_ = TrajectoryGroup();
-      const std::string bytes = ack.SerializeAsString();
-      grpc::Slice slice(bytes);
-      {
-        absl::MutexLock lock(&mu_);
-        acks_.emplace_back(&slice, 1);
-        if (!writing_) {
-          writing_ = true;
-          StartWrite(&acks_.front());
-        }
-      }
-      StartRead(&request_);
-    }
-
-    void finish_if_done() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      if (reads_done_ && !writing_ && !finished_) {
-        finished_ = true;
-        Finish(grpc::Status::OK);
-      }
-    }
-
-    Service* service_;
-    grpc::CallbackServerContext* ctx_;
-    grpc::ByteBuffer request_;
-    TrajectoryGroup group_;  // being pushed
-    std::string group_id_;
-    double deadline_ = 0;
-    absl::Mutex mu_;
-    std::deque<grpc::ByteBuffer> acks_ ABSL_GUARDED_BY(mu_);  // front() is being written
-    bool writing_ ABSL_GUARDED_BY(mu_) = false;
-    bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
-    bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  };
-
   // A server stream that ends at once with a status.
   class FinishedWriter final : public grpc::ServerWriteReactor<v1::WeightsBucket> {
    public:

@@ -1,0 +1,76 @@
+// One PushGroups stream on the server: reads serialized groups, decodes them (wire_codec),
+// pushes them into the core and answers each with a PushAck, in order.
+//
+// Up to kMaxInProcess groups of one stream are decoded and pushed at once: the next group is
+// read while the previous one is still being processed, so the transport keeps receiving while
+// a group is decoded. A push refused because the buffer is full is retried from the timer
+// every 5 ms until the push deadline or a cancel; no gRPC thread waits meanwhile.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/synchronization/mutex.h"
+#include "flywheel/buffer/controller_core.h"
+#include "retry_timer.h"
+
+namespace flywheel::buffer {
+
+struct PushStreamContext {
+  ControllerCore* core = nullptr;
+  std::function<double()> clock;  // seconds, monotonic
+  double push_timeout_s = 60;     // how long a push waits on a full buffer
+  RetryTimer* timer = nullptr;
+};
+
+class PushStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  static constexpr int kMaxInProcess = 2;
+
+  // Finishes at once with `authorized` when it is not OK.
+  PushStream(const PushStreamContext& context, grpc::CallbackServerContext* server_context,
+             const grpc::Status& authorized);
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnDone() override { delete this; }
+
+ private:
+  struct Pending;  // one group between its read and its ack
+
+  // What to start once mu_ is released (gRPC may run a reaction inline from a Start call, and
+  // that reaction takes mu_).
+  struct Next {
+    bool read = false;
+    grpc::ByteBuffer* write = nullptr;
+    bool finish = false;
+  };
+
+  void attempt(std::shared_ptr<Pending> pending);
+  void acknowledge(const Pending& pending, const absl::Status& status,
+                   const std::string& outcome = "");
+  Next next_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void start(const Next& next);
+
+  PushStreamContext context_;
+  grpc::CallbackServerContext* server_context_;
+  grpc::ByteBuffer request_;  // the read in flight writes here
+  absl::Mutex mu_;
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;                      // of the next group read
+  uint64_t next_ack_ ABSL_GUARDED_BY(mu_) = 0;                      // seq of the next ack to write
+  std::map<uint64_t, grpc::ByteBuffer> acks_ ABSL_GUARDED_BY(mu_);  // ready, by seq
+  grpc::ByteBuffer writing_ ABSL_GUARDED_BY(mu_);
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
+  int in_process_ ABSL_GUARDED_BY(mu_) = 0;
+  bool read_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace flywheel::buffer
