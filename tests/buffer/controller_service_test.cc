@@ -12,6 +12,7 @@
 #include "flywheel/buffer/controller_server.h"
 #include "flywheel/v1/controller.grpc.pb.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/stubs/logging.h"
 #include "gtest/gtest.h"
 
 namespace flywheel::buffer {
@@ -52,6 +53,23 @@ TrajectoryGroup group_for(uint64_t lease_id, int64_t version, const std::string&
     g.trajectories.push_back(t);
   }
   return g;
+}
+
+// The generated message for `g`, as a client without flywheel's codec builds it.
+v1::TrajectoryGroup to_message(const TrajectoryGroup& g) {
+  v1::TrajectoryGroup p;
+  p.set_group_id(g.group_id);
+  p.set_lease_id(g.lease_id);
+  for (const auto& t : g.trajectories) {
+    auto* tp = p.add_trajectories();
+    for (auto id : t.prompt_ids) tp->add_prompt_ids(id);
+    for (auto id : t.response_ids) tp->add_response_ids(id);
+    tp->set_loss_mask(std::string(t.loss_mask.begin(), t.loss_mask.end()));
+    for (auto lp : t.logprobs) tp->add_logprobs(lp);
+    for (auto v : t.versions) tp->add_versions(v);
+    tp->set_reward(t.reward);
+  }
+  return p;
 }
 
 // A server on loopback port 0 with its core and dataset.
@@ -125,6 +143,42 @@ TEST(ControllerServiceTest, BadGroupsAreRejectedWithTheRightStatusAndTheStreamCo
   EXPECT_EQ(bad_request.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A client with protobuf's generated classes gets one ack per message, in the order sent,
+// including for bytes the server cannot decode (here a string that is not UTF-8).
+TEST(ControllerServiceTest, GeneratedClientsGetOneAckPerGroupInOrder) {
+  Fixture f;
+  auto work = f.local_client()->acquire_work(3);
+  ASSERT_TRUE(work.ok());
+  std::vector<v1::TrajectoryGroup> sent;
+  for (int i = 0; i < 3; ++i) sent.push_back(to_message(group_for(work->leases(i).lease_id(), 0)));
+  v1::TrajectoryGroup undecodable = sent[1];
+  undecodable.set_group_id("undecodable");
+  undecodable.mutable_trajectories(0)->set_finish_reason("\xC0\x80");
+  v1::TrajectoryGroup unknown_lease = to_message(group_for(12345, 0));
+  sent.insert(sent.begin() + 1, undecodable);
+  sent.insert(sent.begin() + 3, unknown_lease);
+  auto stub = v1::Controller::NewStub(f.server->in_process_channel());
+  grpc::ClientContext context;
+  auto stream = stub->PushGroups(&context);
+  {
+    google::protobuf::LogSilencer quiet;  // protobuf warns about the string as it serializes
+    for (const auto& p : sent) ASSERT_TRUE(stream->Write(p));
+  }
+  ASSERT_TRUE(stream->WritesDone());
+  std::vector<v1::PushAck> acks;
+  for (v1::PushAck ack; stream->Read(&ack);) acks.push_back(ack);
+  ASSERT_TRUE(stream->Finish().ok());
+  ASSERT_EQ(acks.size(), sent.size());
+  for (size_t i = 0; i < sent.size(); ++i) EXPECT_EQ(acks[i].group_id(), sent[i].group_id());
+  EXPECT_EQ(acks[0].outcome(), "accepted");
+  EXPECT_EQ(acks[1].code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(acks[1].message(), HasSubstr("trajectories[0].finish_reason"));
+  EXPECT_EQ(acks[2].outcome(), "accepted");
+  EXPECT_EQ(acks[3].code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(acks[4].outcome(), "accepted");
+  EXPECT_EQ(f.core->buffered(), 3);
+}
+
 TEST(ControllerServiceTest, ConcurrentPushersAndASamplerOverLoopbackTcp) {
   Fixture f({}, /*prompts=*/200);
   std::atomic<int64_t> accepted_acks{0}, stale_acks{0};
@@ -192,19 +246,7 @@ TEST(ControllerServiceTest, AClientKilledMidStreamLosesNoAckedGroupAndDuplicates
     auto stream = stub->PushGroups(&context);
     v1::PushAck ack;
     for (size_t i = 0; i < 4; ++i) {
-      const TrajectoryGroup& g = groups[i];
-      v1::TrajectoryGroup p;
-      p.set_group_id(g.group_id);
-      p.set_lease_id(g.lease_id);
-      for (const auto& t : g.trajectories) {
-        auto* tp = p.add_trajectories();
-        for (auto id : t.prompt_ids) tp->add_prompt_ids(id);
-        for (auto id : t.response_ids) tp->add_response_ids(id);
-        tp->set_loss_mask(std::string(t.loss_mask.begin(), t.loss_mask.end()));
-        for (auto lp : t.logprobs) tp->add_logprobs(lp);
-        for (auto v : t.versions) tp->add_versions(v);
-        tp->set_reward(t.reward);
-      }
+      const v1::TrajectoryGroup p = to_message(groups[i]);
       ASSERT_TRUE(stream->Write(p));
       if (i < 3) {
         ASSERT_TRUE(stream->Read(&ack));
