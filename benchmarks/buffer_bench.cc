@@ -7,6 +7,7 @@
 //   build/benchmarks/buffer_bench [--seconds S] [--case small|large|latency]
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,6 +33,14 @@ using namespace flywheel::buffer;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// CPU seconds (user + system) used so far by this process, or by its waited-for children.
+double cpu_seconds(int who) {
+  rusage u{};
+  getrusage(who, &u);
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec +
+         u.ru_stime.tv_usec * 1e-6;
 }
 
 // Bytes per second through `connections` loopback TCP connections at once (1 MiB writes for
@@ -152,9 +161,12 @@ void push_bench(const char* name, int samples, int tokens, int groups_per_call, 
                            std::to_string(samples) + " --tokens " + std::to_string(tokens) +
                            " --groups-per-call " + std::to_string(groups_per_call) + " --seconds " +
                            std::to_string(seconds);
+  const double server_cpu0 = cpu_seconds(RUSAGE_SELF), worker_cpu0 = cpu_seconds(RUSAGE_CHILDREN);
   const std::vector<std::string> outputs = run_children(std::vector<std::string>(workers, args));
   stop = true;
   drain.join();
+  const double server_cpu = cpu_seconds(RUSAGE_SELF) - server_cpu0;
+  const double worker_cpu = cpu_seconds(RUSAGE_CHILDREN) - worker_cpu0;
   long long groups = 0;
   double elapsed = 0;
   size_t group_bytes = 0;
@@ -177,6 +189,9 @@ void push_bench(const char* name, int samples, int tokens, int groups_per_call, 
       name, samples, tokens, workers, workers > 1 ? "s" : "", groups_per_call, groups / elapsed,
       mb_per_s, 100 * mb_per_s / (raw / 1e6), workers, workers > 1 ? "s" : "",
       tokens >= 8192 ? " (target >= 50%)" : "");
+  std::printf("     CPU per group: controller %.3f ms, worker%s %.3f ms (%.2f of %u cores busy)\n",
+              server_cpu / groups * 1e3, workers > 1 ? "s" : "", worker_cpu / groups * 1e3,
+              (server_cpu + worker_cpu) / elapsed, std::thread::hardware_concurrency());
 }
 
 // 64 workers: `processes` child processes with workers / processes connections each.

@@ -139,7 +139,7 @@ absl::StatusOr<v1::StatusReply> ControllerClient::status() {
 
 namespace {
 
-// One PushGroups stream. The calling thread encodes the groups (wire_codec) into two slots
+// One PushGroups stream. The calling thread encodes the groups (wire_codec) ahead into slots
 // while gRPC's threads write them, one write in flight, so encoding overlaps the socket
 // writes; acks are collected by group id.
 class PushCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, v1::PushAck> {
@@ -156,14 +156,14 @@ class PushCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, v1::Push
     StartCall();
     for (size_t i = 0; i < groups_.size(); ++i) {
       {
-        // Slot i % 2 is free once group i - 2 is written.
+        // Slot i % kSlots is free once group i - kSlots is written.
         absl::MutexLock lock(&mu_);
-        auto free = [&] { return broken_ || written_ + 1 >= i; };
+        auto free = [&] { return broken_ || written_ + kSlots > i; };
         mu_.Await(absl::Condition(&free));
         if (broken_) break;
       }
       grpc::ByteBuffer buffer = to_byte_buffer(*groups_[i]);
-      Slot& slot = slots_[i % 2];
+      Slot& slot = slots_[i % kSlots];
       bool start = false;
       {
         absl::MutexLock lock(&mu_);
@@ -189,14 +189,14 @@ class PushCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, v1::Push
       }
       next = ++written_;
       if (next < groups_.size()) {
-        ready = slots_[next % 2].group == next;
+        ready = slots_[next % kSlots].group == next;
         if (!ready) due_ = next;  // the encoding thread starts it
       }
     }
     if (next == groups_.size()) {
       StartWritesDone();
     } else if (ready) {
-      StartWrite(&slots_[next % 2].buffer);
+      StartWrite(&slots_[next % kSlots].buffer);
     }
   }
 
@@ -243,7 +243,10 @@ class PushCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, v1::Push
   const std::string& worker_id_;
   std::map<std::string, v1::PushAck>* acks_;  // only OnReadDone writes it until done_
   absl::Mutex mu_;
-  Slot slots_[2];
+  // Encoded groups waiting for their write: the encoder runs up to kSlots groups ahead, so the
+  // callback that finishes one write usually finds the next ready.
+  static constexpr size_t kSlots = 16;
+  Slot slots_[kSlots];
   size_t written_ ABSL_GUARDED_BY(mu_) = 0;  // writes completed
   size_t due_ ABSL_GUARDED_BY(mu_) = 0;      // a write that waits for its encoding
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
