@@ -163,7 +163,7 @@ TEST(WireCodecTest, SegmentsConcatenateToTheEncodingAndReferenceLargeArrays) {
   int referenced = 0;
   for (int i = 0; i < 300; ++i) {
     TrajectoryGroup g = random_group(rng);
-    if (!g.trajectories.empty() && i % 2 == 0) {  // arrays above the 16 KiB threshold
+    if (!g.trajectories.empty() && i % 2 == 0) {  // arrays above the 4 KiB threshold
       Trajectory& t = g.trajectories[0];
       t.response_ids.resize(5000 + i, 3);
       t.logprobs.resize(5000 + i, -1.0f);

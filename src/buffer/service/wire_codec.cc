@@ -379,7 +379,7 @@ class ArraySink final : public Sink {
 // Arrays of at least kMinReferencedBytes are referenced; everything else goes to `scratch`.
 class SegmentSink final : public Sink {
  public:
-  static constexpr size_t kMinReferencedBytes = 16384;
+  static constexpr size_t kMinReferencedBytes = 4096;
 
   explicit SegmentSink(std::string* scratch) : scratch_(scratch) { scratch_->clear(); }
 

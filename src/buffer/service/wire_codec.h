@@ -51,7 +51,7 @@ struct WireSegment {
 };
 
 // The same bytes as encode_group() without copying the token arrays: tags, lengths, scalars
-// and strings are written to `scratch` (replaced), and arrays of 16 KiB or more are referenced
+// and strings are written to `scratch` (replaced), and arrays of 4 KiB or more are referenced
 // where they are (smaller ones are copied: one slice is cheaper for gRPC than many small
 // ones). The segments are valid while `group` and `scratch` are unchanged.
 std::vector<WireSegment> encode_group_segments(const TrajectoryGroup& group,
