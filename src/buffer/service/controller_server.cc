@@ -2,14 +2,12 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <deque>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "absl/synchronization/mutex.h"
 #include "flywheel/core/file_io.h"
 #include "flywheel/v1/controller.grpc.pb.h"
 #include "push_stream.h"
