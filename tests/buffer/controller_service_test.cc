@@ -179,6 +179,46 @@ TEST(ControllerServiceTest, GeneratedClientsGetOneAckPerGroupInOrder) {
   EXPECT_EQ(f.core->buffered(), 3);
 }
 
+// The server decodes a stream's next group while it pushes the previous one, but buffers them
+// in the order sent: large and small groups alternate so that decodes finish out of order.
+TEST(ControllerServiceTest, OneStreamsGroupsAreBufferedInTheOrderSent) {
+  auto core = std::move(*ControllerCore::create([] {
+    ControllerOptions o = core_options(48);
+    o.groups_per_step = 48;
+    return o;
+  }()));
+  auto data = dataset(48);
+  auto server = std::move(*ControllerServer::start(core.get(), data.get(), {}));
+  ControllerClientOptions co;
+  co.worker_id = "w";
+  auto client = std::move(*ControllerClient::over(server->in_process_channel(), co));
+  for (int round = 0; round < 3; ++round) {
+    auto work = client->acquire_work(16);
+    ASSERT_TRUE(work.ok());
+    ASSERT_EQ(work->leases_size(), 16);
+    std::vector<TrajectoryGroup> groups;
+    for (int i = 0; i < 16; ++i) {
+      TrajectoryGroup g = group_for(work->leases(i).lease_id(), 0);
+      if (i % 2 == 0) {
+        for (Trajectory& t : g.trajectories) {
+          const size_t n = 200000;
+          t.response_ids.assign(n, 3);
+          t.loss_mask.assign(n, 1);
+          t.logprobs.assign(n, -0.5f);
+          t.versions.assign(n, 0);
+        }
+      }
+      groups.push_back(std::move(g));
+    }
+    auto acks = client->push_groups(groups);
+    ASSERT_TRUE(acks.ok());
+    for (const auto& ack : *acks) ASSERT_EQ(ack.outcome(), "accepted") << ack.message();
+    auto batch = core->take_batch(16);
+    ASSERT_TRUE(batch.ok());
+    for (int i = 0; i < 16; ++i) EXPECT_EQ((*batch)[i].group_id, groups[i].group_id) << i;
+  }
+}
+
 TEST(ControllerServiceTest, ConcurrentPushersAndASamplerOverLoopbackTcp) {
   Fixture f({}, /*prompts=*/200);
   std::atomic<int64_t> accepted_acks{0}, stale_acks{0};

@@ -15,6 +15,8 @@ struct PushStream::Pending {
   TrajectoryGroup group;
   std::string group_id;  // kept: `group` is moved into the core by a successful push
   double deadline = 0;
+  absl::Status status;  // of decoding, then of the push
+  std::string outcome;  // of an accepted push
 };
 
 PushStream::PushStream(const PushStreamContext& context,
@@ -45,43 +47,67 @@ void PushStream::OnReadDone(bool ok) {
   }
   start(next);
   if (!ok) return;
-  absl::Status decoded;
   {
     grpc::ProtoBufferReader reader(&pending->bytes);
     DecodeLimits limits;
     limits.max_trajectories = context_.core->group_size();
-    decoded = decode_group(&reader, pending->bytes.Length(), limits, &pending->group);
+    pending->status = decode_group(&reader, pending->bytes.Length(), limits, &pending->group);
   }
   pending->bytes.Clear();
   pending->group_id = pending->group.group_id;
-  if (!decoded.ok()) {
-    acknowledge(*pending, decoded);
-    return;
+  {
+    absl::MutexLock lock(&mu_);
+    decoded_.emplace(pending->seq, std::move(pending));
   }
-  pending->deadline = context_.clock() + context_.push_timeout_s;
-  attempt(std::move(pending));
+  push_in_order();
 }
 
-void PushStream::attempt(std::shared_ptr<Pending> pending) {
+// Pushes the decoded groups into the core one at a time, in the order they were read, so that a
+// stream's groups are buffered in the order it sent them whichever decode finished first.
+void PushStream::push_in_order() {
+  while (true) {
+    std::shared_ptr<Pending> pending;
+    {
+      absl::MutexLock lock(&mu_);
+      if (pushing_ || decoded_.empty() || decoded_.begin()->first != next_push_) return;
+      pending = std::move(decoded_.begin()->second);
+      decoded_.erase(decoded_.begin());
+      pushing_ = true;
+    }
+    if (pending->status.ok()) {
+      pending->deadline = context_.clock() + context_.push_timeout_s;
+      if (!attempt(pending)) return;  // retried from the timer, which carries on from there
+    }
+    acknowledge(*pending);
+  }
+}
+
+bool PushStream::attempt(const std::shared_ptr<Pending>& pending) {
   absl::StatusOr<PushOutcome> outcome =
       context_.core->push(std::move(pending->group), context_.clock());
   if (!outcome.ok() && outcome.status().code() == absl::StatusCode::kResourceExhausted &&
       context_.clock() < pending->deadline && !server_context_->IsCancelled()) {
-    context_.timer->schedule(absl::Milliseconds(5), [this, pending] { attempt(pending); });
-    return;
+    context_.timer->schedule(absl::Milliseconds(5), [this, pending] {
+      if (!attempt(pending)) return;
+      acknowledge(*pending);
+      push_in_order();
+    });
+    return false;
   }
-  acknowledge(*pending, outcome.status(), outcome.ok() ? push_outcome_name(*outcome) : "");
+  pending->status = outcome.status();
+  if (outcome.ok()) pending->outcome = push_outcome_name(*outcome);
+  return true;
 }
 
-void PushStream::acknowledge(const Pending& pending, const absl::Status& status,
-                             const std::string& outcome) {
+// Queues the ack of a pushed (or undecodable) group and lets the next group be pushed.
+void PushStream::acknowledge(const Pending& pending) {
   v1::PushAck ack;
   ack.set_group_id(pending.group_id);
-  ack.set_code(static_cast<int32_t>(status.code()));
-  if (status.ok()) {
-    ack.set_outcome(outcome);
+  ack.set_code(static_cast<int32_t>(pending.status.code()));
+  if (pending.status.ok()) {
+    ack.set_outcome(pending.outcome);
   } else {
-    ack.set_message(std::string(status.message()));
+    ack.set_message(std::string(pending.status.message()));
   }
   const std::string bytes = ack.SerializeAsString();
   grpc::Slice slice(bytes);
@@ -90,6 +116,8 @@ void PushStream::acknowledge(const Pending& pending, const absl::Status& status,
     absl::MutexLock lock(&mu_);
     acks_.emplace(pending.seq, grpc::ByteBuffer(&slice, 1));
     --in_process_;
+    pushing_ = false;
+    ++next_push_;
     next = next_locked();
   }
   start(next);

@@ -1,10 +1,11 @@
 // One PushGroups stream on the server: reads serialized groups, decodes them (wire_codec),
 // pushes them into the core and answers each with a PushAck, in order.
 //
-// Up to kMaxInProcess groups of one stream are decoded and pushed at once: the next group is
-// read while the previous one is still being processed, so the transport keeps receiving while
-// a group is decoded. A push refused because the buffer is full is retried from the timer
-// every 5 ms until the push deadline or a cancel; no gRPC thread waits meanwhile.
+// Up to kMaxInProcess groups of one stream are in process at once: the next group is read and
+// decoded while the previous one is still being decoded or pushed. Pushes into the core happen
+// one at a time in the order the groups were read, and the acks go out in that order. A push
+// refused because the buffer is full is retried from the timer every 5 ms until the push deadline
+// or a cancel; no gRPC thread waits meanwhile.
 #pragma once
 
 #include <cstdint>
@@ -51,9 +52,10 @@ class PushStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     bool finish = false;
   };
 
-  void attempt(std::shared_ptr<Pending> pending);
-  void acknowledge(const Pending& pending, const absl::Status& status,
-                   const std::string& outcome = "");
+  void push_in_order();
+  // Pushes the group; false when the buffer is full and a retry was scheduled.
+  bool attempt(const std::shared_ptr<Pending>& pending);
+  void acknowledge(const Pending& pending);
   Next next_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void start(const Next& next);
 
@@ -61,8 +63,11 @@ class PushStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
   grpc::CallbackServerContext* server_context_;
   grpc::ByteBuffer request_;  // the read in flight writes here
   absl::Mutex mu_;
-  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;                      // of the next group read
-  uint64_t next_ack_ ABSL_GUARDED_BY(mu_) = 0;                      // seq of the next ack to write
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;   // of the next group read
+  uint64_t next_ack_ ABSL_GUARDED_BY(mu_) = 0;   // seq of the next ack to write
+  uint64_t next_push_ ABSL_GUARDED_BY(mu_) = 0;  // seq of the next group to push
+  std::map<uint64_t, std::shared_ptr<Pending>> decoded_ ABSL_GUARDED_BY(mu_);  // waiting to push
+  bool pushing_ ABSL_GUARDED_BY(mu_) = false;
   std::map<uint64_t, grpc::ByteBuffer> acks_ ABSL_GUARDED_BY(mu_);  // ready, by seq
   grpc::ByteBuffer writing_ ABSL_GUARDED_BY(mu_);
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
