@@ -74,9 +74,11 @@ v1::TrajectoryGroup to_message(const TrajectoryGroup& g) {
 
 // A server on loopback port 0 with its core and dataset.
 struct Fixture {
-  explicit Fixture(ControllerServerOptions server_options = {}, int64_t prompts = 40) {
-    core = std::move(*ControllerCore::create(core_options(prompts)));
-    data = dataset(prompts);
+  explicit Fixture(ControllerServerOptions server_options = {}, int64_t prompts = 40)
+      : Fixture(core_options(prompts), server_options) {}
+  explicit Fixture(const ControllerOptions& options, ControllerServerOptions server_options = {}) {
+    core = std::move(*ControllerCore::create(options));
+    data = dataset(options.num_prompts);
     auto started = ControllerServer::start(core.get(), data.get(), server_options);
     EXPECT_TRUE(started.ok()) << started.status();
     server = std::move(*started);
@@ -182,16 +184,10 @@ TEST(ControllerServiceTest, GeneratedClientsGetOneAckPerGroupInOrder) {
 // The server decodes a stream's next group while it pushes the previous one, but buffers them
 // in the order sent: large and small groups alternate so that decodes finish out of order.
 TEST(ControllerServiceTest, OneStreamsGroupsAreBufferedInTheOrderSent) {
-  auto core = std::move(*ControllerCore::create([] {
-    ControllerOptions o = core_options(48);
-    o.groups_per_step = 48;
-    return o;
-  }()));
-  auto data = dataset(48);
-  auto server = std::move(*ControllerServer::start(core.get(), data.get(), {}));
-  ControllerClientOptions co;
-  co.worker_id = "w";
-  auto client = std::move(*ControllerClient::over(server->in_process_channel(), co));
+  ControllerOptions o = core_options(48);
+  o.groups_per_step = 48;
+  Fixture f(o);
+  auto client = f.local_client();
   for (int round = 0; round < 3; ++round) {
     auto work = client->acquire_work(16);
     ASSERT_TRUE(work.ok());
@@ -213,7 +209,7 @@ TEST(ControllerServiceTest, OneStreamsGroupsAreBufferedInTheOrderSent) {
     auto acks = client->push_groups(groups);
     ASSERT_TRUE(acks.ok());
     for (const auto& ack : *acks) ASSERT_EQ(ack.outcome(), "accepted") << ack.message();
-    auto batch = core->take_batch(16);
+    auto batch = f.core->take_batch(16);
     ASSERT_TRUE(batch.ok());
     for (int i = 0; i < 16; ++i) EXPECT_EQ((*batch)[i].group_id, groups[i].group_id) << i;
   }
@@ -339,18 +335,12 @@ TEST(ControllerServiceTest, TokenFromFileOrEnvironment) {
 TEST(ControllerServiceTest, AFullBufferMakesThePushWaitThenResourceExhausted) {
   ControllerServerOptions so;
   so.push_timeout_s = 1.0;
-  auto core = std::move(*ControllerCore::create([] {
-    ControllerOptions o = core_options(20);
-    o.groups_per_step = 1;
-    o.max_staleness = 5;
-    o.capacity_groups = 1;
-    return o;
-  }()));
-  auto data = dataset(20);
-  auto server = std::move(*ControllerServer::start(core.get(), data.get(), so));
-  ControllerClientOptions co;
-  co.worker_id = "w";
-  auto client = std::move(*ControllerClient::over(server->in_process_channel(), co));
+  ControllerOptions o = core_options(20);
+  o.groups_per_step = 1;
+  o.max_staleness = 5;
+  o.capacity_groups = 1;
+  Fixture f(o, so);
+  auto client = f.local_client();
   auto work = client->acquire_work(3);
   ASSERT_TRUE(work.ok());
   ASSERT_GE(work->leases_size(), 3);
@@ -362,7 +352,7 @@ TEST(ControllerServiceTest, AFullBufferMakesThePushWaitThenResourceExhausted) {
   // A learner frees space while a push waits: the push then succeeds.
   std::thread learner([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    EXPECT_TRUE(core->take_batch(1).ok());
+    EXPECT_TRUE(f.core->take_batch(1).ok());
   });
   auto later = client->push_groups({group_for(work->leases(1).lease_id(), 0)});
   learner.join();
@@ -383,23 +373,19 @@ TEST(ControllerServiceTest, UnreachableControllerIsRetriedWithBackoffThenUnavail
 }
 
 TEST(ControllerServiceTest, HeartbeatsKeepLeasesAlive) {
-  auto core = std::move(*ControllerCore::create([] {
-    ControllerOptions o = core_options(20);
-    o.worker_timeout_s = 1.0;
-    return o;
-  }()));
-  auto data = dataset(20);
-  auto server = std::move(*ControllerServer::start(core.get(), data.get(), {}));
+  ControllerOptions o = core_options(20);
+  o.worker_timeout_s = 1.0;
+  Fixture f(o);
   ControllerClientOptions co;
   co.worker_id = "beating";
-  auto client = std::move(*ControllerClient::over(server->in_process_channel(), co));
+  auto client = f.local_client(co);
   ASSERT_TRUE(client->acquire_work(2).ok());
   client->start_heartbeats(0.05);
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // 2.5 worker timeouts
   double now =
       std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  core->expire(now);
-  EXPECT_EQ(core->in_flight(), 2);
+  f.core->expire(now);
+  EXPECT_EQ(f.core->in_flight(), 2);
 }
 
 TEST(ControllerServiceTest, WeightRpcsSayNotImplemented) {
