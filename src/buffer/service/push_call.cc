@@ -24,6 +24,9 @@ class PushCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, v1::Push
     stub->PrepareBidiStreamingCall(context, "/flywheel.v1.Controller/PushGroups", options, this);
     StartRead(&ack_);
     if (groups_.empty()) StartWritesDone();
+    // This thread may start writes until the loop ends; the hold keeps the call from being
+    // finished (OnDone) before that.
+    AddHold();
     StartCall();
     for (size_t i = 0; i < groups_.size(); ++i) {
       {
@@ -45,6 +48,7 @@ class PushCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, v1::Push
       }
       if (start) StartWrite(&slot.buffer);
     }
+    RemoveHold();
     done_.WaitForNotification();
     return status_;
   }
