@@ -78,7 +78,7 @@ void PushStream::push_in_order() {
       pending->deadline = context_.clock() + context_.push_timeout_s;
       if (!attempt(pending)) return;  // retried from the timer, which carries on from there
     }
-    acknowledge(*pending);
+    if (acknowledge(*pending)) return;  // the stream is finished: `this` may be gone
   }
 }
 
@@ -88,8 +88,7 @@ bool PushStream::attempt(const std::shared_ptr<Pending>& pending) {
   if (!outcome.ok() && outcome.status().code() == absl::StatusCode::kResourceExhausted &&
       context_.clock() < pending->deadline && !server_context_->IsCancelled()) {
     context_.timer->schedule(absl::Milliseconds(5), [this, pending] {
-      if (!attempt(pending)) return;
-      acknowledge(*pending);
+      if (!attempt(pending) || acknowledge(*pending)) return;
       push_in_order();
     });
     return false;
@@ -99,8 +98,10 @@ bool PushStream::attempt(const std::shared_ptr<Pending>& pending) {
   return true;
 }
 
-// Queues the ack of a pushed (or undecodable) group and lets the next group be pushed.
-void PushStream::acknowledge(const Pending& pending) {
+// Queues the ack of a pushed (or undecodable) group and lets the next group be pushed. True
+// when this finished the stream (the client stopped reading acks and writing groups): the
+// reactor may then be deleted at any moment, so the caller must not touch it.
+bool PushStream::acknowledge(const Pending& pending) {
   v1::PushAck ack;
   ack.set_group_id(pending.group_id);
   ack.set_code(static_cast<int32_t>(pending.status.code()));
@@ -121,6 +122,7 @@ void PushStream::acknowledge(const Pending& pending) {
     next = next_locked();
   }
   start(next);
+  return next.finish;
 }
 
 void PushStream::OnWriteDone(bool ok) {

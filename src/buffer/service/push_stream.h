@@ -55,7 +55,7 @@ class PushStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
   void push_in_order();
   // Pushes the group; false when the buffer is full and a retry was scheduled.
   bool attempt(const std::shared_ptr<Pending>& pending);
-  void acknowledge(const Pending& pending);
+  bool acknowledge(const Pending& pending);
   Next next_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void start(const Next& next);
 
