@@ -61,11 +61,16 @@ absl::Status ControllerOptions::validate() const {
   if (limits.vocab_size < 1 || limits.group_size < 1) {
     return absl::InvalidArgumentError("validation limits need vocab_size and group_size");
   }
+  if (remembered_group_ids < 0) {
+    return absl::InvalidArgumentError("remembered_group_ids must be >= 0");
+  }
   return absl::OkStatus();
 }
 
 ControllerCore::ControllerCore(const ControllerOptions& options, Filter filter)
-    : options_(options), filter_(std::move(filter)) {}
+    : options_(options),
+      filter_(std::move(filter)),
+      acknowledged_(static_cast<size_t>(options.remembered_group_ids)) {}
 
 absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::create(
     const ControllerOptions& options, Filter filter) {
@@ -147,7 +152,7 @@ absl::StatusOr<PushOutcome> ControllerCore::push(TrajectoryGroup&& group, double
   const int64_t bytes = static_cast<int64_t>(group.bytes());
   absl::MutexLock lock(&mu_);
   last_seen_[group.worker_id] = now;
-  if (acknowledged_.count(group.group_id)) {
+  if (acknowledged_.contains(group.group_id)) {
     ++counters_.duplicates;
     return PushOutcome::kDuplicate;
   }

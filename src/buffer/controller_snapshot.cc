@@ -126,7 +126,7 @@ std::string ControllerCore::snapshot() const {
   }
   j.set("buffer", std::move(buffer));
   Json acked = Json::array();
-  for (const std::string& id : acknowledged_) acked.push_back(Json(id));
+  for (const std::string& id : acknowledged_.in_order()) acked.push_back(Json(id));
   j.set("acknowledged", std::move(acked));
   Json counters = Json::object();
   for (const auto& [name, value] : counters_.entries()) counters.set(name, Json(value));

@@ -109,6 +109,28 @@ TEST(ControllerCoreTest, DuplicatePushesAreAcknowledgedOnce) {
   EXPECT_EQ(c->counters().duplicates, 1);
 }
 
+// Only the most recent acknowledged ids are remembered; an older id pushed again finds its lease
+// gone, so it is rejected rather than stored twice. Snapshots keep what is remembered.
+TEST(ControllerCoreTest, RememberedIdsAreBoundedAndForgottenOnesAreNeverStoredTwice) {
+  ControllerOptions o = options(6, 4, 0);
+  o.remembered_group_ids = 2;
+  auto c = make(o);
+  Grant g = c->acquire("w", 3, 0);
+  ASSERT_EQ(g.leases.size(), 3u);
+  for (const Lease& l : g.leases) ASSERT_EQ(*c->push(group_for(l, 0), 0), PushOutcome::kAccepted);
+  absl::Status forgotten = c->push(group_for(g.leases[0], 0), 1).status();
+  EXPECT_EQ(forgotten.code(), absl::StatusCode::kFailedPrecondition) << forgotten;
+  EXPECT_EQ(*c->push(group_for(g.leases[1], 0), 1), PushOutcome::kDuplicate);
+  EXPECT_EQ(*c->push(group_for(g.leases[2], 0), 1), PushOutcome::kDuplicate);
+  EXPECT_EQ(c->buffered(), 3);
+
+  auto restored = ControllerCore::restore(o, c->snapshot(), 1);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(*(*restored)->push(group_for(g.leases[2], 0), 2), PushOutcome::kDuplicate);
+  EXPECT_EQ((*restored)->push(group_for(g.leases[0], 0), 2).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(ControllerCoreTest, FilterDropsGroupsWithoutSignalAndCountsThem) {
   auto c = make(options(5, 2, 0), [](const std::vector<double>& r) { return r[0] != r[1]; });
   Grant g = c->acquire("w", 2, 0);

@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "flywheel/buffer/recent_ids.h"
 #include "flywheel/buffer/trajectory.h"
 
 namespace flywheel::buffer {
@@ -43,6 +44,9 @@ struct ControllerOptions {
   int64_t capacity_bytes = int64_t{1} << 30;
   double lease_timeout_s = 600;
   double worker_timeout_s = 15;  // a worker silent this long loses its leases
+  // Acknowledged group ids remembered to answer re-pushes "duplicate". An older id pushed again
+  // finds its lease gone and is rejected (FAILED_PRECONDITION): never stored twice either way.
+  int64_t remembered_group_ids = 1 << 18;
   ValidationLimits limits;
 
   absl::Status validate() const;
@@ -128,8 +132,8 @@ class ControllerCore {
   ControllerCounters counters() const;
 
   // The whole state as JSON (cursor, leases, requeued prompts, buffered groups, acknowledged
-  // group ids, counters, version). restore() rebuilds it; lease deadlines restart from `now`,
-  // and the budget follows from the restored counts.
+  // group ids still remembered, counters, version). restore() rebuilds it; lease deadlines restart
+  // from `now`, and the budget follows from the restored counts.
   std::string snapshot() const;
   static absl::StatusOr<std::unique_ptr<ControllerCore>> restore(const ControllerOptions& options,
                                                                  const std::string& snapshot,
@@ -169,7 +173,7 @@ class ControllerCore {
   };
   std::deque<Entry> buffer_ ABSL_GUARDED_BY(mu_);
   int64_t buffered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  std::set<std::string> acknowledged_ ABSL_GUARDED_BY(mu_);
+  RecentIds acknowledged_ ABSL_GUARDED_BY(mu_);
   ControllerCounters counters_ ABSL_GUARDED_BY(mu_);
 };
 
