@@ -113,11 +113,14 @@ class Reader {
     return false;
   }
 
+  // The field readers below take the tag just read. A field whose wire type is not the
+  // schema's is skipped as an unknown field, as protobuf does.
+
   // A repeated 4-byte field (fixed32 or float), packed or one element at a time; appends.
   template <typename T>
-  bool fixed32s(uint32_t wire_type, std::vector<T>* out) {
+  bool fixed32s(uint32_t tag, std::vector<T>* out) {
     static_assert(sizeof(T) == 4 && std::is_trivially_copyable_v<T>);
-    if (wire_type == kFixed32) {
+    if ((tag & 7) == kFixed32) {
       uint32_t bits;
       if (!in_->ReadLittleEndian32(&bits)) return false;
       T value;
@@ -125,6 +128,7 @@ class Reader {
       out->push_back(value);
       return true;
     }
+    if ((tag & 7) != kLengthDelimited) return skip(tag);
     uint32_t n;
     if (!length(&n) || n % 4 != 0) return false;
     const size_t old = out->size();
@@ -132,21 +136,36 @@ class Reader {
     return in_->ReadRaw(out->data() + old, static_cast<int>(n));
   }
 
-  bool bytes(std::vector<uint8_t>* out) {
+  bool bytes(uint32_t tag, std::vector<uint8_t>* out) {
+    if ((tag & 7) != kLengthDelimited) return skip(tag);
     uint32_t n;
     if (!length(&n)) return false;
     out->resize(n);
     return in_->ReadRaw(out->data(), static_cast<int>(n));
   }
 
-  bool string(std::string* out) {
+  bool string(uint32_t tag, std::string* out) {
+    if ((tag & 7) != kLengthDelimited) return skip(tag);
     uint32_t n;
     return length(&n) && in_->ReadString(out, static_cast<int>(n)) && core::is_valid_utf8(*out);
   }
 
-  bool varint(uint64_t* out) { return in_->ReadVarint64(out); }
+  template <typename Int>
+  bool varint(uint32_t tag, Int* out) {
+    if ((tag & 7) != kVarint) return skip(tag);
+    uint64_t v;
+    if (!in_->ReadVarint64(&v)) return false;
+    *out = static_cast<Int>(v);
+    return true;
+  }
 
-  bool fixed64(uint64_t* out) { return in_->ReadLittleEndian64(out); }
+  bool double_value(uint32_t tag, double* out) {
+    if ((tag & 7) != kFixed64) return skip(tag);
+    uint64_t bits;
+    if (!in_->ReadLittleEndian64(&bits)) return false;
+    std::memcpy(out, &bits, 8);
+    return true;
+  }
 
   // Runs `body` inside a length-delimited submessage; false when it fails or leaves bytes.
   template <typename Body>
@@ -164,28 +183,14 @@ class Reader {
   bool malformed_ = false;
 };
 
-double to_double(uint64_t bits) {
-  double d;
-  std::memcpy(&d, &bits, 8);
-  return d;
-}
-
 bool read_breakdown_entry(Reader& r, std::map<std::string, double>* breakdown) {
   std::string key;
   double value = 0;
   for (uint32_t tag; (tag = r.next_tag()) != 0;) {
-    const uint32_t field = tag >> 3, type = tag & 7;
-    if (field == 0) return false;
-    bool ok;
-    if (field == 1 && type == kLengthDelimited) {
-      ok = r.string(&key);
-    } else if (field == 2 && type == kFixed64) {
-      uint64_t bits;
-      ok = r.fixed64(&bits);
-      value = to_double(bits);
-    } else {
-      ok = r.skip(tag);
-    }
+    const uint32_t number = tag >> 3;
+    const bool ok = number == 1   ? r.string(tag, &key)
+                    : number == 2 ? r.double_value(tag, &value)
+                                  : number != 0 && r.skip(tag);
     if (!ok) return false;
   }
   if (!r.at_end()) return false;
@@ -193,62 +198,73 @@ bool read_breakdown_entry(Reader& r, std::map<std::string, double>* breakdown) {
   return true;
 }
 
+const char* trajectory_field_name(uint32_t number) {
+  switch (number) {
+    case kPromptIds:
+      return "prompt_ids";
+    case kResponseIds:
+      return "response_ids";
+    case kLossMask:
+      return "loss_mask";
+    case kLogprobs:
+      return "logprobs";
+    case kVersions:
+      return "versions";
+    case kReward:
+      return "reward";
+    case kRewardBreakdown:
+      return "reward_breakdown";
+    case kFinishReason:
+      return "finish_reason";
+    case kSampleIndex:
+      return "sample_index";
+    default:
+      return "an unknown field";
+  }
+}
+
 // Reads one Trajectory; on failure `field` names the field being read.
 bool read_trajectory(Reader& r, Trajectory* t, const char** field) {
   for (uint32_t tag; (tag = r.next_tag()) != 0;) {
-    const uint32_t number = tag >> 3, type = tag & 7;
-    const bool packable = type == kLengthDelimited || type == kFixed32;
+    const uint32_t number = tag >> 3;
     bool ok;
     switch (number) {
       case kPromptIds:
-        *field = "prompt_ids";
-        ok = packable ? r.fixed32s(type, &t->prompt_ids) : r.skip(tag);
+        ok = r.fixed32s(tag, &t->prompt_ids);
         break;
       case kResponseIds:
-        *field = "response_ids";
-        ok = packable ? r.fixed32s(type, &t->response_ids) : r.skip(tag);
+        ok = r.fixed32s(tag, &t->response_ids);
         break;
       case kLossMask:
-        *field = "loss_mask";
-        ok = type == kLengthDelimited ? r.bytes(&t->loss_mask) : r.skip(tag);
+        ok = r.bytes(tag, &t->loss_mask);
         break;
       case kLogprobs:
-        *field = "logprobs";
-        ok = packable ? r.fixed32s(type, &t->logprobs) : r.skip(tag);
+        ok = r.fixed32s(tag, &t->logprobs);
         break;
       case kVersions:
-        *field = "versions";
-        ok = packable ? r.fixed32s(type, &t->versions) : r.skip(tag);
+        ok = r.fixed32s(tag, &t->versions);
         break;
-      case kReward: {
-        *field = "reward";
-        uint64_t bits = 0;
-        ok = type == kFixed64 ? r.fixed64(&bits) : r.skip(tag);
-        if (type == kFixed64) t->reward = to_double(bits);
+      case kReward:
+        ok = r.double_value(tag, &t->reward);
         break;
-      }
       case kRewardBreakdown:
-        *field = "reward_breakdown";
-        ok = type == kLengthDelimited
+        ok = (tag & 7) == kLengthDelimited
                  ? r.submessage([&] { return read_breakdown_entry(r, &t->reward_breakdown); })
                  : r.skip(tag);
         break;
       case kFinishReason:
-        *field = "finish_reason";
-        ok = type == kLengthDelimited ? r.string(&t->finish_reason) : r.skip(tag);
+        ok = r.string(tag, &t->finish_reason);
         break;
-      case kSampleIndex: {
-        *field = "sample_index";
-        uint64_t v = 0;
-        ok = type == kVarint ? r.varint(&v) : r.skip(tag);
-        if (type == kVarint) t->sample_index = static_cast<int64_t>(v);
+      case kSampleIndex:
+        ok = r.varint(tag, &t->sample_index);
         break;
-      }
       default:
-        *field = "an unknown field";
         ok = number != 0 && r.skip(tag);
     }
-    if (!ok) return false;
+    if (!ok) {
+      *field = trajectory_field_name(number);
+      return false;
+    }
   }
   *field = "the end of the trajectory";
   return r.at_end();
@@ -258,41 +274,10 @@ bool read_trajectory(Reader& r, Trajectory* t, const char** field) {
 
 uint32_t tag(uint32_t field, WireType type) { return field << 3 | type; }
 
-size_t tag_size(uint32_t field) { return CodedOutputStream::VarintSize32(field << 3); }
-
-// A length-delimited field of `n` bytes; proto3 leaves out empty ones.
-size_t delimited_size(uint32_t field, size_t n) {
-  return n == 0 ? 0 : tag_size(field) + CodedOutputStream::VarintSize32(n) + n;
-}
-
 uint64_t bits_of(double d) {
   uint64_t bits;
   std::memcpy(&bits, &d, 8);
   return bits;
-}
-
-size_t breakdown_entry_size(const std::string& key) {
-  // Map entries always carry both key and value, as protobuf writes them.
-  return tag_size(1) + CodedOutputStream::VarintSize32(key.size()) + key.size() + tag_size(2) + 8;
-}
-
-size_t trajectory_size(const Trajectory& t) {
-  size_t n = delimited_size(kPromptIds, t.prompt_ids.size() * 4) +
-             delimited_size(kResponseIds, t.response_ids.size() * 4) +
-             delimited_size(kLossMask, t.loss_mask.size()) +
-             delimited_size(kLogprobs, t.logprobs.size() * 4) +
-             delimited_size(kVersions, t.versions.size() * 4) +
-             delimited_size(kFinishReason, t.finish_reason.size());
-  if (bits_of(t.reward) != 0) n += tag_size(kReward) + 8;
-  for (const auto& [key, value] : t.reward_breakdown) {
-    const size_t entry = breakdown_entry_size(key);
-    n += tag_size(kRewardBreakdown) + CodedOutputStream::VarintSize32(entry) + entry;
-  }
-  if (t.sample_index != 0) {
-    n += tag_size(kSampleIndex) +
-         CodedOutputStream::VarintSize64(static_cast<uint64_t>(t.sample_index));
-  }
-  return n;
 }
 
 // Where the encoder's bytes go: small pieces are always copied; token arrays (`array`) may be
@@ -312,6 +297,7 @@ class Sink {
     CodedOutputStream::WriteLittleEndian64ToArray(v, buf);
     bytes(buf, 8);
   }
+  // A length-delimited field; proto3 leaves out empty ones.
   void delimited(uint32_t field, const void* data, size_t n, bool is_array = false) {
     if (n == 0) return;
     varint(tag(field, kLengthDelimited));
@@ -322,7 +308,26 @@ class Sink {
       bytes(data, n);
     }
   }
+
+  // A submessage that `write(Sink*)` writes, prefixed by its size (written once to count).
+  template <typename Write>
+  void submessage(uint32_t field, Write&& write);
 };
+
+class CountingSink final : public Sink {
+ public:
+  void bytes(const void*, size_t n) override { count += n; }
+  size_t count = 0;
+};
+
+template <typename Write>
+void Sink::submessage(uint32_t field, Write&& write) {
+  CountingSink size;
+  write(&size);
+  varint(tag(field, kLengthDelimited));
+  varint(size.count);
+  write(this);
+}
 
 void write_trajectory(const Trajectory& t, Sink* out) {
   out->delimited(kPromptIds, t.prompt_ids.data(), t.prompt_ids.size() * 4, true);
@@ -335,13 +340,14 @@ void write_trajectory(const Trajectory& t, Sink* out) {
     out->fixed64(bits_of(t.reward));
   }
   for (const auto& [key, value] : t.reward_breakdown) {
-    out->varint(tag(kRewardBreakdown, kLengthDelimited));
-    out->varint(breakdown_entry_size(key));
-    out->varint(tag(1, kLengthDelimited));
-    out->varint(key.size());
-    out->bytes(key.data(), key.size());
-    out->varint(tag(2, kFixed64));
-    out->fixed64(bits_of(value));
+    out->submessage(kRewardBreakdown, [&](Sink* entry) {
+      // Map entries always carry both key and value, as protobuf writes them.
+      entry->varint(tag(1, kLengthDelimited));
+      entry->varint(key.size());
+      entry->bytes(key.data(), key.size());
+      entry->varint(tag(2, kFixed64));
+      entry->fixed64(bits_of(value));
+    });
   }
   out->delimited(kFinishReason, t.finish_reason.data(), t.finish_reason.size());
   if (t.sample_index != 0) {
@@ -358,9 +364,7 @@ void write_group(const TrajectoryGroup& group, absl::string_view worker_id, Sink
   }
   out->delimited(kWorkerId, worker_id.data(), worker_id.size());
   for (const Trajectory& t : group.trajectories) {
-    out->varint(tag(kTrajectories, kLengthDelimited));
-    out->varint(trajectory_size(t));
-    write_trajectory(t, out);
+    out->submessage(kTrajectories, [&](Sink* s) { write_trajectory(t, s); });
   }
 }
 
@@ -419,25 +423,20 @@ absl::Status decode_group(google::protobuf::io::ZeroCopyInputStream* input, size
   TrajectoryGroup& g = *group;
   g = TrajectoryGroup();
   for (uint32_t tag; (tag = r.next_tag()) != 0;) {
-    const uint32_t number = tag >> 3, type = tag & 7;
+    const uint32_t number = tag >> 3;
     bool ok;
-    const char* field = nullptr;
     switch (number) {
       case kGroupId:
-        field = "group_id";
-        ok = type == kLengthDelimited ? r.string(&g.group_id) : r.skip(tag);
+        ok = r.string(tag, &g.group_id);
         break;
       case kLeaseId:
-        field = "lease_id";
-        ok = type == kVarint ? r.varint(&g.lease_id) : r.skip(tag);
+        ok = r.varint(tag, &g.lease_id);
         break;
       case kWorkerId:
-        field = "worker_id";
-        ok = type == kLengthDelimited ? r.string(&g.worker_id) : r.skip(tag);
+        ok = r.string(tag, &g.worker_id);
         break;
       case kTrajectories: {
-        if (type != kLengthDelimited) {
-          field = "trajectories";
+        if ((tag & 7) != kLengthDelimited) {
           ok = r.skip(tag);
           break;
         }
@@ -447,33 +446,28 @@ absl::Status decode_group(google::protobuf::io::ZeroCopyInputStream* input, size
         }
         const char* inner = "trajectories";
         g.trajectories.emplace_back();
-        ok = r.submessage([&] { return read_trajectory(r, &g.trajectories.back(), &inner); });
-        if (!ok) {
+        if (!r.submessage([&] { return read_trajectory(r, &g.trajectories.back(), &inner); })) {
           return bad(absl::StrCat("trajectories[", g.trajectories.size() - 1, "].", inner));
         }
+        ok = true;
         break;
       }
       default:
-        field = "unknown field";
         ok = number != 0 && r.skip(tag);
     }
-    if (!ok) return bad(field);
+    if (!ok) {
+      const char* names[] = {"unknown field", "group_id", "lease_id", "worker_id", "trajectories"};
+      return bad(names[number <= kTrajectories ? number : 0]);
+    }
   }
   if (!r.at_end()) return bad("message (truncated, or a zero tag)");
   return absl::OkStatus();
 }
 
 size_t encoded_size(const TrajectoryGroup& group, absl::string_view worker_id) {
-  size_t n =
-      delimited_size(kGroupId, group.group_id.size()) + delimited_size(kWorkerId, worker_id.size());
-  if (group.lease_id != 0) {
-    n += tag_size(kLeaseId) + CodedOutputStream::VarintSize64(group.lease_id);
-  }
-  for (const Trajectory& t : group.trajectories) {
-    const size_t size = trajectory_size(t);
-    n += tag_size(kTrajectories) + CodedOutputStream::VarintSize32(size) + size;
-  }
-  return n;
+  CountingSink sink;
+  write_group(group, worker_id, &sink);
+  return sink.count;
 }
 
 void encode_group(const TrajectoryGroup& group, absl::string_view worker_id, uint8_t* out) {
