@@ -10,6 +10,7 @@
 
 #include "flywheel/buffer/controller_client.h"
 #include "flywheel/v1/controller.grpc.pb.h"
+#include "wire_codec.h"
 
 namespace flywheel::bench {
 namespace {
@@ -40,25 +41,6 @@ TrajectoryGroup make_group(uint64_t lease, int samples, int tokens) {
   return g;
 }
 
-// The group's size on the wire: its serialized v1::TrajectoryGroup.
-size_t wire_bytes(const TrajectoryGroup& g) {
-  v1::TrajectoryGroup p;
-  p.set_group_id(g.group_id);
-  p.set_lease_id(g.lease_id);
-  p.set_worker_id("bench");
-  for (const Trajectory& t : g.trajectories) {
-    v1::Trajectory* tp = p.add_trajectories();
-    for (int32_t id : t.prompt_ids) tp->add_prompt_ids(static_cast<uint32_t>(id));
-    for (int32_t id : t.response_ids) tp->add_response_ids(static_cast<uint32_t>(id));
-    tp->set_loss_mask(std::string(t.loss_mask.begin(), t.loss_mask.end()));
-    for (float lp : t.logprobs) tp->add_logprobs(lp);
-    for (int32_t v : t.versions) tp->add_versions(static_cast<uint32_t>(v));
-    tp->set_reward(t.reward);
-    tp->set_sample_index(t.sample_index);
-  }
-  return p.ByteSizeLong();
-}
-
 }  // namespace
 
 int run_push_worker(const PushWorkerOptions& o) {
@@ -74,7 +56,7 @@ int run_push_worker(const PushWorkerOptions& o) {
   // The groups are built once and pushed again under new leases: building 27 MB of tokens per
   // call would otherwise be most of what this process measures.
   std::vector<TrajectoryGroup> batch(o.groups_per_call, make_group(0, o.samples, o.tokens));
-  const size_t group_bytes = wire_bytes(batch[0]);
+  const size_t group_bytes = buffer::encoded_size(batch[0], co.worker_id);
   int64_t groups = 0;
   const auto start = Clock::now();
   while (seconds_since(start) < o.seconds) {

@@ -13,6 +13,7 @@
 #include "flywheel/v1/controller.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/stubs/logging.h"
+#include "group_message.h"
 #include "gtest/gtest.h"
 
 namespace flywheel::buffer {
@@ -53,23 +54,6 @@ TrajectoryGroup group_for(uint64_t lease_id, int64_t version, const std::string&
     g.trajectories.push_back(t);
   }
   return g;
-}
-
-// The generated message for `g`, as a client without flywheel's codec builds it.
-v1::TrajectoryGroup to_message(const TrajectoryGroup& g) {
-  v1::TrajectoryGroup p;
-  p.set_group_id(g.group_id);
-  p.set_lease_id(g.lease_id);
-  for (const auto& t : g.trajectories) {
-    auto* tp = p.add_trajectories();
-    for (auto id : t.prompt_ids) tp->add_prompt_ids(id);
-    for (auto id : t.response_ids) tp->add_response_ids(id);
-    tp->set_loss_mask(std::string(t.loss_mask.begin(), t.loss_mask.end()));
-    for (auto lp : t.logprobs) tp->add_logprobs(lp);
-    for (auto v : t.versions) tp->add_versions(v);
-    tp->set_reward(t.reward);
-  }
-  return p;
 }
 
 // A server on loopback port 0 with its core and dataset.

@@ -4,6 +4,8 @@
 // input split into chunks at every boundary.
 #include "wire_codec.h"
 
+#include "group_message.h"
+
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/stubs/logging.h>
 
@@ -24,48 +26,6 @@ using google::protobuf::io::ArrayInputStream;
 using google::protobuf::io::CodedOutputStream;
 using google::protobuf::io::StringOutputStream;
 using ::testing::HasSubstr;
-
-// The reference conversion, element by element.
-v1::TrajectoryGroup to_message(const TrajectoryGroup& g, const std::string& worker_id) {
-  v1::TrajectoryGroup p;
-  p.set_group_id(g.group_id);
-  p.set_lease_id(g.lease_id);
-  p.set_worker_id(worker_id);
-  for (const Trajectory& t : g.trajectories) {
-    v1::Trajectory* tp = p.add_trajectories();
-    for (int32_t id : t.prompt_ids) tp->add_prompt_ids(static_cast<uint32_t>(id));
-    for (int32_t id : t.response_ids) tp->add_response_ids(static_cast<uint32_t>(id));
-    tp->set_loss_mask(std::string(t.loss_mask.begin(), t.loss_mask.end()));
-    for (float lp : t.logprobs) tp->add_logprobs(lp);
-    for (int32_t v : t.versions) tp->add_versions(static_cast<uint32_t>(v));
-    tp->set_reward(t.reward);
-    for (const auto& [k, v] : t.reward_breakdown) (*tp->mutable_reward_breakdown())[k] = v;
-    tp->set_finish_reason(t.finish_reason);
-    tp->set_sample_index(t.sample_index);
-  }
-  return p;
-}
-
-TrajectoryGroup from_message(const v1::TrajectoryGroup& p) {
-  TrajectoryGroup g;
-  g.group_id = p.group_id();
-  g.lease_id = p.lease_id();
-  g.worker_id = p.worker_id();
-  for (const v1::Trajectory& tp : p.trajectories()) {
-    Trajectory t;
-    for (uint32_t id : tp.prompt_ids()) t.prompt_ids.push_back(static_cast<int32_t>(id));
-    for (uint32_t id : tp.response_ids()) t.response_ids.push_back(static_cast<int32_t>(id));
-    t.loss_mask.assign(tp.loss_mask().begin(), tp.loss_mask().end());
-    for (float lp : tp.logprobs()) t.logprobs.push_back(lp);
-    for (uint32_t v : tp.versions()) t.versions.push_back(static_cast<int32_t>(v));
-    t.reward = tp.reward();
-    for (const auto& [k, v] : tp.reward_breakdown()) t.reward_breakdown[k] = v;
-    t.finish_reason = tp.finish_reason();
-    t.sample_index = tp.sample_index();
-    g.trajectories.push_back(std::move(t));
-  }
-  return g;
-}
 
 template <typename T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {

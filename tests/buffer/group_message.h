@@ -1,0 +1,54 @@
+// Test helper: TrajectoryGroup <-> the generated flywheel.v1 message, element by element, as a
+// client with protobuf's generated classes would build it (the reference wire_codec is
+// checked against, and the way the service tests speak to the server without flywheel's codec).
+#pragma once
+
+#include <string>
+
+#include "flywheel/buffer/trajectory.h"
+#include "flywheel/v1/trajectory.pb.h"
+
+namespace flywheel::buffer {
+
+inline v1::TrajectoryGroup to_message(const TrajectoryGroup& g, const std::string& worker_id = "") {
+  v1::TrajectoryGroup p;
+  p.set_group_id(g.group_id);
+  p.set_lease_id(g.lease_id);
+  p.set_worker_id(worker_id);
+  for (const Trajectory& t : g.trajectories) {
+    v1::Trajectory* tp = p.add_trajectories();
+    for (int32_t id : t.prompt_ids) tp->add_prompt_ids(static_cast<uint32_t>(id));
+    for (int32_t id : t.response_ids) tp->add_response_ids(static_cast<uint32_t>(id));
+    tp->set_loss_mask(std::string(t.loss_mask.begin(), t.loss_mask.end()));
+    for (float lp : t.logprobs) tp->add_logprobs(lp);
+    for (int32_t v : t.versions) tp->add_versions(static_cast<uint32_t>(v));
+    tp->set_reward(t.reward);
+    for (const auto& [k, v] : t.reward_breakdown) (*tp->mutable_reward_breakdown())[k] = v;
+    tp->set_finish_reason(t.finish_reason);
+    tp->set_sample_index(t.sample_index);
+  }
+  return p;
+}
+
+inline TrajectoryGroup from_message(const v1::TrajectoryGroup& p) {
+  TrajectoryGroup g;
+  g.group_id = p.group_id();
+  g.lease_id = p.lease_id();
+  g.worker_id = p.worker_id();
+  for (const v1::Trajectory& tp : p.trajectories()) {
+    Trajectory t;
+    for (uint32_t id : tp.prompt_ids()) t.prompt_ids.push_back(static_cast<int32_t>(id));
+    for (uint32_t id : tp.response_ids()) t.response_ids.push_back(static_cast<int32_t>(id));
+    t.loss_mask.assign(tp.loss_mask().begin(), tp.loss_mask().end());
+    for (float lp : tp.logprobs()) t.logprobs.push_back(lp);
+    for (uint32_t v : tp.versions()) t.versions.push_back(static_cast<int32_t>(v));
+    t.reward = tp.reward();
+    for (const auto& [k, v] : tp.reward_breakdown()) t.reward_breakdown[k] = v;
+    t.finish_reason = tp.finish_reason();
+    t.sample_index = tp.sample_index();
+    g.trajectories.push_back(std::move(t));
+  }
+  return g;
+}
+
+}  // namespace flywheel::buffer
