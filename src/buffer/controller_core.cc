@@ -91,21 +91,27 @@ const std::vector<int64_t>& ControllerCore::order_locked(int64_t epoch) {
   return orders_.emplace(epoch, std::move(order)).first->second;
 }
 
-bool ControllerCore::next_prompt_locked(int64_t* epoch, int64_t* prompt) {
+bool ControllerCore::peek_prompt_locked(int64_t* epoch, int64_t* prompt) {
   if (!requeued_.empty()) {
     std::tie(*epoch, *prompt) = requeued_.front();
-    requeued_.pop_front();
     return true;
   }
   if (epoch_ >= options_.epochs) return false;
   *epoch = epoch_;
   *prompt = order_locked(epoch_)[cursor_];
+  return true;
+}
+
+void ControllerCore::pop_prompt_locked() {
+  if (!requeued_.empty()) {
+    requeued_.pop_front();
+    return;
+  }
   if (++cursor_ == options_.num_prompts) {
     orders_.erase(epoch_);  // the order of a finished epoch is no longer needed
     ++epoch_;
     cursor_ = 0;
   }
-  return true;
 }
 
 void ControllerCore::requeue_locked(int64_t epoch, int64_t prompt) {
@@ -117,7 +123,8 @@ int64_t ControllerCore::budget_limit() const {
   return (options_.max_staleness + version_ + 1) * options_.groups_per_step;
 }
 
-Grant ControllerCore::acquire(const std::string& worker, int64_t max_prompts, double now) {
+Grant ControllerCore::acquire(const std::string& worker, int64_t max_prompts, double now,
+                              const GrantBudget* budget) {
   absl::MutexLock lock(&mu_);
   last_seen_[worker] = now;
   expire_locked(now);
@@ -127,13 +134,22 @@ Grant ControllerCore::acquire(const std::string& worker, int64_t max_prompts, do
   const int64_t used = static_cast<int64_t>(leases_.size() + buffer_.size()) + counters_.consumed;
   const bool exhausted = epoch_ >= options_.epochs && requeued_.empty();
   if (exhausted) {
-    grant.kind = leases_.empty() ? Grant::Kind::kDone : Grant::Kind::kWait;
+    // With requeue_stale a buffered group can still go stale and send its prompt back.
+    const bool settled = leases_.empty() && (!options_.requeue_stale || buffer_.empty());
+    grant.kind = settled ? Grant::Kind::kDone : Grant::Kind::kWait;
     return grant;
   }
-  int64_t room = std::min(max_prompts, limit - used);
+  const int64_t room = std::min(max_prompts, limit - used);
+  int64_t spent = 0;
   for (int64_t i = 0; i < room; ++i) {
     Lease lease;
-    if (!next_prompt_locked(&lease.epoch, &lease.prompt)) break;
+    if (!peek_prompt_locked(&lease.epoch, &lease.prompt)) break;
+    if (budget != nullptr) {
+      const int64_t cost = budget->cost(lease.prompt);
+      if (spent + cost > budget->max_cost) break;
+      spent += cost;
+    }
+    pop_prompt_locked();
     lease.id = next_lease_id_++;
     lease.worker = worker;
     lease.deadline = now + options_.lease_timeout_s;

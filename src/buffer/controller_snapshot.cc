@@ -87,12 +87,64 @@ struct Reader {
   }
 };
 
+std::string fingerprint_hex(uint64_t fingerprint) {
+  return absl::StrCat(absl::Hex(fingerprint, absl::kZeroPad16));
+}
+
+// InvalidArgument naming the first setting of `j` ("dataset" / "shape" objects) that differs
+// from what this controller was configured with.
+absl::Status check_identity(const Json& j, const ControllerOptions& o) {
+  const Json* dataset = j.find("dataset");
+  const Json* shape = j.find("shape");
+  if (!dataset || !dataset->is_object() || !shape || !shape->is_object()) {
+    return absl::InvalidArgumentError(
+        "controller snapshot: no dataset identity or group shape recorded (made by an older "
+        "flywheel?); refusing to restore it over an unknown dataset");
+  }
+  struct Setting {
+    const Json* recorded;
+    std::string name, expected;
+  };
+  auto text = [](const Json* v) -> std::string {
+    if (v == nullptr) return "(missing)";
+    if (v->is_string()) return v->as_string();
+    return v->dump();
+  };
+  const Setting settings[] = {
+      {dataset->find("prompts"), "dataset size (prompts)", Json(o.num_prompts).dump()},
+      {dataset->find("fingerprint"), "dataset content fingerprint",
+       fingerprint_hex(o.dataset_fingerprint)},
+      {dataset->find("seed"), "data.seed", Json(static_cast<int64_t>(o.seed)).dump()},
+      {dataset->find("shuffle"), "data.shuffle", Json(o.shuffle).dump()},
+      {shape->find("group_size"), "group size", Json(o.limits.group_size).dump()},
+      {shape->find("vocab_size"), "vocabulary size", Json(o.limits.vocab_size).dump()},
+  };
+  for (const Setting& s : settings) {
+    if (text(s.recorded) != s.expected) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("controller snapshot was made for another run: its ", s.name, " is ",
+                       text(s.recorded), ", this controller's is ", s.expected));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string ControllerCore::snapshot() const {
   absl::MutexLock lock(&mu_);
   Json j = Json::object();
   j.set("format", Json("flywheel.controller.v1"));
+  Json dataset = Json::object();
+  dataset.set("prompts", Json(options_.num_prompts));
+  dataset.set("fingerprint", Json(fingerprint_hex(options_.dataset_fingerprint)));
+  dataset.set("seed", Json(static_cast<int64_t>(options_.seed)));
+  dataset.set("shuffle", Json(options_.shuffle));
+  j.set("dataset", std::move(dataset));
+  Json shape = Json::object();
+  shape.set("group_size", Json(options_.limits.group_size));
+  shape.set("vocab_size", Json(options_.limits.vocab_size));
+  j.set("shape", std::move(shape));
   j.set("version", Json(version_));
   j.set("epoch", Json(epoch_));
   j.set("cursor", Json(cursor_));
@@ -149,56 +201,76 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::restore(
     return absl::InvalidArgumentError(
         "controller snapshot: unknown format (expected flywheel.controller.v1)");
   }
+  if (absl::Status same = check_identity(j, options); !same.ok()) return same;
   ControllerCore& c = **created;
   Reader r;
+  auto malformed = [](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("controller snapshot: ", why));
+  };
+  auto array = [&](const char* name) -> const std::vector<Json>* {
+    const Json* a = j.find(name);
+    return a != nullptr && a->is_array() ? &a->as_array() : nullptr;
+  };
+  const std::vector<Json>* requeued = array("requeued");
+  const std::vector<Json>* leases = array("leases");
+  const std::vector<Json>* buffer = array("buffer");
+  const std::vector<Json>* acknowledged = array("acknowledged");
+  const Json* counters = j.find("counters");
+  if (!requeued || !leases || !buffer || !acknowledged || !counters || !counters->is_object()) {
+    return malformed(
+        "needs the arrays requeued, leases, buffer, acknowledged and a counters object");
+  }
   absl::MutexLock lock(&c.mu_);
   c.version_ = r.integer(j.find("version"));
   c.epoch_ = r.integer(j.find("epoch"));
   c.cursor_ = r.integer(j.find("cursor"));
-  c.next_lease_id_ = static_cast<uint64_t>(r.integer(j.find("next_lease_id")));
-  if (const Json* q = j.find("requeued"); q && q->is_array()) {
-    for (const Json& pair : q->as_array()) {
-      std::vector<int64_t> v = r.list<int64_t>(&pair);
-      if (v.size() == 2) c.requeued_.emplace_back(v[0], v[1]);
+  const int64_t next_lease_id = r.integer(j.find("next_lease_id"));
+  c.next_lease_id_ = static_cast<uint64_t>(next_lease_id);
+  for (const Json& pair : *requeued) {
+    std::vector<int64_t> v = r.list<int64_t>(&pair);
+    if (v.size() != 2) return malformed("requeued entries must be [epoch, prompt] pairs");
+    c.requeued_.emplace_back(v[0], v[1]);
+  }
+  for (const Json& l : *leases) {
+    Lease lease;
+    const int64_t id = r.integer(l.find("id"));
+    lease.id = static_cast<uint64_t>(id);
+    lease.epoch = r.integer(l.find("epoch"));
+    lease.prompt = r.integer(l.find("prompt"));
+    lease.worker = r.string(l.find("worker"));
+    lease.deadline = now + options.lease_timeout_s;  // deadlines restart with the controller
+    if (id < 1 || id >= next_lease_id) {
+      return malformed(
+          absl::StrCat("lease id ", id, " is outside [1, next_lease_id ", next_lease_id, ")"));
     }
+    if (c.leases_.count(lease.id)) return malformed(absl::StrCat("lease id ", id, " twice"));
+    c.last_seen_[lease.worker] = now;
+    c.add_lease_locked(lease);
   }
-  if (const Json* ls = j.find("leases"); ls && ls->is_array()) {
-    for (const Json& l : ls->as_array()) {
-      Lease lease;
-      lease.id = static_cast<uint64_t>(r.integer(l.find("id")));
-      lease.epoch = r.integer(l.find("epoch"));
-      lease.prompt = r.integer(l.find("prompt"));
-      lease.worker = r.string(l.find("worker"));
-      lease.deadline = now + options.lease_timeout_s;  // deadlines restart with the controller
-      c.last_seen_[lease.worker] = now;
-      c.add_lease_locked(lease);
+  for (const Json& g : *buffer) {
+    Entry e;
+    e.group.group_id = r.string(g.find("group_id"));
+    e.group.lease_id = static_cast<uint64_t>(r.integer(g.find("lease_id")));
+    e.group.worker_id = r.string(g.find("worker_id"));
+    e.epoch = r.integer(g.find("epoch"));
+    e.prompt = r.integer(g.find("prompt"));
+    const Json* ts = g.find("trajectories");
+    if (ts == nullptr || !ts->is_array()) return malformed("a buffered group has no trajectories");
+    for (const Json& t : ts->as_array()) e.group.trajectories.push_back(r.trajectory(t));
+    if (!r.ok) break;
+    // Buffered groups go to the learner as they are: they must pass today's validation.
+    if (absl::Status valid = validate_group(e.group, options.limits, c.version_); !valid.ok()) {
+      return malformed(absl::StrCat("buffered group ", c.buffer_.size(), " ('", e.group.group_id,
+                                    "'): ", valid.message()));
     }
+    e.min_version = e.group.min_version();
+    e.bytes = static_cast<int64_t>(e.group.bytes());
+    c.buffered_bytes_ += e.bytes;
+    c.buffer_.push_back(std::move(e));
   }
-  if (const Json* b = j.find("buffer"); b && b->is_array()) {
-    for (const Json& g : b->as_array()) {
-      Entry e;
-      e.group.group_id = r.string(g.find("group_id"));
-      e.group.lease_id = static_cast<uint64_t>(r.integer(g.find("lease_id")));
-      e.group.worker_id = r.string(g.find("worker_id"));
-      e.epoch = r.integer(g.find("epoch"));
-      e.prompt = r.integer(g.find("prompt"));
-      if (const Json* ts = g.find("trajectories"); ts && ts->is_array()) {
-        for (const Json& t : ts->as_array()) e.group.trajectories.push_back(r.trajectory(t));
-      }
-      e.min_version = e.group.min_version();
-      e.bytes = static_cast<int64_t>(e.group.bytes());
-      c.buffered_bytes_ += e.bytes;
-      c.buffer_.push_back(std::move(e));
-    }
-  }
-  if (const Json* a = j.find("acknowledged"); a && a->is_array()) {
-    for (const Json& id : a->as_array()) c.acknowledged_.insert(r.string(&id));
-  }
-  if (const Json* cs = j.find("counters"); cs && cs->is_object()) {
-    for (auto& [name, field] : c.counters_.fields()) *field = r.integer(cs->find(name));
-  } else {
-    r.ok = false;
-  }
+  for (const Json& id : *acknowledged) c.acknowledged_.insert(r.string(&id));
+  for (auto& [name, field] : c.counters_.fields()) *field = r.integer(counters->find(name));
+  if (!r.ok) return malformed("a field is missing or has the wrong type");
   // Every prompt reference must point into this dataset and its epochs (a snapshot of another
   // run must not make the server index out of range later).
   auto in_range = [&](int64_t epoch, int64_t prompt) {
@@ -209,10 +281,11 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::restore(
   for (const auto& [id, lease] : c.leases_)
     refs_ok = refs_ok && in_range(lease.epoch, lease.prompt);
   for (const Entry& e : c.buffer_) refs_ok = refs_ok && in_range(e.epoch, e.prompt);
-  if (!r.ok || !refs_ok || c.epoch_ < 0 || c.epoch_ > options.epochs || c.cursor_ < 0 ||
-      c.cursor_ >= options.num_prompts) {
-    return absl::InvalidArgumentError(
-        "controller snapshot: malformed, or made for another dataset or number of epochs");
+  if (!refs_ok || c.epoch_ < 0 || c.epoch_ > options.epochs || c.cursor_ < 0 ||
+      c.cursor_ >= options.num_prompts || c.version_ < 0) {
+    return malformed(
+        absl::StrCat("a prompt reference, the cursor or the version is out of range for ",
+                     options.num_prompts, " prompts and ", options.epochs, " epoch(s)"));
   }
   return created;
 }

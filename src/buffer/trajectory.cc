@@ -70,6 +70,15 @@ absl::Status validate_group(const TrajectoryGroup& group, const ValidationLimits
     return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
   };
   if (group.group_id.empty()) return bad("group_id", "must not be empty");
+  auto too_long = [&](size_t bytes) {
+    return absl::StrCat(bytes, " bytes exceed the limit of ", limits.max_id_bytes);
+  };
+  if (static_cast<int64_t>(group.group_id.size()) > limits.max_id_bytes) {
+    return bad("group_id", too_long(group.group_id.size()));
+  }
+  if (static_cast<int64_t>(group.worker_id.size()) > limits.max_id_bytes) {
+    return bad("worker_id", too_long(group.worker_id.size()));
+  }
   if (static_cast<int64_t>(group.trajectories.size()) != limits.group_size) {
     return bad("trajectories",
                absl::StrCat("expected ", limits.group_size, " trajectories (the group size), got ",
@@ -136,6 +145,9 @@ absl::Status validate_group(const TrajectoryGroup& group, const ValidationLimits
     }
     if (!std::isfinite(t.reward)) return bad(at + ".reward", "must be finite");
     for (const auto& [name, value] : t.reward_breakdown) {
+      if (static_cast<int64_t>(name.size()) > limits.max_id_bytes) {
+        return bad(at + ".reward_breakdown", absl::StrCat("a name of ", too_long(name.size())));
+      }
       if (!std::isfinite(value))
         return bad(absl::StrCat(at, ".reward_breakdown.", name), "must be finite");
     }

@@ -68,6 +68,7 @@ absl::Status run(const BufferArgs& args) {
   o.limits.group_size = c.rollout.group_size;
   o.limits.max_tokens = c.model.max_seq_len;
   o.limits.max_group_bytes = c.buffer.server.max_message_bytes;
+  o.dataset_fingerprint = (*data)->fingerprint();
 
   buffer::ControllerCore::Filter filter;
   if (!c.buffer.filter.empty()) {
@@ -82,7 +83,9 @@ absl::Status run(const BufferArgs& args) {
   if (!args.snapshot.empty() && fs::exists(args.snapshot, ec)) {
     absl::StatusOr<std::string> text = core::read_file(args.snapshot);
     if (!text.ok()) return text.status();
-    auto restored = buffer::ControllerCore::restore(o, *text, 0, filter);
+    // Restored lease deadlines count from now on the clock the server then runs on.
+    auto restored = buffer::ControllerCore::restore(
+        o, *text, buffer::ControllerServer::monotonic_seconds(), filter);
     if (!restored.ok()) return restored.status();
     core = std::move(*restored);
     std::cerr << "flywheel buffer: restored " << args.snapshot << " (version " << core->version()
@@ -116,7 +119,8 @@ absl::Status run(const BufferArgs& args) {
     if (!text.ok()) return text.status();
     *pem = *text;
   }
-  auto server = buffer::ControllerServer::start(core.get(), data->get(), so);
+  auto server = buffer::ControllerServer::start(core.get(), data->get(), so,
+                                                &buffer::ControllerServer::monotonic_seconds);
   if (!server.ok()) return server.status();
   const std::string host =
       c.buffer.server.bind_address.substr(0, c.buffer.server.bind_address.rfind(':'));

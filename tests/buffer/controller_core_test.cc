@@ -264,6 +264,97 @@ TEST(ControllerCoreTest, SnapshotRestoreIsEquivalent) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// With requeue_stale, a buffered group may still go stale on a version bump and send its prompt
+// back: DONE only once nothing is buffered, so workers never exit before that prompt is issued.
+TEST(ControllerCoreTest, DoneIsFinalWhenStaleGroupsAreRequeued) {
+  ControllerOptions o = options(/*prompts=*/2, /*groups_per_step=*/2, /*max_staleness=*/1);
+  o.requeue_stale = true;
+  auto c = make(o);
+  Grant g = c->acquire("w", 10, 0);
+  ASSERT_EQ(g.leases.size(), 2u);
+  for (const Lease& l : g.leases) ASSERT_TRUE(c->push(group_for(l, 0), 0).ok());
+  EXPECT_EQ(c->acquire("w", 10, 0).kind, Grant::Kind::kWait);  // was kDone
+  c->set_version(2);  // both buffered groups are now too stale: their prompts come back
+  Grant again = c->acquire("w", 10, 0);
+  ASSERT_EQ(again.kind, Grant::Kind::kWork);
+  EXPECT_EQ(again.leases.size(), 2u);
+  for (const Lease& l : again.leases) ASSERT_TRUE(c->push(group_for(l, 2), 0).ok());
+  ASSERT_TRUE(c->take_batch(2).ok());
+  EXPECT_EQ(c->acquire("w", 10, 0).kind, Grant::Kind::kDone);
+}
+
+// A grant stops where the reply carrying it would overflow: no lease is granted for a prompt
+// that is not delivered.
+TEST(ControllerCoreTest, GrantsStopAtTheReplyBudget) {
+  auto c = make(options(/*prompts=*/10, /*groups_per_step=*/10, /*max_staleness=*/0));
+  GrantBudget budget;
+  budget.cost = [](int64_t) { return int64_t{100}; };
+  budget.max_cost = 350;
+  Grant g = c->acquire("w", 1000, 0, &budget);
+  EXPECT_EQ(g.leases.size(), 3u);
+  EXPECT_EQ(c->in_flight(), 3);
+  Grant rest = c->acquire("w", 1000, 0);
+  EXPECT_EQ(rest.leases.size(), 7u);  // nothing was skipped
+  std::set<int64_t> prompts;
+  for (const Grant* grant : {&g, &rest}) {
+    for (const Lease& l : grant->leases) prompts.insert(l.prompt);
+  }
+  EXPECT_EQ(prompts.size(), 10u);
+}
+
+// A snapshot is only restored over the dataset and group shape it was made for, and every part
+// of it is checked.
+TEST(ControllerCoreTest, RestoreRefusesAnotherDatasetShapeOrAMalformedSnapshot) {
+  ControllerOptions o = options(/*prompts=*/10, /*groups_per_step=*/4, /*max_staleness=*/1);
+  o.dataset_fingerprint = 0xABCDEF;
+  auto a = make(o);
+  Grant g = a->acquire("w", 3, 0);
+  ASSERT_TRUE(a->push(group_for(g.leases[0], 0), 0).ok());
+  const std::string snapshot = a->snapshot();
+  ASSERT_TRUE(ControllerCore::restore(o, snapshot, 0).ok());
+  auto refused = [&](const ControllerOptions& other, const std::string& text) {
+    absl::Status s = ControllerCore::restore(other, text, 0).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    return std::string(s.message());
+  };
+  ControllerOptions more = o;
+  more.num_prompts = 11;  // the case that issued 3 prompts twice and 3 never
+  EXPECT_THAT(refused(more, snapshot), HasSubstr("dataset size (prompts) is 10"));
+  ControllerOptions edited = o;
+  edited.dataset_fingerprint = 0xABCDEE;
+  EXPECT_THAT(refused(edited, snapshot), HasSubstr("dataset content fingerprint"));
+  ControllerOptions reseeded = o;
+  reseeded.seed = 2;
+  EXPECT_THAT(refused(reseeded, snapshot), HasSubstr("data.seed"));
+  ControllerOptions unshuffled = o;
+  unshuffled.shuffle = false;
+  EXPECT_THAT(refused(unshuffled, snapshot), HasSubstr("data.shuffle"));
+  ControllerOptions bigger_groups = o;
+  bigger_groups.limits.group_size = 4;
+  EXPECT_THAT(refused(bigger_groups, snapshot), HasSubstr("group size is 2"));
+  ControllerOptions smaller_vocab = o;
+  smaller_vocab.limits.vocab_size = 50;
+  EXPECT_THAT(refused(smaller_vocab, snapshot), HasSubstr("vocabulary size is 100"));
+  // Buffered groups are validated again (here under a tighter token limit).
+  ControllerOptions fewer_tokens = o;
+  fewer_tokens.limits.max_tokens = 4;
+  EXPECT_THAT(refused(fewer_tokens, snapshot), HasSubstr("buffered group 0"));
+  auto edit = [&](const std::string& from, const std::string& to) {
+    std::string text = snapshot;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return at == std::string::npos ? text : text.replace(at, from.size(), to);
+  };
+  EXPECT_THAT(refused(o, edit("\"requeued\":[]", "\"requeued_\":[]")), HasSubstr("arrays"));
+  EXPECT_THAT(refused(o, edit("\"buffer\":[", "\"buffer_\":[")), HasSubstr("arrays"));
+  EXPECT_THAT(refused(o, edit("\"next_lease_id\":4", "\"next_lease_id\":3")),
+              HasSubstr("lease id 3 is outside [1, next_lease_id 3)"));
+  EXPECT_THAT(refused(o, edit("\"id\":3", "\"id\":2")), HasSubstr("lease id 2 twice"));
+  EXPECT_THAT(refused(o, edit("\"response_ids\":[4,5]", "\"response_ids\":[4,500]")),
+              HasSubstr("response_ids[1]"));
+  EXPECT_THAT(refused(o, edit("\"loss_mask\":[1,1],", "")), HasSubstr("missing"));
+}
+
 // Randomised interleavings of acquire / push / expire / sample / version bumps: the staleness
 // budget and the learner-side invariant hold after every one of 10^5 operations, and no prompt
 // of an epoch is ever trained twice.

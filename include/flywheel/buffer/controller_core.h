@@ -48,6 +48,9 @@ struct ControllerOptions {
   // finds its lease gone and is rejected (FAILED_PRECONDITION): never stored twice either way.
   int64_t remembered_group_ids = 1 << 18;
   ValidationLimits limits;
+  // Identity of the dataset's content (PromptDataset::fingerprint()), recorded in snapshots so
+  // that a snapshot is never restored over another dataset. 0 = not known.
+  uint64_t dataset_fingerprint = 0;
 
   absl::Status validate() const;
 };
@@ -58,6 +61,13 @@ struct Lease {
   int64_t prompt = 0;  // index into the dataset
   std::string worker;
   double deadline = 0;
+};
+
+// What one acquire() may grant besides max_prompts: the leases travel in one reply, which must
+// fit in one message. Prompts are granted in order while their costs fit in max_cost.
+struct GrantBudget {
+  std::function<int64_t(int64_t prompt)> cost;  // bytes the lease of `prompt` adds to the reply
+  int64_t max_cost = 0;
 };
 
 struct Grant {
@@ -98,10 +108,14 @@ class ControllerCore {
   static absl::StatusOr<std::unique_ptr<ControllerCore>> create(const ControllerOptions& options,
                                                                 Filter filter = nullptr);
 
-  // Up to `max_prompts` leases for `worker` if the staleness budget allows (kWork), kWait when
-  // it does not (or every remaining prompt is in flight), kDone when every epoch is issued
-  // and nothing is in flight or waiting to be re-issued. Also counts as a heartbeat.
-  Grant acquire(const std::string& worker, int64_t max_prompts, double now);
+  // Up to `max_prompts` leases for `worker` if the staleness budget allows (kWork), and only as
+  // many as fit in `budget` when one is given; kWait when none can be granted now (budget
+  // spent, every remaining prompt in flight, or groups still buffered that a version bump may
+  // requeue), kDone when nothing can ever be issued again: every epoch is issued, nothing is in
+  // flight or waiting to be re-issued, and (with requeue_stale) nothing is buffered. Also counts
+  // as a heartbeat.
+  Grant acquire(const std::string& worker, int64_t max_prompts, double now,
+                const GrantBudget* budget = nullptr);
 
   // Errors: FailedPrecondition for an unknown or expired lease, InvalidArgument naming the bad
   // field (validate_group), ResourceExhausted when the buffer is full (the lease stays valid,
@@ -132,8 +146,13 @@ class ControllerCore {
   ControllerCounters counters() const;
 
   // The whole state as JSON (cursor, leases, requeued prompts, buffered groups, acknowledged
-  // group ids still remembered, counters, version). restore() rebuilds it; lease deadlines restart
-  // from `now`, and the budget follows from the restored counts.
+  // group ids still remembered, counters, version), with the identity of the dataset (prompt
+  // count, content fingerprint, seed, shuffle) and the group shape (group_size, vocab_size) it
+  // was made for. restore() rebuilds it; lease deadlines restart from `now` (a time on the same
+  // clock later calls use), and the budget follows from the restored counts. InvalidArgument,
+  // naming what differs or what is malformed, for a snapshot of another dataset or shape,
+  // buffered groups that fail validation under `options`, missing arrays, duplicate lease ids
+  // or a next_lease_id that does not exceed every lease id.
   std::string snapshot() const;
   static absl::StatusOr<std::unique_ptr<ControllerCore>> restore(const ControllerOptions& options,
                                                                  const std::string& snapshot,
@@ -142,7 +161,9 @@ class ControllerCore {
 
  private:
   ControllerCore(const ControllerOptions& options, Filter filter);
-  bool next_prompt_locked(int64_t* epoch, int64_t* prompt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The prompt acquire() would issue next (a requeued one first); false when none is left.
+  bool peek_prompt_locked(int64_t* epoch, int64_t* prompt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void pop_prompt_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void expire_locked(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Lease bookkeeping: the lease map plus its two indexes (deadline, worker).
   void add_lease_locked(const Lease& lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -23,7 +23,15 @@ namespace flywheel::buffer {
 
 struct ControllerServerOptions {
   std::string bind_address = "127.0.0.1:0";  // port 0: pick a free port (see port())
+  // Largest message either way; an AcquireWork reply grants only the leases that fit in it.
+  // Clients must accept replies of this size.
   int64_t max_message_bytes = 64 << 20;
+  // Concurrent calls per client connection (HTTP/2 streams); bounds what one connection can
+  // make the server hold (docs/controller.md, "Memory").
+  int max_streams_per_connection = 16;
+  // shutdown(): calls still running after this long are cancelled. Idle push streams are
+  // closed at once.
+  double shutdown_timeout_s = 5;
   double push_timeout_s = 60;       // a push waits this long on a full buffer
   double heartbeat_interval_s = 5;  // told to workers on Register
   std::string token;                // shared token; empty = no authentication
@@ -39,16 +47,22 @@ absl::StatusOr<std::string> read_token(const std::string& file, const std::strin
 class ControllerServer {
  public:
   // Starts serving `core` (and `dataset`, whose size must match the core's). `clock` gives
-  // seconds on a monotonic clock (default: steady_clock). Unavailable when the address cannot
-  // be bound.
+  // seconds on a monotonic clock (default: monotonic_seconds(); a core restored from a snapshot
+  // must be given a time on the same clock). Unavailable when the address cannot be bound;
+  // InvalidArgument when a prompt line cannot fit in one reply.
   static absl::StatusOr<std::unique_ptr<ControllerServer>> start(
       ControllerCore* core, const PromptDataset* dataset, const ControllerServerOptions& options,
       std::function<double()> clock = nullptr);
   ~ControllerServer();  // shuts down
 
+  // Seconds on std::chrono::steady_clock: the server's default clock.
+  static double monotonic_seconds();
+
   int port() const { return port_; }
   // A channel to this server that bypasses the network (tests, co-located workers).
   std::shared_ptr<grpc::Channel> in_process_channel();
+  // Closes the push streams (idle ones at once, busy ones once their groups are acknowledged),
+  // then stops the server, cancelling what still runs after shutdown_timeout_s. Idempotent.
   void shutdown();
 
  private:
@@ -58,6 +72,7 @@ class ControllerServer {
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  double shutdown_timeout_s_ = 5;
 };
 
 }  // namespace flywheel::buffer

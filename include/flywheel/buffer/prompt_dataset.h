@@ -12,8 +12,9 @@ namespace flywheel::buffer {
 
 class PromptDataset {
  public:
-  // Errors name the file and line: unreadable file, malformed JSON, a line without a string
-  // "prompt" or a list "messages" (keys configurable), an empty file.
+  // Errors name the file and line: unreadable file, malformed JSON, a line that is not valid
+  // UTF-8, a line without a string "prompt" or a list "messages" (keys configurable), an empty
+  // file.
   static absl::StatusOr<std::unique_ptr<PromptDataset>> load(
       const std::string& path, const std::string& prompt_key = "prompt",
       const std::string& messages_key = "messages");
@@ -24,6 +25,10 @@ class PromptDataset {
   int64_t size() const { return static_cast<int64_t>(lines_.size()); }
   // The JSON text of prompt `index` (0 <= index < size()).
   const std::string& line(int64_t index) const { return lines_[index]; }
+  int64_t max_line_bytes() const;
+  // A 64-bit hash (FNV-1a) of the prompts' text and order: the dataset's identity in controller
+  // snapshots.
+  uint64_t fingerprint() const;
 
  private:
   explicit PromptDataset(std::vector<std::string> lines) : lines_(std::move(lines)) {}

@@ -45,12 +45,16 @@ struct ValidationLimits {
   int64_t group_size = 0;        // trajectories per group
   int64_t max_tokens = 1 << 20;  // prompt + response tokens per trajectory
   int64_t max_group_bytes = int64_t{1} << 30;
+  // group_id, worker_id and reward_breakdown names: ids are remembered and echoed in acks, so
+  // their size bounds what a client can make the controller hold per group.
+  int64_t max_id_bytes = 256;
 };
 
 // InvalidArgument naming the field ("trajectories[2].logprobs[5]: ..."): ids outside the
 // vocabulary, lengths of response_ids / logprobs / versions / loss_mask that differ, non-finite
 // or positive log-probs, non-finite rewards, a wrong group size, token versions above
-// `current_version` (from the future) or negative, sizes above the limits.
+// `current_version` (from the future) or negative, sizes above the limits (ids and reward names
+// longer than max_id_bytes included).
 absl::Status validate_group(const TrajectoryGroup& group, const ValidationLimits& limits,
                             int64_t current_version);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -134,22 +135,30 @@ absl::StatusOr<v1::StatusReply> ControllerClient::status() {
 
 absl::StatusOr<std::vector<v1::PushAck>> ControllerClient::push_groups(
     const std::vector<TrajectoryGroup>& groups) {
-  std::map<std::string, v1::PushAck> acks;  // by group id
+  std::vector<std::optional<v1::PushAck>> acks(groups.size());  // by position
   absl::Status s = with_retries([&](grpc::ClientContext* c) {
-    std::vector<const TrajectoryGroup*> pending;  // not acknowledged before a reconnect
-    for (const TrajectoryGroup& g : groups) {
-      if (!acks.count(g.group_id)) pending.push_back(&g);
+    std::vector<size_t> pending;  // not acknowledged before a reconnect
+    std::vector<const TrajectoryGroup*> sent;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      if (!acks[i]) {
+        pending.push_back(i);
+        sent.push_back(&groups[i]);
+      }
     }
+    std::vector<v1::PushAck> received;
     grpc::Status status =
-        push_over_one_stream(&stub_->generic, c, std::move(pending), options_.worker_id, &acks);
-    if (status.ok() && acks.size() < groups.size()) {
+        push_over_one_stream(&stub_->generic, c, std::move(sent), options_.worker_id, &received);
+    for (size_t k = 0; k < received.size() && k < pending.size(); ++k) {
+      acks[pending[k]] = std::move(received[k]);
+    }
+    if (status.ok() && received.size() < pending.size()) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended before every ack");
     }
     return status;
   });
   if (!s.ok()) return s;
   std::vector<v1::PushAck> ordered;
-  for (const TrajectoryGroup& g : groups) ordered.push_back(acks[g.group_id]);
+  for (std::optional<v1::PushAck>& ack : acks) ordered.push_back(std::move(*ack));
   return ordered;
 }
 

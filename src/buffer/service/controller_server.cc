@@ -33,11 +33,17 @@ grpc::Status to_grpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
-double steady_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+// Upper bound of the bytes one PromptLease adds to an AcquireWorkReply: field tag and length
+// (<= 6), three varint fields (<= 11 each), the prompt string's tag and length (<= 6).
+constexpr int64_t kLeaseOverheadBytes = 6 + 3 * 11 + 6;
+// The reply's own fields (kind, version).
+constexpr int64_t kReplyOverheadBytes = 32;
 
 }  // namespace
+
+double ControllerServer::monotonic_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 absl::StatusOr<std::string> read_token(const std::string& file, const std::string& env) {
   if (!file.empty()) {
@@ -108,7 +114,14 @@ class ControllerServer::Service final : public CallbackBase {
                        "AcquireWork needs a worker_id and max_prompts >= 1");
     }
     if (!s.ok()) return finish(ctx, s);
-    Grant grant = core_->acquire(req->worker_id(), req->max_prompts(), clock_());
+    // Grant only what the reply can carry: a lease in a reply that is never sent would hold its
+    // prompt until the lease expires.
+    GrantBudget budget;
+    budget.cost = [this](int64_t prompt) {
+      return kLeaseOverheadBytes + static_cast<int64_t>(dataset_->line(prompt).size());
+    };
+    budget.max_cost = options_.max_message_bytes - kReplyOverheadBytes;
+    Grant grant = core_->acquire(req->worker_id(), req->max_prompts(), clock_(), &budget);
     reply->set_version(grant.version);
     reply->set_kind(grant.kind == Grant::Kind::kWork   ? v1::AcquireWorkReply::WORK
                     : grant.kind == Grant::Kind::kDone ? v1::AcquireWorkReply::DONE
@@ -125,8 +138,11 @@ class ControllerServer::Service final : public CallbackBase {
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PushGroups(
       grpc::CallbackServerContext* ctx) override {
-    return new PushStream({core_, clock_, options_.push_timeout_s, &timer_}, ctx, authorize(ctx));
+    return new PushStream({core_, clock_, options_.push_timeout_s, &timer_, &streams_}, ctx,
+                          authorize(ctx));
   }
+
+  void close_streams() { streams_.close_all(); }
 
   grpc::ServerUnaryReactor* ReleaseLease(grpc::CallbackServerContext* ctx,
                                          const v1::ReleaseLeaseRequest* req,
@@ -204,6 +220,7 @@ class ControllerServer::Service final : public CallbackBase {
   ControllerServerOptions options_;
   std::function<double()> clock_;
   RetryTimer timer_;
+  StreamRegistry<PushStream> streams_;
 };
 
 absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::start(
@@ -217,9 +234,17 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::start(
                                                    " prompts but the controller was built for ",
                                                    core->num_prompts()));
   }
+  const int64_t longest = dataset->max_line_bytes() + kLeaseOverheadBytes + kReplyOverheadBytes;
+  if (longest > options.max_message_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the longest prompt line (", dataset->max_line_bytes(),
+                     " bytes) does not fit in one AcquireWork reply of max_message_bytes (",
+                     options.max_message_bytes, ")"));
+  }
   std::unique_ptr<ControllerServer> server(new ControllerServer());
-  server->service_ =
-      std::make_unique<Service>(core, dataset, options, clock ? std::move(clock) : &steady_seconds);
+  server->shutdown_timeout_s_ = options.shutdown_timeout_s;
+  server->service_ = std::make_unique<Service>(core, dataset, options,
+                                               clock ? std::move(clock) : &monotonic_seconds);
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (!options.tls_cert_pem.empty()) {
     grpc::SslServerCredentialsOptions ssl(
@@ -235,6 +260,11 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::start(
   builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_streams_per_connection);
+  // A fixed receive window per stream: with bandwidth-delay probing gRPC grows it past
+  // kStreamWindowBytes while a client streams fast, and a stream that stopped reading could
+  // then make the server buffer more than the documented bound.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   set_transport_args([&](const char* name, int v) { builder.AddChannelArgument(name, v); });
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
@@ -249,7 +279,10 @@ std::shared_ptr<grpc::Channel> ControllerServer::in_process_channel() {
 }
 
 void ControllerServer::shutdown() {
-  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (!server_) return;
+  service_->close_streams();  // idle push streams end now rather than at the deadline
+  server_->Shutdown(std::chrono::system_clock::now() +
+                    std::chrono::microseconds(static_cast<int64_t>(shutdown_timeout_s_ * 1e6)));
 }
 
 ControllerServer::~ControllerServer() { shutdown(); }

@@ -12,11 +12,11 @@ namespace {
 
 // One PushGroups stream. The calling thread encodes the groups (wire_codec) ahead into slots
 // while gRPC's threads write them, one write in flight, so encoding overlaps the socket
-// writes; acks are collected by group id.
+// writes; acks are collected in order.
 class PushCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, v1::PushAck> {
  public:
   PushCall(std::vector<const TrajectoryGroup*> groups, const std::string& worker_id,
-           std::map<std::string, v1::PushAck>* acks)
+           std::vector<v1::PushAck>* acks)
       : groups_(std::move(groups)), worker_id_(worker_id), acks_(acks) {}
 
   grpc::Status run(PushStub* stub, grpc::ClientContext* context) {
@@ -77,7 +77,7 @@ class PushCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, v1::Push
 
   void OnReadDone(bool ok) override {
     if (!ok) return;
-    (*acks_)[ack_.group_id()] = ack_;
+    acks_->push_back(ack_);
     StartRead(&ack_);
   }
 
@@ -116,7 +116,7 @@ class PushCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, v1::Push
 
   std::vector<const TrajectoryGroup*> groups_;
   const std::string& worker_id_;
-  std::map<std::string, v1::PushAck>* acks_;  // only OnReadDone writes it until done_
+  std::vector<v1::PushAck>* acks_;  // only OnReadDone writes it until done_
   absl::Mutex mu_;
   // Encoded groups waiting for their write: the encoder runs up to kSlots groups ahead, so the
   // callback that finishes one write usually finds the next ready.
@@ -134,8 +134,7 @@ class PushCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, v1::Push
 
 grpc::Status push_over_one_stream(PushStub* stub, grpc::ClientContext* context,
                                   std::vector<const TrajectoryGroup*> groups,
-                                  const std::string& worker_id,
-                                  std::map<std::string, v1::PushAck>* acks) {
+                                  const std::string& worker_id, std::vector<v1::PushAck>* acks) {
   PushCall call(std::move(groups), worker_id, acks);
   return call.run(stub, context);
 }

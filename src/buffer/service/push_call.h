@@ -1,7 +1,6 @@
 // One PushGroups stream of the controller client (see push_call.cc).
 #pragma once
 
-#include <map>
 #include <string>
 #include <vector>
 
@@ -15,11 +14,11 @@ namespace flywheel::buffer {
 
 using PushStub = grpc::TemplatedGenericStub<grpc::ByteBuffer, v1::PushAck>;
 
-// Streams `groups` over one PushGroups call on `context` and blocks until the call ends; every
-// ack received is stored in `acks` by group id (also when the call then fails).
+// Streams `groups` over one PushGroups call on `context` and blocks until the call ends; the
+// acks received are appended to `acks` in order (the server acknowledges in the order sent, so
+// ack i answers groups[i]; acks do not always echo the group id), also when the call then fails.
 grpc::Status push_over_one_stream(PushStub* stub, grpc::ClientContext* context,
                                   std::vector<const TrajectoryGroup*> groups,
-                                  const std::string& worker_id,
-                                  std::map<std::string, v1::PushAck>* acks);
+                                  const std::string& worker_id, std::vector<v1::PushAck>* acks);
 
 }  // namespace flywheel::buffer

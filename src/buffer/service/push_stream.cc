@@ -4,10 +4,28 @@
 
 #include <utility>
 
+#include "flywheel/core/utf8.h"
 #include "flywheel/v1/controller.pb.h"
 #include "wire_codec.h"
 
 namespace flywheel::buffer {
+namespace {
+
+// What an ack may carry of a client's bytes: acks must parse as PushAck whatever was pushed.
+std::string echoed_id(const std::string& id) {
+  return id.size() <= PushStream::kMaxEchoedIdBytes && core::is_valid_utf8(id) ? id : "";
+}
+
+std::string ack_message(absl::string_view message) {
+  std::string text = core::utf8_lossy(message);
+  if (text.size() <= PushStream::kMaxAckMessageBytes) return text;
+  size_t cut = PushStream::kMaxAckMessageBytes - 3;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  text.resize(cut);
+  return text + "...";
+}
+
+}  // namespace
 
 struct PushStream::Pending {
   uint64_t seq = 0;
@@ -27,8 +45,28 @@ PushStream::PushStream(const PushStreamContext& context,
     Finish(authorized);
     return;
   }
+  if (!context_.registry->add(this)) {
+    finished_ = true;
+    Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the controller is shutting down"));
+    return;
+  }
   read_in_flight_ = true;
   StartRead(&request_);
+}
+
+void PushStream::OnDone() {
+  context_.registry->remove(this);
+  delete this;
+}
+
+void PushStream::close() {
+  Next next;
+  {
+    absl::MutexLock lock(&mu_);
+    closing_ = true;
+    next = next_locked();
+  }
+  start(next);
 }
 
 void PushStream::OnReadDone(bool ok) {
@@ -54,7 +92,7 @@ void PushStream::OnReadDone(bool ok) {
     pending->status = decode_group(&reader, pending->bytes.Length(), limits, &pending->group);
   }
   pending->bytes.Clear();
-  pending->group_id = pending->group.group_id;
+  pending->group_id = echoed_id(pending->group.group_id);
   {
     absl::MutexLock lock(&mu_);
     decoded_.emplace(pending->seq, std::move(pending));
@@ -85,6 +123,15 @@ void PushStream::push_in_order() {
 bool PushStream::attempt(const std::shared_ptr<Pending>& pending) {
   absl::StatusOr<PushOutcome> outcome =
       context_.core->push(std::move(pending->group), context_.clock());
+  bool closing;
+  {
+    absl::MutexLock lock(&mu_);
+    closing = closing_;
+  }
+  if (!outcome.ok() && outcome.status().code() == absl::StatusCode::kResourceExhausted && closing) {
+    outcome = absl::UnavailableError(
+        "the buffer is full and the controller is shutting down; push again once it is back");
+  }
   if (!outcome.ok() && outcome.status().code() == absl::StatusCode::kResourceExhausted &&
       context_.clock() < pending->deadline && !server_context_->IsCancelled()) {
     context_.timer->schedule(absl::Milliseconds(5), [this, pending] {
@@ -108,7 +155,7 @@ bool PushStream::acknowledge(const Pending& pending) {
   if (pending.status.ok()) {
     ack.set_outcome(pending.outcome);
   } else {
-    ack.set_message(std::string(pending.status.message()));
+    ack.set_message(ack_message(pending.status.message()));
   }
   const std::string bytes = ack.SerializeAsString();
   grpc::Slice slice(bytes);
@@ -140,11 +187,14 @@ void PushStream::OnWriteDone(bool ok) {
 // and finish the stream.
 PushStream::Next PushStream::next_locked() {
   Next next;
-  if (!read_in_flight_ && !reads_done_ && in_process_ < kMaxInProcess) {
+  if (write_failed_) acks_.clear();
+  // Groups read whose ack is not on the wire yet.
+  const int64_t unacked = in_process_ + static_cast<int64_t>(acks_.size()) + write_in_flight_;
+  if (!read_in_flight_ && !reads_done_ && !closing_ && in_process_ < kMaxInProcess &&
+      unacked < kMaxUnacked) {
     read_in_flight_ = true;
     next.read = true;
   }
-  if (write_failed_) acks_.clear();
   if (!write_in_flight_ && !acks_.empty() && acks_.begin()->first == next_ack_) {
     writing_ = std::move(acks_.begin()->second);
     acks_.erase(acks_.begin());
@@ -152,9 +202,17 @@ PushStream::Next PushStream::next_locked() {
     write_in_flight_ = true;
     next.write = &writing_;
   }
-  if (reads_done_ && in_process_ == 0 && !write_in_flight_ && acks_.empty() && !finished_) {
+  const bool settled = in_process_ == 0 && !write_in_flight_ && acks_.empty();
+  if (settled && closing_ && read_in_flight_ && !cancelled_) {
+    cancelled_ = true;  // the pending read then completes with ok = false
+    next.cancel = true;
+  }
+  if (settled && (reads_done_ || closing_) && !read_in_flight_ && !finished_) {
     finished_ = true;
     next.finish = true;
+    if (!reads_done_) {
+      next.status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the controller is shutting down");
+    }
   }
   return next;
 }
@@ -162,7 +220,11 @@ PushStream::Next PushStream::next_locked() {
 void PushStream::start(const Next& next) {
   if (next.read) StartRead(&request_);
   if (next.write != nullptr) StartWrite(next.write);
-  if (next.finish) Finish(grpc::Status::OK);
+  if (next.cancel) {
+    server_context_->TryCancel();  // may run this stream's reactions inline, down to OnDone
+    return;
+  }
+  if (next.finish) Finish(next.status);
 }
 
 }  // namespace flywheel::buffer

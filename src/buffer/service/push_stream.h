@@ -6,6 +6,14 @@
 // one at a time in the order the groups were read, and the acks go out in that order. A push
 // refused because the buffer is full is retried from the timer every 5 ms until the push deadline
 // or a cancel; no gRPC thread waits meanwhile.
+//
+// Memory: the stream stops reading while kMaxUnacked groups are read but not yet acknowledged on
+// the wire (a client that does not read its acks stalls on flow control instead of making the
+// server queue acks). What one stream makes the server hold is thus bounded by gRPC's stream
+// window (kStreamWindowBytes) plus kMaxInProcess groups (each as bytes and decoded, 2 x the
+// message) plus kMaxUnacked acks of at most kMaxAckBytes. Acks never echo a group_id that is not
+// valid UTF-8 or longer than kMaxEchoedIdBytes (it is left empty; acks are matched by order), and
+// their message is valid UTF-8 of at most kMaxAckMessageBytes.
 #pragma once
 
 #include <cstdint>
@@ -19,27 +27,41 @@
 #include "absl/synchronization/mutex.h"
 #include "flywheel/buffer/controller_core.h"
 #include "retry_timer.h"
+#include "stream_registry.h"
 
 namespace flywheel::buffer {
+
+class PushStream;
 
 struct PushStreamContext {
   ControllerCore* core = nullptr;
   std::function<double()> clock;  // seconds, monotonic
   double push_timeout_s = 60;     // how long a push waits on a full buffer
   RetryTimer* timer = nullptr;
+  StreamRegistry<PushStream>* registry = nullptr;
 };
 
 class PushStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   static constexpr int kMaxInProcess = 2;
+  static constexpr int kMaxUnacked = 8;
+  static constexpr size_t kMaxEchoedIdBytes = 256;
+  static constexpr size_t kMaxAckMessageBytes = 1024;
+  static constexpr size_t kMaxAckBytes = kMaxEchoedIdBytes + kMaxAckMessageBytes + 64;
 
-  // Finishes at once with `authorized` when it is not OK.
+  // Finishes at once with `authorized` when it is not OK, and with UNAVAILABLE when the server
+  // is shutting down.
   PushStream(const PushStreamContext& context, grpc::CallbackServerContext* server_context,
              const grpc::Status& authorized);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
-  void OnDone() override { delete this; }
+  void OnDone() override;
+
+  // Shutdown: reads no further groups, acknowledges those in process, then ends the call; an
+  // idle stream (waiting for its client's next group) is cancelled at once. `this` may be
+  // deleted before close() returns.
+  void close();
 
  private:
   struct Pending;  // one group between its read and its ack
@@ -50,6 +72,8 @@ class PushStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     bool read = false;
     grpc::ByteBuffer* write = nullptr;
     bool finish = false;
+    bool cancel = false;  // an idle stream that is closing: end its pending read
+    grpc::Status status;  // of the finish
   };
 
   void push_in_order();
@@ -75,6 +99,8 @@ class PushStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
   int in_process_ ABSL_GUARDED_BY(mu_) = 0;
   bool read_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
