@@ -1,5 +1,7 @@
 #include "flywheel/model/kv_cache.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +30,16 @@ void KvCache::copy_prefix(int64_t from, int64_t to, int64_t length) {
   for (size_t l = 0; l < keys_.size(); ++l) {
     keys_[l][to].narrow(1, 0, length).copy_(keys_[l][from].narrow(1, 0, length));
     values_[l][to].narrow(1, 0, length).copy_(values_[l][from].narrow(1, 0, length));
+  }
+}
+
+void KvCache::clear(int64_t slot, int64_t begin, int64_t end) {
+  begin = std::max<int64_t>(begin, 0);
+  end = std::min(end, max_len_);
+  if (end <= begin) return;
+  for (size_t l = 0; l < keys_.size(); ++l) {
+    keys_[l][slot].narrow(1, begin, end - begin).zero_();
+    values_[l][slot].narrow(1, begin, end - begin).zero_();
   }
 }
 

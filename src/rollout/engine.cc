@@ -1,7 +1,9 @@
 #include "flywheel/rollout/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -59,7 +61,8 @@ GenerationEngine::GenerationEngine(std::shared_ptr<model::DecoderModel> model,
       options_(options),
       context_(context),
       version_(context.initial_version),
-      slots_(options.max_slots) {}
+      slots_(options.max_slots),
+      dirty_(options.max_slots, 0) {}
 
 GenerationEngine::~GenerationEngine() = default;
 
@@ -130,41 +133,80 @@ absl::Status GenerationEngine::submit(GenerationRequest request) {
   return absl::OkStatus();
 }
 
-absl::Status GenerationEngine::update_weights(
+absl::Status GenerationEngine::stage_weights(
     const std::vector<std::pair<std::string, at::Tensor>>& weights, int64_t version) {
+  if (version <= version_) {
+    return absl::InvalidArgumentError(absl::StrCat("stage_weights: version ", version,
+                                                   " is not newer than the engine's ", version_));
+  }
+  if (staged_ && version < staged_->version) {
+    return absl::InvalidArgumentError(absl::StrCat("stage_weights: version ", version,
+                                                   " is older than the staged version ",
+                                                   staged_->version));
+  }
   const auto& params = model_->named_parameters();
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < params.size(); ++i) index[params[i].first] = i;
-  std::vector<std::pair<size_t, at::Tensor>> staged;
+  std::vector<std::pair<size_t, const at::Tensor*>> named;
   for (const auto& [name, tensor] : weights) {
     auto it = index.find(name);
     if (it == index.end()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("update_weights: unknown parameter '", name, "'"));
+          absl::StrCat("stage_weights: unknown parameter '", name, "'"));
     }
-    if (tensor.sizes() != params[it->second].second.sizes()) {
+    if (!tensor.defined() || tensor.sizes() != params[it->second].second.sizes()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "update_weights: '", name, "' has shape [", absl::StrJoin(tensor.sizes(), ", "),
+          "stage_weights: '", name, "' has shape [",
+          tensor.defined() ? absl::StrJoin(tensor.sizes(), ", ") : "undefined",
           "], the model needs [", absl::StrJoin(params[it->second].second.sizes(), ", "), "]"));
     }
-    staged.emplace_back(it->second, tensor);
+    named.emplace_back(it->second, &tensor);
   }
-  pending_weights_ = std::move(staged);
-  pending_version_ = version;
+  // Copies, so that the caller's next in-place change (an optimizer step) is not applied too.
+  std::vector<std::pair<size_t, at::Tensor>> copies;
+  try {
+    at::NoGradGuard no_grad;
+    for (const auto& [i, tensor] : named) {
+      copies.emplace_back(i, at::empty_like(params[i].second).copy_(*tensor));
+    }
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("stage_weights: cannot copy the weights: ", e.what()));
+  }
+  if (!staged_) staged_.emplace();
+  if (version != staged_->version) staged_->committed = false;  // the newer version is not yet
+  staged_->version = version;
+  for (auto& [i, copy] : copies) staged_->tensors[i] = std::move(copy);
   return absl::OkStatus();
 }
 
+absl::Status GenerationEngine::commit_weights(int64_t version) {
+  if (!staged_ || staged_->version != version) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "commit_weights: version ", version, " is not staged",
+        staged_ ? absl::StrCat(" (version ", staged_->version, " is)") : std::string()));
+  }
+  staged_->committed = true;
+  return absl::OkStatus();
+}
+
+absl::Status GenerationEngine::update_weights(
+    const std::vector<std::pair<std::string, at::Tensor>>& weights, int64_t version) {
+  absl::Status staged = stage_weights(weights, version);
+  if (!staged.ok()) return staged;
+  return commit_weights(version);
+}
+
 void GenerationEngine::apply_pending_update() {
-  if (!pending_version_) return;
+  if (!update_ready()) return;
   if (options_.drain_before_update && active_ > 0) return;
   {
     at::NoGradGuard no_grad;
     const auto& params = model_->named_parameters();
-    for (const auto& [i, tensor] : pending_weights_) params[i].second.copy_(tensor);
+    for (const auto& [i, tensor] : staged_->tensors) params[i].second.copy_(tensor);
   }
-  version_ = *pending_version_;
-  pending_weights_.clear();
-  pending_version_.reset();
+  version_ = staged_->version;
+  staged_.reset();
   ++stats_.weight_updates;
   if (!options_.recompute_kv_on_update || active_ == 0) return;
   // Re-prefill every cached prefix under the new weights, one sequence per row.
@@ -197,23 +239,31 @@ void GenerationEngine::apply_pending_update() {
   }
 }
 
+void GenerationEngine::clear_slot(int64_t slot, int64_t from) {
+  if (dirty_[slot] > from) cache_->clear(slot, from, dirty_[slot]);
+  dirty_[slot] = 0;
+}
+
 void GenerationEngine::admit() {
-  if (pending_version_ && options_.drain_before_update) return;  // let active sequences drain
+  if (update_ready() && options_.drain_before_update) return;  // let active sequences drain
   std::vector<Group*> admitted;
   std::vector<int64_t> first_slots;
   int64_t free = 0;
   for (const auto& s : slots_) free += s == nullptr;
-  int64_t prefill_tokens = 0;
+  int64_t longest_prompt = 0;
   while (!queue_.empty()) {
     Group* group = queue_.front();
     const int64_t n = group->request.n;
     const int64_t length = group->request.prompt_ids.size();
     if (n > free) break;  // FIFO: wait for enough slots
-    if (!admitted.empty() && prefill_tokens + length > options_.max_prefill_tokens) break;
+    // The forward computes (groups) x (longest prompt) tokens, padding included.
+    const int64_t padded =
+        static_cast<int64_t>(admitted.size() + 1) * std::max(longest_prompt, length);
+    if (!admitted.empty() && padded > options_.max_prefill_tokens) break;
     queue_.pop_front();
     group->admitted = true;
     free -= n;
-    prefill_tokens += length;
+    longest_prompt = std::max(longest_prompt, length);
     int64_t sample = 0;
     for (int64_t slot = 0; slot < options_.max_slots && sample < n; ++slot) {
       if (slots_[slot]) continue;
@@ -224,6 +274,8 @@ void GenerationEngine::admit() {
       seq->tokens = group->request.prompt_ids;
       seq->generator =
           at::detail::createCPUGenerator(sample_seed(group->request.sampling.seed, sample));
+      // Positions below the prompt's length are overwritten by the prefill (or its copy).
+      clear_slot(slot, length);
       if (sample == 0) first_slots.push_back(slot);
       slots_[slot] = std::move(seq);
       ++active_;
@@ -315,7 +367,7 @@ void GenerationEngine::sample_and_append(const at::Tensor& logits,
                                          const std::vector<Sequence*>& sequences) {
   const int64_t B = sequences.size();
   // Behaviour log-probs under temperature-scaled logits (temperature 0 counts as 1), for all
-  // rows at once.
+  // rows at once; rows with a non-finite logit are found in the same pass.
   std::vector<float> temperatures;
   for (Sequence* seq : sequences) {
     const double t = seq->group->request.sampling.temperature;
@@ -323,27 +375,51 @@ void GenerationEngine::sample_and_append(const at::Tensor& logits,
   }
   at::Tensor scale = at::tensor(temperatures).view({B, 1});
   at::Tensor behaviour = at::log_softmax(logits / scale, -1);
+  at::Tensor finite = at::isfinite(logits).all(-1).contiguous();
+  const bool* row_finite = finite.data_ptr<bool>();
   for (int64_t b = 0; b < B; ++b) {
     Sequence& seq = *sequences[b];
-    const SamplingParams& params = seq.group->request.sampling;
-    at::Tensor row = logits[b].clone();
-    for (const auto& processor : seq.group->processors) processor->apply(row, seq.tokens);
-    int64_t token;
-    float processed_logprob = 0.0f;
-    if (params.temperature == 0) {
-      token = row.argmax().item<int64_t>();
-    } else {
-      at::Tensor scaled = row / params.temperature;
-      truncate_logits(scaled, params);
-      at::Tensor probs = at::softmax(scaled, -1);
-      token = at::multinomial(probs, 1, /*replacement=*/false, seq.generator).item<int64_t>();
-      processed_logprob = std::log(probs[token].item<float>());
+    if (!row_finite[b]) {
+      finish(seq, FinishReason::kError, "the model produced non-finite logits");
+      continue;
     }
-    const float logprob = options_.logprob_mode == LogprobMode::kTemperatureScaled
-                              ? behaviour[b][token].item<float>()
-                              : processed_logprob;
-    append_token(seq, token, logprob);
+    std::pair<int64_t, float> sampled;
+    try {
+      sampled = sample_row(seq, logits[b], behaviour[b]);
+    } catch (const std::exception& e) {
+      finish(seq, FinishReason::kError, absl::StrCat("sampling failed: ", e.what()));
+      continue;
+    }
+    append_token(seq, sampled.first, sampled.second);
   }
+}
+
+std::pair<int64_t, float> GenerationEngine::sample_row(Sequence& seq, const at::Tensor& raw_logits,
+                                                       const at::Tensor& behaviour_logprobs) {
+  const SamplingParams& params = seq.group->request.sampling;
+  at::Tensor row = raw_logits.clone();
+  for (const auto& processor : seq.group->processors) processor->apply(row, seq.tokens);
+  if (!(row.max().item<float>() > -std::numeric_limits<float>::infinity())) {
+    throw std::runtime_error("the logits processors left no token that can be sampled");
+  }
+  int64_t token;
+  float processed_logprob = 0.0f;
+  if (params.temperature == 0) {
+    token = row.argmax().item<int64_t>();
+  } else {
+    at::Tensor scaled = row / params.temperature;
+    truncate_logits(scaled, params);
+    at::Tensor probs = at::softmax(scaled, -1);
+    token = at::multinomial(probs, 1, /*replacement=*/false, seq.generator).item<int64_t>();
+    processed_logprob = std::log(probs[token].item<float>());
+  }
+  const float logprob = options_.logprob_mode == LogprobMode::kTemperatureScaled
+                            ? behaviour_logprobs[token].item<float>()
+                            : processed_logprob;
+  if (!std::isfinite(logprob)) {
+    throw std::runtime_error(absl::StrCat("token ", token, " has log-prob ", logprob));
+  }
+  return {token, logprob};
 }
 
 void GenerationEngine::append_token(Sequence& seq, int64_t token, float logprob) {
@@ -391,6 +467,9 @@ void GenerationEngine::finish(Sequence& seq, FinishReason reason, const std::str
   sample.finish_reason = reason;
   sample.error = error;
   const int64_t slot = seq.slot;
+  // A failed forward may have written past `cached`: count the whole slot as used.
+  dirty_[slot] =
+      reason == FinishReason::kError ? options_.max_seq_len : std::max(dirty_[slot], seq.cached);
   slots_[slot].reset();  // `seq` is gone from here on
   --active_;
   if (--group->unfinished == 0) {
@@ -407,6 +486,14 @@ void GenerationEngine::fail_active(const std::string& error) {
 
 void GenerationEngine::step() {
   ++stats_.steps;
+  try {
+    run_step();
+  } catch (const std::exception& e) {  // a bug or an allocation failure: keep serving
+    fail_active(absl::StrCat("engine step failed: ", e.what()));
+  }
+}
+
+void GenerationEngine::run_step() {
   apply_pending_update();
   admit();
   decode();
@@ -432,8 +519,7 @@ absl::Status GenerationEngine::abort(const std::string& request_id) {
   Group* group = it->second.get();
   if (!group->admitted) {
     queue_.erase(std::find(queue_.begin(), queue_.end(), group));
-    for (Sample& s : group->samples) s.finish_reason = FinishReason::kAbort;
-    finished_.push_back({group->request.id, group->request.prompt_ids, std::move(group->samples)});
+    finished_.push_back({group->request.id, group->request.prompt_ids, {}});
     groups_.erase(it);
     return absl::OkStatus();
   }

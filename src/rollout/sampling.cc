@@ -13,6 +13,11 @@ absl::Status SamplingParams::validate() const {
   if (!(temperature >= 0) || !std::isfinite(temperature)) {
     return absl::InvalidArgumentError(absl::StrCat("temperature must be >= 0, got ", temperature));
   }
+  if (temperature > 0 && temperature < kMinTemperature) {
+    // logits / temperature would overflow float32 (or the temperature itself underflow).
+    return absl::InvalidArgumentError(absl::StrCat(
+        "temperature must be 0 (greedy) or >= ", kMinTemperature, ", got ", temperature));
+  }
   if (top_k < 0) return absl::InvalidArgumentError(absl::StrCat("top_k must be >= 0, got ", top_k));
   if (!(top_p > 0 && top_p <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", top_p));

@@ -35,6 +35,10 @@ class KvCache {
   // Copies positions [0, length) of slot `from` into slot `to` in every layer (n samples of one
   // prompt share its prefill).
   void copy_prefix(int64_t from, int64_t to, int64_t length);
+  // Zeroes positions [begin, end) of `slot` in every layer. Attention gives the positions a row
+  // may not read probability 0, but 0 x NaN is NaN: a slot reused by a new sequence must not keep
+  // non-finite values from an earlier one where a longer row of the batch makes it read them.
+  void clear(int64_t slot, int64_t begin, int64_t end);
 
  private:
   KvCache(int64_t slots, int64_t max_len) : slots_(slots), max_len_(max_len) {}

@@ -64,13 +64,15 @@ struct Sample {
 struct GroupResult {
   std::string request_id;
   std::vector<int64_t> prompt_ids;
-  std::vector<Sample> samples;  // n samples, in sample-index order (empty if aborted in queue)
+  std::vector<Sample> samples;  // n samples, in sample-index order (none if aborted in queue)
 };
 
 struct EngineOptions {
-  int64_t max_slots = 32;             // concurrent sequences (KV-cache slots)
-  int64_t max_seq_len = 2048;         // prompt + generated tokens per sequence
-  int64_t max_prefill_tokens = 8192;  // prompt tokens prefilled in one step (>= one prompt)
+  int64_t max_slots = 32;      // concurrent sequences (KV-cache slots)
+  int64_t max_seq_len = 2048;  // prompt + generated tokens per sequence
+  // Tokens one prefill forward computes: prompts are padded to the longest, so this bounds
+  // prompts x longest prompt. A prompt longer than this is prefilled alone.
+  int64_t max_prefill_tokens = 8192;
   LogprobMode logprob_mode = LogprobMode::kTemperatureScaled;
   bool drain_before_update = false;     // true: apply new weights only once no sequence is active
   bool recompute_kv_on_update = false;  // true: re-prefill active sequences under new weights
@@ -108,10 +110,12 @@ class GenerationEngine {
   // a duplicate id. Nothing else changes on error.
   absl::Status submit(GenerationRequest request);
 
-  // One scheduler iteration: apply a pending weight update if allowed, admit and prefill
+  // One scheduler iteration: apply a committed weight update if allowed, admit and prefill
   // queued requests into free slots, then one decode step for every active sequence.
-  // A failing forward pass finishes the affected sequences with kError; the engine keeps
-  // serving.
+  // Failures finish the affected sequences with kError and the engine keeps serving: a failing
+  // forward pass (every sequence in it), a row whose logits are not finite (NaN weights, an
+  // overflow), a logits processor that throws or leaves no token to sample, a sampled token
+  // whose log-prob is not finite. step() does not throw.
   void step();
   bool idle() const { return queue_.empty() && active_ == 0; }
   // Finished groups since the last call, in completion order.
@@ -119,16 +123,28 @@ class GenerationEngine {
   // Steps until idle and returns everything finished.
   std::vector<GroupResult> run_until_idle();
 
-  // Stages new weights (Hugging Face names; any dtype) for version `version`. They are
-  // validated now (unknown name, shape mismatch: InvalidArgument, nothing staged) and applied
-  // at the start of the next step: between decode steps, without dropping active sequences
-  // (or once they drained, with drain_before_update). Tokens sampled after the swap carry
-  // `version`.
+  // Weight updates, possibly in buckets:
+  //   stage_weights(bucket, v) ... stage_weights(bucket, v); commit_weights(v);
+  // stage_weights() validates (unknown name, shape mismatch: InvalidArgument, nothing staged)
+  // and copies the tensors (converted to the model's dtype and device), so the caller may change
+  // its own tensors right after the call. `version` must be newer than version() and not older
+  // than what is staged (InvalidArgument). Staging a newer version than the staged one keeps the
+  // staged tensors it does not name: they are applied together with it. Nothing is applied
+  // until the staged version is committed; then it is applied at the start of a later step:
+  // between decode steps, without dropping active sequences (or once they drained, with
+  // drain_before_update), all tensors at once. Tokens sampled after the swap carry the version.
+  // Staging holds a copy of every staged tensor until it is applied.
+  absl::Status stage_weights(const std::vector<std::pair<std::string, at::Tensor>>& weights,
+                             int64_t version);
+  // Marks the staged `version` complete. FailedPrecondition when `version` is not the staged one.
+  absl::Status commit_weights(int64_t version);
+  // stage_weights() then commit_weights(): a whole update in one call.
   absl::Status update_weights(const std::vector<std::pair<std::string, at::Tensor>>& weights,
                               int64_t version);
 
   // Finishes every sequence of `request_id` with kAbort (tokens so far are kept), or drops it
-  // from the queue. NotFound when no such request is queued or active.
+  // from the queue (its GroupResult then has no samples). NotFound when no such request is
+  // queued or active.
   absl::Status abort(const std::string& request_id);
   void abort_all();
 
@@ -145,10 +161,19 @@ class GenerationEngine {
   GenerationEngine(std::shared_ptr<model::DecoderModel> model, const EngineOptions& options,
                    const EngineContext& context);
   void apply_pending_update();
+  bool update_ready() const { return staged_.has_value() && staged_->committed; }
+  void run_step();
   void admit();
+  // Zeroes what earlier sequences left in `slot` past `from`: masked cache positions must
+  // contribute exactly nothing to attention, and 0 x NaN is NaN.
+  void clear_slot(int64_t slot, int64_t from);
   void decode();
   // Samples one token per row of `logits` ([rows, vocab] float32) for `sequences`.
   void sample_and_append(const at::Tensor& logits, const std::vector<Sequence*>& sequences);
+  // The sampled token of one row and its behaviour log-prob; throws (c10::Error or
+  // std::runtime_error) when the row cannot be sampled.
+  std::pair<int64_t, float> sample_row(Sequence& seq, const at::Tensor& raw_logits,
+                                       const at::Tensor& behaviour_logprobs);
   void append_token(Sequence& seq, int64_t token, float logprob);
   void finish(Sequence& seq, FinishReason reason, const std::string& error = "");
   void fail_active(const std::string& error);
@@ -160,13 +185,18 @@ class GenerationEngine {
   std::unique_ptr<model::KvCache> cache_;
   int64_t version_;
   std::vector<std::unique_ptr<Sequence>> slots_;  // slot -> sequence (null = free)
+  // Positions [0, dirty_[slot]) of a slot may hold keys/values of earlier sequences.
+  std::vector<int64_t> dirty_;
   int64_t active_ = 0;
   std::map<std::string, std::unique_ptr<Group>> groups_;  // queued and active, by request id
   std::deque<Group*> queue_;
   std::vector<GroupResult> finished_;
-  // Staged weights: (index into the model's named_parameters(), new value), and their version.
-  std::vector<std::pair<size_t, at::Tensor>> pending_weights_;
-  std::optional<int64_t> pending_version_;
+  struct StagedWeights {
+    int64_t version = 0;
+    bool committed = false;
+    std::map<size_t, at::Tensor> tensors;  // index into named_parameters() -> owned copy
+  };
+  std::optional<StagedWeights> staged_;
   EngineStats stats_;
 };
 

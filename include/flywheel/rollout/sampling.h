@@ -19,8 +19,11 @@ struct LogitsProcessorSpec {
   std::map<std::string, std::string> params;
 };
 
+// The smallest positive temperature: below it logits / temperature overflows float32.
+constexpr double kMinTemperature = 1e-5;
+
 struct SamplingParams {
-  double temperature = 1.0;  // 0 = greedy
+  double temperature = 1.0;  // 0 = greedy, else >= kMinTemperature
   int64_t top_k = 0;         // keep the k most likely tokens; 0 = off
   double top_p = 1.0;        // keep the smallest set with probability >= top_p; 1 = off
   double min_p = 0.0;        // drop tokens below min_p x the top probability; 0 = off
@@ -30,8 +33,8 @@ struct SamplingParams {
   uint64_t seed = 0;  // sample i of a request draws from a generator seeded by (seed, i)
   std::vector<LogitsProcessorSpec> logits_processors;  // applied first, in order
 
-  // InvalidArgument naming the field: negative temperature, top_k < 0, top_p outside (0, 1],
-  // min_p outside [0, 1], max_new_tokens < 1.
+  // InvalidArgument naming the field: temperature neither 0 nor >= kMinTemperature, top_k < 0,
+  // top_p outside (0, 1], min_p outside [0, 1], max_new_tokens < 1.
   absl::Status validate() const;
 };
 
