@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,7 @@ struct GenerateArgs {
   int64_t max_seq_len = 2048;
   std::string logprob_mode = "temperature_scaled";
   bool ignore_eos = false;
+  bool skip_invalid = false;
 };
 
 // eos ids from config.json and generation_config.json.
@@ -55,12 +57,83 @@ std::vector<int64_t> eos_ids(const model::DecoderModel& model, const std::string
   return ids;
 }
 
+// One input line: its record (absent when the line is not JSON) and, for a bad line, why.
+struct InputLine {
+  std::string where;  // path:line
+  std::optional<core::Json> record;
+  std::string error;
+};
+
+// The model directory's own tokenizer, if it has one: without tokenizer.json or
+// char_tokenizer.json generate works on ids only (no built-in fallback alphabet).
+absl::StatusOr<std::unique_ptr<model::Tokenizer>> model_tokenizer(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(fs::path(dir) / "tokenizer.json", ec) &&
+      !fs::exists(fs::path(dir) / "char_tokenizer.json", ec)) {
+    return std::unique_ptr<model::Tokenizer>();
+  }
+  return model::load_tokenizer(dir);
+}
+
+// The prompt ids of `record`, tokenizing "prompt" / "messages" when needed.
+absl::StatusOr<std::vector<int64_t>> prompt_ids(const core::Json& record, const std::string& where,
+                                                const model::Tokenizer* tokenizer,
+                                                const GenerateArgs& args,
+                                                std::optional<model::ChatTemplate>* chat_template) {
+  std::vector<int64_t> ids;
+  const core::Json* given = record.find("prompt_ids");
+  const core::Json* prompt = record.find("prompt");
+  const core::Json* messages = record.find("messages");
+  if (given != nullptr && given->is_array()) {
+    for (const core::Json& id : given->as_array()) {
+      if (!id.is_integer()) return absl::InvalidArgumentError("prompt_ids must be integers");
+      ids.push_back(id.as_int());
+    }
+    return ids;
+  }
+  if (!(prompt != nullptr && prompt->is_string()) && messages == nullptr) {
+    return absl::InvalidArgumentError("expected \"prompt\", \"messages\" or \"prompt_ids\"");
+  }
+  if (tokenizer == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("text prompts need a tokenizer (tokenizer.json or char_tokenizer.json) in ",
+                     args.model.dir, "; use {\"prompt_ids\": [...]}"));
+  }
+  std::string text;
+  model::EncodeOptions encode;
+  if (messages != nullptr) {
+    if (!*chat_template) {
+      absl::StatusOr<model::ChatTemplate> resolved =
+          model::ChatTemplate::resolve(args.chat_template, args.model.dir);
+      if (!resolved.ok()) return resolved.status();
+      *chat_template = *resolved;
+    }
+    absl::StatusOr<std::vector<model::ChatMessage>> chat = parse_messages(*messages, where);
+    if (!chat.ok()) return chat.status();
+    absl::StatusOr<std::string> rendered = (*chat_template)->render(*chat);
+    if (!rendered.ok()) return rendered.status();
+    text = *rendered;
+    encode.add_special_tokens = false;
+  } else {
+    text = prompt->as_string();
+  }
+  return tokenizer->encode(text, encode);
+}
+
 absl::Status run(const GenerateArgs& args) {
   absl::StatusOr<std::unique_ptr<model::DecoderModel>> loaded = args.model.load();
   if (!loaded.ok()) return loaded.status();
   std::shared_ptr<model::DecoderModel> model(loaded->release());
-  std::unique_ptr<model::Tokenizer> tokenizer;
-  if (auto t = model::load_tokenizer(args.model.dir); t.ok()) tokenizer = std::move(*t);
+  absl::StatusOr<std::unique_ptr<model::Tokenizer>> loaded_tokenizer =
+      model_tokenizer(args.model.dir);
+  if (!loaded_tokenizer.ok()) return loaded_tokenizer.status();
+  std::unique_ptr<model::Tokenizer> tokenizer = std::move(*loaded_tokenizer);
+  if (!tokenizer && !args.sampling.stop_strings.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--stop strings need a tokenizer (tokenizer.json or char_tokenizer.json) in ",
+                     args.model.dir, "; this model has none"));
+  }
 
   rollout::SamplingParams sampling = args.sampling;
   if (!args.ignore_eos) {
@@ -82,81 +155,62 @@ absl::Status run(const GenerateArgs& args) {
       rollout::GenerationEngine::create(model, options, context);
   if (!engine.ok()) return engine.status();
 
+  // Every line is read and validated (submitted: queued, nothing generated yet) before any
+  // generation, so that all bad lines are reported at once.
   absl::StatusOr<std::unique_ptr<JsonlReader>> in = JsonlReader::open(args.input);
   if (!in.ok()) return in.status();
-  std::vector<core::Json> records;
+  std::vector<InputLine> lines;
   std::optional<model::ChatTemplate> chat_template;
+  int64_t invalid = 0;
   while (true) {
-    absl::StatusOr<std::optional<core::Json>> line = (*in)->next();
-    if (!line.ok()) return line.status();
-    if (!line->has_value()) break;
-    core::Json record = std::move(**line);
-    std::vector<int64_t> prompt_ids;
-    const core::Json* ids = record.find("prompt_ids");
-    const core::Json* prompt = record.find("prompt");
-    const core::Json* messages = record.find("messages");
-    if (ids != nullptr && ids->is_array()) {
-      for (const core::Json& id : ids->as_array()) {
-        if (!id.is_integer())
-          return absl::InvalidArgumentError(
-              absl::StrCat((*in)->where(), ": prompt_ids must be integers"));
-        prompt_ids.push_back(id.as_int());
-      }
-    } else if ((prompt != nullptr && prompt->is_string()) || messages != nullptr) {
-      if (!tokenizer) {
-        return absl::InvalidArgumentError(
-            absl::StrCat((*in)->where(), ": text prompts need a tokenizer in ", args.model.dir,
-                         "; use {\"prompt_ids\": [...]}"));
-      }
-      std::string text;
-      model::EncodeOptions encode;
-      if (messages != nullptr) {
-        if (!chat_template) {
-          absl::StatusOr<model::ChatTemplate> resolved =
-              model::ChatTemplate::resolve(args.chat_template, args.model.dir);
-          if (!resolved.ok()) return resolved.status();
-          chat_template = *resolved;
-        }
-        absl::StatusOr<std::vector<model::ChatMessage>> chat =
-            parse_messages(*messages, (*in)->where());
-        if (!chat.ok()) return chat.status();
-        absl::StatusOr<std::string> rendered = chat_template->render(*chat);
-        if (!rendered.ok())
-          return absl::InvalidArgumentError(
-              absl::StrCat((*in)->where(), ": ", rendered.status().message()));
-        text = *rendered;
-        encode.add_special_tokens = false;
-      } else {
-        text = prompt->as_string();
-      }
-      absl::StatusOr<std::vector<int64_t>> encoded = tokenizer->encode(text, encode);
-      if (!encoded.ok())
-        return absl::InvalidArgumentError(
-            absl::StrCat((*in)->where(), ": ", encoded.status().message()));
-      prompt_ids = std::move(*encoded);
+    absl::StatusOr<std::optional<core::Json>> next = (*in)->next();
+    InputLine line;
+    line.where = (*in)->where();
+    if (!next.ok()) {
+      // A malformed line is reported with the others; a failing read ends the input.
+      if (next.status().code() != absl::StatusCode::kInvalidArgument) return next.status();
+      line.error = std::string(next.status().message());
+    } else if (!next->has_value()) {
+      break;
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat((*in)->where(), ": expected \"prompt\", \"messages\" or \"prompt_ids\""));
+      line.record = std::move(**next);
+      absl::StatusOr<std::vector<int64_t>> ids =
+          prompt_ids(*line.record, line.where, tokenizer.get(), args, &chat_template);
+      absl::Status submitted = ids.status();
+      if (ids.ok()) {
+        rollout::GenerationRequest request;
+        request.id = std::to_string(lines.size());
+        request.prompt_ids = *ids;
+        request.sampling = sampling;
+        request.sampling.seed = args.sampling.seed + lines.size();
+        request.n = args.n;
+        submitted = (*engine)->submit(std::move(request));
+        core::Json list = core::Json::array();
+        for (int64_t id : *ids) list.push_back(core::Json(id));
+        line.record->set("prompt_ids", std::move(list));
+      }
+      if (!submitted.ok()) line.error = std::string(submitted.message());
     }
-    rollout::GenerationRequest request;
-    request.id = std::to_string(records.size());
-    request.prompt_ids = prompt_ids;
-    request.sampling = sampling;
-    request.sampling.seed = args.sampling.seed + records.size();
-    request.n = args.n;
-    absl::Status submitted = (*engine)->submit(std::move(request));
-    if (!submitted.ok())
-      return absl::InvalidArgumentError(absl::StrCat((*in)->where(), ": ", submitted.message()));
-    core::Json list = core::Json::array();
-    for (int64_t id : prompt_ids) list.push_back(core::Json(id));
-    record.set("prompt_ids", std::move(list));
-    records.push_back(std::move(record));
+    if (!line.error.empty()) {
+      const std::string prefix = line.where + ": ";  // some messages name the line already
+      if (line.error.rfind(prefix, 0) == 0) line.error.erase(0, prefix.size());
+      ++invalid;
+      std::cerr << "flywheel generate: " << line.where << ": " << line.error << "\n";
+    }
+    lines.push_back(std::move(line));
+  }
+  if (invalid > 0 && !args.skip_invalid) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        invalid, " of ", lines.size(),
+        " input line(s) are invalid; nothing was generated (--skip-invalid generates the "
+        "others and writes an \"error\" record for each invalid line)"));
   }
 
-  std::vector<std::optional<rollout::GroupResult>> results(records.size());
+  std::vector<std::optional<rollout::GroupResult>> results(lines.size());
   const auto start = std::chrono::steady_clock::now();
   auto last_report = start;
   size_t done = 0;
+  const size_t valid = lines.size() - invalid;
   while (!(*engine)->idle()) {
     (*engine)->step();
     for (rollout::GroupResult& r : (*engine)->take_finished()) {
@@ -167,7 +221,7 @@ absl::Status run(const GenerateArgs& args) {
     if (now - last_report > std::chrono::seconds(5)) {
       double elapsed = std::chrono::duration<double>(now - start).count();
       std::cerr << absl::StrFormat("flywheel generate: %d/%d prompts, %d tokens, %.1f tokens/s\n",
-                                   done, records.size(), (*engine)->stats().generated_tokens,
+                                   done, valid, (*engine)->stats().generated_tokens,
                                    (*engine)->stats().generated_tokens / elapsed);
       last_report = now;
     }
@@ -175,7 +229,14 @@ absl::Status run(const GenerateArgs& args) {
 
   absl::StatusOr<std::unique_ptr<JsonlWriter>> out = JsonlWriter::open(args.output);
   if (!out.ok()) return out.status();
-  for (size_t i = 0; i < records.size(); ++i) {
+  for (size_t i = 0; i < lines.size(); ++i) {
+    InputLine& line = lines[i];
+    core::Json record = line.record ? std::move(*line.record) : core::Json::object();
+    if (!line.error.empty()) {
+      record.set("error", core::Json(absl::StrCat(line.where, ": ", line.error)));
+      (*out)->write(record);
+      continue;
+    }
     core::Json completions = core::Json::array();
     for (const rollout::Sample& s : results[i]->samples) {
       core::Json c = core::Json::object();
@@ -201,14 +262,15 @@ absl::Status run(const GenerateArgs& args) {
       if (!s.error.empty()) c.set("error", core::Json(s.error));
       completions.push_back(std::move(c));
     }
-    records[i].set("completions", std::move(completions));
-    (*out)->write(records[i]);
+    record.set("completions", std::move(completions));
+    (*out)->write(record);
   }
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cerr << absl::StrFormat(
-      "flywheel generate: %d prompt(s), %d token(s) in %.2f s (%.1f tokens/s)\n", records.size(),
+      "flywheel generate: %d prompt(s), %d token(s) in %.2f s (%.1f tokens/s)%s\n", valid,
       (*engine)->stats().generated_tokens, elapsed,
-      (*engine)->stats().generated_tokens / std::max(elapsed, 1e-9));
+      (*engine)->stats().generated_tokens / std::max(elapsed, 1e-9),
+      invalid > 0 ? absl::StrCat("; ", invalid, " invalid line(s) skipped") : "");
   return (*out)->close();
 }
 
@@ -232,7 +294,12 @@ void add_generate_command(CLI::App& app, int* exit_code) {
   command->add_option("--top-p", args->sampling.top_p, "1 = off")->check(CLI::Range(0.0, 1.0));
   command->add_option("--min-p", args->sampling.min_p, "0 = off")->check(CLI::Range(0.0, 1.0));
   command->add_option("--seed", args->sampling.seed, "Seed of line 0; line i uses seed + i");
-  command->add_option("--stop", args->sampling.stop_strings, "Stop string (repeatable)");
+  command->add_option("--stop", args->sampling.stop_strings,
+                      "Stop string (repeatable; needs the model's tokenizer)");
+  command->add_flag(
+      "--skip-invalid", args->skip_invalid,
+      "Generate the valid lines and write {..., \"error\": \"path:line: why\"} for each "
+      "invalid one (default: report every invalid line and generate nothing, exit 2)");
   command->add_flag("--ignore-eos", args->ignore_eos,
                     "Do not stop at the eos ids of config.json / generation_config.json");
   command->add_option("--max-slots", args->max_slots, "Concurrent sequences (KV-cache slots)")

@@ -158,6 +158,47 @@ JSON
     expect_output "bad.jsonl:1: request '0': prompt token 1 has id 700, outside the vocabulary"
     expect_exit 2 "$flywheel" generate --model "$work/m" -i "$work/p.jsonl" --max-seq-len 4
     expect_output "leaves no room in the context of 4 tokens" ;;
+  generate_no_tokenizer)
+    # No tokenizer files: ids only (no text, no text_error); stop strings are refused.
+    printf '{"model_type": "llama", "vocab_size": 50, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4}' > "$work/c.json"
+    expect_exit 0 "$flywheel" init-model --config "$work/c.json" --out "$work/m"
+    printf '{"prompt_ids": [5, 6, 7]}\n' > "$work/p.jsonl"
+    expect_exit 0 "$flywheel" generate --model "$work/m" -i "$work/p.jsonl" -o "$work/g.jsonl" \
+      -n 2 --max-new-tokens 4 --ignore-eos
+    node -e '
+      const l = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+      for (const c of l.completions) {
+        if ("text" in c || "text_error" in c || "error" in c) throw new Error(JSON.stringify(c));
+        if (c.ids.length !== 4) throw new Error("ids");
+      }' "$work/g.jsonl" || fail "ids-only output is wrong: $(cat "$work/g.jsonl")"
+    expect_exit 2 "$flywheel" generate --model "$work/m" -i "$work/p.jsonl" --stop "###"
+    expect_output "--stop strings need a tokenizer"
+    printf '{"prompt": "hi"}\n' > "$work/t.jsonl"
+    expect_exit 2 "$flywheel" generate --model "$work/m" -i "$work/t.jsonl"
+    expect_output "t.jsonl:1: text prompts need a tokenizer" ;;
+  generate_invalid_lines)
+    # Every bad line is reported with its number; nothing is generated unless --skip-invalid.
+    printf '{"model_type": "llama", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4}' > "$work/c.json"
+    expect_exit 0 "$flywheel" init-model --config "$work/c.json" --out "$work/m"
+    printf '%s\n' '{"prompt_ids": [5, 6, 7], "k": 1}' '{"prompt_ids": [5, 700]}' 'not json' \
+      '{"prompt_ids": [8, 9], "k": 4}' '{"nothing": 1}' > "$work/p.jsonl"
+    expect_exit 2 "$flywheel" generate --model "$work/m" -i "$work/p.jsonl" -o "$work/g.jsonl"
+    expect_output "p.jsonl:2: request '1': prompt token 1 has id 700, outside the vocabulary"
+    expect_output "p.jsonl:3: "
+    expect_output "p.jsonl:5: expected \"prompt\", \"messages\" or \"prompt_ids\""
+    expect_output "3 of 5 input line(s) are invalid; nothing was generated"
+    [[ ! -e "$work/g.jsonl" ]] || fail "output written although lines were invalid"
+    expect_exit 0 "$flywheel" generate --model "$work/m" -i "$work/p.jsonl" -o "$work/g.jsonl" \
+      --skip-invalid --max-new-tokens 3
+    expect_output "3 invalid line(s) skipped"
+    node -e '
+      const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map(JSON.parse);
+      if (lines.length !== 5) throw new Error("5 records expected");
+      for (const i of [0, 3]) if (lines[i].completions.length !== 1 || "error" in lines[i]) throw new Error("line " + i);
+      if (lines[0].k !== 1 || lines[3].k !== 4) throw new Error("order");
+      for (const [i, n] of [[1, 2], [2, 3], [4, 5]]) {
+        if (!lines[i].error.includes("p.jsonl:" + n + ": ") || "completions" in lines[i]) throw new Error("line " + i);
+      }' "$work/g.jsonl" || fail "--skip-invalid output is wrong: $(cat "$work/g.jsonl")" ;;
   buffer)
     printf '{"model_type": "llama", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4}' > "$work/c.json"
     expect_exit 0 "$flywheel" init-model --config "$work/c.json" --out "$work/m"
