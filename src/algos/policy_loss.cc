@@ -91,7 +91,11 @@ class Gspo : public PolicyLoss {
     at::Tensor nonempty = m.any(-1);
     Diagnostics& d = out.diagnostics;
     d["pg_loss"] = out.loss.item<double>();
-    d["pg_clipfrac"] = masked_mean((l2 > l1).to(at::kFloat), nonempty);
+    // A sequence's clipped flag counts once per valid token, as verl reports it.
+    at::Tensor clipped = (l2 > l1).to(at::kFloat).unsqueeze(1).expand(in.mask.sizes());
+    d["pg_clipfrac"] = masked_mean(clipped, in.mask);
+    d["ppo_kl"] =
+        masked_mean((in.old_logprobs.detach() - in.logprobs.detach()).to(at::kFloat), in.mask);
     ratio_diagnostics(s, nonempty, &d);
     return out;
   }

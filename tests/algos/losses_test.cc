@@ -107,6 +107,23 @@ TEST(GspoTest, SequenceRatioItsOwnClipAndSeqMeanTokenMean) {
   expect_near(lp.grad(), {0, 0, 0, g, g, g}, 1e-6);
 }
 
+// ALGORITHMS.md §7 / verl: a sequence's clipped flag is broadcast to its tokens and averaged over
+// valid tokens; ppo_kl is the mean of old - new log-prob over valid tokens, as for ppo_clip.
+TEST(GspoTest, ClipFractionIsTokenWeightedAndPpoKlIsReported) {
+  PolicyLossInput in;
+  in.logprobs = T({0.1, 0.3, 0, 0.0001, -0.0001, 0.0003}, {2, 3});
+  in.old_logprobs = at::zeros({2, 3});
+  in.advantages = T({1, 1, 0, -1, -1, -1}, {2, 3});
+  in.mask = T({1, 1, 0, 1, 1, 1}, {2, 3});
+  in.counts = local_counts(in.mask);
+  auto r = (*make_gspo({3e-4, 4e-4, 0}))->compute(in);
+  ASSERT_TRUE(r.ok());
+  // Row 0 (2 valid tokens) is clipped, row 1 (3 tokens) is not: 2 / 5, not 1 / 2 sequences.
+  EXPECT_NEAR(r->diagnostics.at("pg_clipfrac"), 2.0 / 5.0, 1e-9);
+  ASSERT_TRUE(r->diagnostics.count("ppo_kl"));
+  EXPECT_NEAR(r->diagnostics.at("ppo_kl"), -(0.1 + 0.3 + 0.0001 - 0.0001 + 0.0003) / 5, 1e-6);
+}
+
 TEST(ReinforceTest, MinusAdvantageTimesLogprob) {
   at::Tensor lp = T({-0.5, -1.0}, {1, 2}).requires_grad_(true);
   PolicyLossInput in;
