@@ -9,6 +9,21 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// a [n, V] float32 @ weight [V, H] in float32, converting the weight a block of rows at a time:
+// a whole float32 copy of a bfloat16 lm_head (V x H floats, 2.2 GB for 152k x 3.5k) would break
+// the chunk_size x vocab bound. A block holds at most chunk_size x V floats.
+at::Tensor float_rows_product(const at::Tensor& a, const at::Tensor& weight, int64_t chunk_size) {
+  if (weight.scalar_type() == at::kFloat) return at::matmul(a, weight);
+  const int64_t V = weight.size(0), H = weight.size(1);
+  const int64_t rows = std::max<int64_t>(1, std::min(V, chunk_size * V / std::max<int64_t>(H, 1)));
+  at::Tensor out = at::zeros({a.size(0), H}, a.options());
+  for (int64_t v0 = 0; v0 < V; v0 += rows) {
+    const int64_t r = std::min(rows, V - v0);
+    out.addmm_(a.narrow(1, v0, r), weight.narrow(0, v0, r).to(at::kFloat));
+  }
+  return out;
+}
+
 // Chunked log-softmax gather with a recomputing backward.
 class ChunkedLogprobs : public torch::autograd::Function<ChunkedLogprobs> {
  public:
@@ -76,8 +91,8 @@ class ChunkedLogprobs : public torch::autograd::Function<ChunkedLogprobs> {
       }
       at::Tensor grad_logits = grad_z / temperature;  // z = logits / temperature
       grad_hidden.narrow(0, start, len)
-          .copy_(at::matmul(grad_logits, weight.to(at::kFloat)).to(hidden.scalar_type()));
-      grad_weight += at::matmul(grad_logits.t(), h.to(at::kFloat));
+          .copy_(float_rows_product(grad_logits, weight, chunk_size).to(hidden.scalar_type()));
+      grad_weight.addmm_(grad_logits.t(), h.to(at::kFloat));  // in place: no [V, H] temporary
     }
     return {grad_hidden,  grad_weight.to(weight.scalar_type()),
             at::Tensor(), at::Tensor(),

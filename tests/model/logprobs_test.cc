@@ -2,6 +2,10 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/CPUAllocator.h>
+#include <torch/version.h>
+
+#include <atomic>
 
 #include "gtest/gtest.h"
 
@@ -74,6 +78,63 @@ TEST(TokenLogprobsTest, Bfloat16HiddenIsAccumulatedInFloat32) {
                        .squeeze(-1);
   EXPECT_EQ(lp.logprobs.scalar_type(), at::kFloat);
   EXPECT_TRUE(at::allclose(lp.logprobs, ref, 1e-4, 1e-4));
+}
+
+// Counts CPU allocations of at least `threshold` bytes while installed.
+class CountingAllocator final : public c10::Allocator {
+ public:
+  explicit CountingAllocator(size_t threshold)
+      : base_(c10::GetCPUAllocator()), threshold_(threshold) {
+    c10::SetCPUAllocator(this);
+  }
+  ~CountingAllocator() override { c10::SetCPUAllocator(base_); }
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  c10::DataPtr allocate(size_t n) override {
+    if (n >= threshold_) ++large_;
+    return base_->allocate(n);
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#else
+  c10::DataPtr allocate(size_t n) const override {
+    if (n >= threshold_) ++large_;
+    return base_->allocate(n);
+  }
+#endif
+  c10::DeleterFnPtr raw_deleter() const override { return base_->raw_deleter(); }
+  int64_t large() const { return large_; }
+
+ private:
+  c10::Allocator* base_;
+  size_t threshold_;
+  mutable std::atomic<int64_t> large_{0};
+};
+
+// The backward of a bfloat16 head converts it to float32 in blocks: the only float32 buffer of
+// the head's full size is its gradient (once), not a copy of the head per chunk.
+TEST(TokenLogprobsTest, Bfloat16HeadIsNotCopiedToFloat32PerChunk) {
+  const int64_t V = 4096, H = 64;
+  Inputs a = make_inputs(1, 64, H, V, 3);
+  at::Tensor h = a.hidden.detach().to(at::kBFloat16).requires_grad_(true);
+  // Small logits, so that bfloat16 rounding of the forward leaves the gradients comparable.
+  at::Tensor w = (a.weight.detach() * 0.1).to(at::kBFloat16).requires_grad_(true);
+  TokenLogprobOptions options;
+  options.chunk_size = 8;  // 8 chunks
+  TokenLogprobs lp = token_logprobs(h, w, a.targets, options);
+  int64_t large = 0;
+  {
+    CountingAllocator counting(/*threshold=*/V * H * sizeof(float));
+    lp.logprobs.sum().backward();
+    large = counting.large();
+  }
+  EXPECT_LE(large, 1) << "float32 buffers of the head's size allocated in backward";
+  // And the gradients still equal float32 arithmetic on the bfloat16 values.
+  at::Tensor hf = h.detach().to(at::kFloat).requires_grad_(true);
+  at::Tensor wf = w.detach().to(at::kFloat).requires_grad_(true);
+  at::log_softmax(at::matmul(hf, wf.t()), -1).gather(-1, a.targets.unsqueeze(-1)).sum().backward();
+  EXPECT_TRUE(at::allclose(w.grad().to(at::kFloat), wf.grad(), 1e-2, 1e-2));
+  EXPECT_TRUE(at::allclose(h.grad().to(at::kFloat), hf.grad(), 1e-2, 1e-2));
 }
 
 }  // namespace

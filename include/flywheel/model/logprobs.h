@@ -1,6 +1,9 @@
 // Per-token log-probabilities (and entropy) of target tokens, computed in chunks of positions so
 // that peak memory is chunk_size x vocab floats rather than batch x length x vocab. The backward
-// pass recomputes each chunk's logits instead of keeping them, so training has the same bound.
+// pass recomputes each chunk's logits instead of keeping them, so training has the same bound
+// (a weight in another dtype is converted to float32 in blocks of at most chunk_size x vocab
+// floats), besides the weight's gradient itself, which is accumulated in float32 (vocab x hidden
+// floats) and returned in the weight's dtype.
 #pragma once
 
 #include <cstdint>
