@@ -45,12 +45,18 @@ PushStream::PushStream(const PushStreamContext& context,
     Finish(authorized);
     return;
   }
-  if (!context_.registry->add(this)) {
-    finished_ = true;
+  bool open;
+  {
+    // Under mu_: a close() right after add() must see the read this constructor starts.
+    absl::MutexLock lock(&mu_);
+    open = context_.registry->add(this);
+    finished_ = !open;
+    read_in_flight_ = open;
+  }
+  if (!open) {
     Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the controller is shutting down"));
     return;
   }
-  read_in_flight_ = true;
   StartRead(&request_);
 }
 
