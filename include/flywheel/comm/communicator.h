@@ -1,0 +1,72 @@
+// Collective communication between the learner ranks (DESIGN.md §6): one interface, two
+// backends. MpiCommunicator moves CPU tensors over MPI; NcclCommunicator moves CUDA tensors over
+// NCCL (built when CUDA and NCCL are found).
+//
+// Every call is collective: all ranks of the group make the same calls in the same order, with
+// tensors of the same shape and dtype. Tensors must be contiguous and on the backend's device;
+// breaking that is a bug in the caller and fails a check (c10::Error).
+//
+// Deadlines: a collective that has not completed after `timeout_s` logs which collective, the
+// rank, the group and the elapsed time, and ends the job with exit code kTimeoutExitCode
+// (MPI_Abort / ncclCommAbort): a rank that stops responding never hangs the others.
+//
+// Thread safety: a communicator is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+
+namespace flywheel::comm {
+
+constexpr int kTimeoutExitCode = 3;
+
+enum class ReduceOp { kSum, kMax, kMin };
+
+struct CommunicatorOptions {
+  std::string name = "world";  // names the group in timeout messages
+  double timeout_s = 300;      // per collective (> 0)
+};
+
+// A collective started by an *_async call. wait() blocks until it completed (under the
+// communicator's deadline); the tensors it was given must stay alive and untouched until then.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const CommunicatorOptions& options() const = 0;
+  // "mpi" or "nccl".
+  virtual const char* backend() const = 0;
+
+  // In place: every rank ends with the reduction of all ranks' `tensor`. Floating-point sums of
+  // bfloat16 / float16 tensors are computed in float32.
+  virtual void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum) = 0;
+  // full = the ranks' `shard`s concatenated in rank order; full.numel() == size() x shard.numel().
+  virtual void all_gather(const at::Tensor& shard, at::Tensor& full) = 0;
+  virtual std::unique_ptr<Work> all_gather_async(const at::Tensor& shard, at::Tensor& full) = 0;
+  // shard = rank r's slice of the reduction of every rank's `full` (size() equal slices).
+  virtual void reduce_scatter(const at::Tensor& full, at::Tensor& shard,
+                              ReduceOp op = ReduceOp::kSum) = 0;
+  // `tensor` of rank `root` is copied into every rank's `tensor`.
+  virtual void broadcast(at::Tensor& tensor, int root) = 0;
+  virtual void barrier() = 0;
+
+  // A communicator of the ranks that pass the same `color`, ordered by `key` (then by rank);
+  // collective over this group. `name` names it in timeout messages.
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key,
+                                                              const std::string& name) = 0;
+};
+
+}  // namespace flywheel::comm

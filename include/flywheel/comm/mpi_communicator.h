@@ -1,0 +1,70 @@
+// MPI backend of Communicator: CPU tensors over the MPI C API (OpenMPI on the build machines).
+//
+//   auto mpi = comm::MpiRuntime::init(&argc, &argv);     // once per process, before threads
+//   auto world = comm::MpiCommunicator::world(**mpi, {"learners", 300});
+//   world->all_reduce(loss);
+//
+// Collectives are started nonblocking and waited on under the deadline (see communicator.h);
+// the waiting thread polls MPI, yielding the core between polls.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "flywheel/comm/communicator.h"
+
+namespace flywheel::comm {
+
+// MPI for this process: MPI_Init_thread on create (unless MPI is already initialized, e.g. by a
+// test harness), MPI_Finalize on destruction. Works without mpirun (a world of one rank).
+class MpiRuntime {
+ public:
+  // Unavailable when MPI cannot be initialized.
+  static absl::StatusOr<std::unique_ptr<MpiRuntime>> init(int* argc, char*** argv);
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+
+  int world_rank() const { return rank_; }
+  int world_size() const { return size_; }
+
+ private:
+  MpiRuntime() = default;
+  bool finalize_ = false;
+  int rank_ = 0, size_ = 1;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // The world (a duplicate of MPI_COMM_WORLD). InvalidArgument for a timeout <= 0.
+  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> world(const MpiRuntime& runtime,
+                                                                const CommunicatorOptions& o);
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const CommunicatorOptions& options() const override { return options_; }
+  const char* backend() const override { return "mpi"; }
+
+  void all_reduce(at::Tensor& tensor, ReduceOp op) override;
+  void all_gather(const at::Tensor& shard, at::Tensor& full) override;
+  std::unique_ptr<Work> all_gather_async(const at::Tensor& shard, at::Tensor& full) override;
+  void reduce_scatter(const at::Tensor& full, at::Tensor& shard, ReduceOp op) override;
+  void broadcast(at::Tensor& tensor, int root) override;
+  void barrier() override;
+  absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key,
+                                                      const std::string& name) override;
+
+ private:
+  struct Handle;  // the MPI_Comm
+  class Request;
+  MpiCommunicator(std::unique_ptr<Handle> handle, const CommunicatorOptions& options);
+  // Blocks until `request` completes; past the deadline, logs and aborts the job.
+  void wait(void* request, const char* what) const;
+
+  std::unique_ptr<Handle> handle_;
+  CommunicatorOptions options_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace flywheel::comm

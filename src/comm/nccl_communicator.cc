@@ -1,0 +1,263 @@
+#include "flywheel/comm/nccl_communicator.h"
+
+#ifdef FLYWHEEL_WITH_NCCL
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "flywheel/core/logging.h"
+
+namespace flywheel::comm {
+namespace {
+
+ncclDataType_t nccl_type(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kDouble:
+      return ncclFloat64;
+    case at::kBFloat16:
+      return ncclBfloat16;
+    case at::kHalf:
+      return ncclFloat16;
+    case at::kLong:
+      return ncclInt64;
+    case at::kInt:
+      return ncclInt32;
+    case at::kByte:
+    case at::kBool:
+      return ncclUint8;
+    default:
+      TORCH_CHECK(false, "NCCL communicator: unsupported dtype ", t);
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kMin:
+      return ncclMin;
+  }
+  return ncclSum;
+}
+
+void check_cuda(const at::Tensor& t, const char* what) {
+  TORCH_CHECK(t.defined() && t.device().is_cuda() && t.is_contiguous(), "NCCL communicator: ", what,
+              " needs a contiguous CUDA tensor");
+}
+
+void check_nccl(ncclResult_t r, const char* what) {
+  TORCH_CHECK(r == ncclSuccess, "NCCL ", what, " failed: ", ncclGetErrorString(r));
+}
+
+// The legacy default stream: implicitly ordered with LibTorch's default-stream work.
+const cudaStream_t kStream = cudaStreamLegacy;
+
+}  // namespace
+
+struct NcclCommunicator::Handle {
+  ncclComm_t comm = nullptr;
+  ~Handle() {
+    if (comm != nullptr) ncclCommDestroy(comm);
+  }
+};
+
+// Collectives complete before their call returns, so async work is already done.
+class DoneWork final : public Work {
+ public:
+  void wait() override {}
+};
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
+    Communicator& bootstrap, int device, const CommunicatorOptions& options) {
+  if (!(options.timeout_s > 0)) {
+    return absl::InvalidArgumentError("collective timeout must be > 0 seconds");
+  }
+  if (cudaSetDevice(device) != cudaSuccess) {
+    return absl::UnavailableError(absl::StrCat("cannot use CUDA device ", device));
+  }
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  if (bootstrap.rank() == 0) {
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) {
+      return absl::UnavailableError(absl::StrCat("ncclGetUniqueId: ", ncclGetErrorString(r)));
+    }
+  }
+  at::Tensor bytes = at::empty({static_cast<int64_t>(sizeof(id))}, at::kByte);
+  std::memcpy(bytes.data_ptr(), &id, sizeof(id));
+  bootstrap.broadcast(bytes, 0);
+  std::memcpy(&id, bytes.data_ptr(), sizeof(id));
+  auto handle = std::make_unique<Handle>();
+  ncclResult_t r = ncclCommInitRank(&handle->comm, bootstrap.size(), id, bootstrap.rank());
+  if (r != ncclSuccess) {
+    handle->comm = nullptr;
+    return absl::UnavailableError(absl::StrCat("ncclCommInitRank: ", ncclGetErrorString(r)));
+  }
+  return std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(std::move(handle), device, options));
+}
+
+NcclCommunicator::NcclCommunicator(std::unique_ptr<Handle> handle, int device,
+                                   const CommunicatorOptions& options)
+    : handle_(std::move(handle)), device_(device), options_(options) {
+  ncclCommUserRank(handle_->comm, &rank_);
+  ncclCommCount(handle_->comm, &size_);
+}
+
+NcclCommunicator::~NcclCommunicator() = default;
+
+void NcclCommunicator::wait(const char* what) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::duration<double>(options_.timeout_s);
+  for (int polls = 0;; ++polls) {
+    const cudaError_t state = cudaStreamQuery(kStream);
+    if (state == cudaSuccess) return;
+    TORCH_CHECK(state == cudaErrorNotReady, "CUDA error during ", what, ": ",
+                cudaGetErrorString(state));
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(handle_->comm, &async);
+    TORCH_CHECK(async == ncclSuccess || async == ncclInProgress, "NCCL ", what,
+                " failed: ", ncclGetErrorString(async));
+    if (polls < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now > deadline) {
+      const double elapsed = std::chrono::duration<double>(now - start).count();
+      const std::string message = absl::StrCat(
+          "collective ", what, " on group '", options_.name, "' (nccl) timed out: rank ", rank_,
+          " of ", size_, " waited ", elapsed, " s (timeout ", options_.timeout_s,
+          " s); a rank stopped responding. Aborting the job.");
+      FLYWHEEL_LOG_ERROR("%s", message);
+      std::fprintf(stderr, "flywheel: %s\n", message.c_str());
+      std::fflush(stderr);
+      ncclCommAbort(handle_->comm);
+      handle_->comm = nullptr;
+      std::_Exit(kTimeoutExitCode);
+    }
+  }
+}
+
+void NcclCommunicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
+  check_cuda(tensor, "all_reduce");
+  cudaSetDevice(device_);
+  check_nccl(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
+                           nccl_type(tensor.scalar_type()), nccl_op(op), handle_->comm, kStream),
+             "all_reduce");
+  wait("all_reduce");
+}
+
+void NcclCommunicator::all_gather(const at::Tensor& shard, at::Tensor& full) {
+  check_cuda(shard, "all_gather");
+  check_cuda(full, "all_gather");
+  TORCH_CHECK(full.numel() == shard.numel() * size_ && full.scalar_type() == shard.scalar_type(),
+              "all_gather: full needs ", size_, " x ", shard.numel(),
+              " elements of the shard's dtype");
+  cudaSetDevice(device_);
+  check_nccl(ncclAllGather(shard.data_ptr(), full.data_ptr(), shard.numel(),
+                           nccl_type(shard.scalar_type()), handle_->comm, kStream),
+             "all_gather");
+  wait("all_gather");
+}
+
+std::unique_ptr<Work> NcclCommunicator::all_gather_async(const at::Tensor& shard,
+                                                         at::Tensor& full) {
+  all_gather(shard, full);
+  return std::make_unique<DoneWork>();
+}
+
+void NcclCommunicator::reduce_scatter(const at::Tensor& full, at::Tensor& shard, ReduceOp op) {
+  check_cuda(full, "reduce_scatter");
+  check_cuda(shard, "reduce_scatter");
+  TORCH_CHECK(full.numel() == shard.numel() * size_ && full.scalar_type() == shard.scalar_type(),
+              "reduce_scatter: full needs ", size_, " x ", shard.numel(),
+              " elements of the shard's dtype");
+  cudaSetDevice(device_);
+  check_nccl(ncclReduceScatter(full.data_ptr(), shard.data_ptr(), shard.numel(),
+                               nccl_type(full.scalar_type()), nccl_op(op), handle_->comm, kStream),
+             "reduce_scatter");
+  wait("reduce_scatter");
+}
+
+void NcclCommunicator::broadcast(at::Tensor& tensor, int root) {
+  check_cuda(tensor, "broadcast");
+  TORCH_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " outside [0, ", size_, ")");
+  cudaSetDevice(device_);
+  check_nccl(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
+                           nccl_type(tensor.scalar_type()), root, handle_->comm, kStream),
+             "broadcast");
+  wait("broadcast");
+}
+
+void NcclCommunicator::barrier() {
+  at::Tensor one = at::ones({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device_));
+  all_reduce(one, ReduceOp::kSum);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::split(int color, int key,
+                                                                      const std::string& name) {
+  barrier();  // under the deadline, before the split (which has none)
+  auto handle = std::make_unique<Handle>();
+  ncclResult_t r = ncclCommSplit(handle_->comm, color, key, &handle->comm, nullptr);
+  if (r != ncclSuccess) {
+    handle->comm = nullptr;
+    return absl::UnavailableError(absl::StrCat("ncclCommSplit: ", ncclGetErrorString(r)));
+  }
+  CommunicatorOptions options = options_;
+  options.name = name;
+  return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(handle), device_, options));
+}
+
+}  // namespace flywheel::comm
+
+#else  // !FLYWHEEL_WITH_NCCL
+
+#include <c10/util/Exception.h>
+#include "absl/strings/str_cat.h"
+
+namespace flywheel::comm {
+
+// Without NCCL no NcclCommunicator can be created, so none of its methods can be reached.
+namespace {
+[[noreturn]] void not_built() { TORCH_CHECK(false, "flywheel was built without NCCL"); }
+}  // namespace
+
+struct NcclCommunicator::Handle {};
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
+    Communicator&, int, const CommunicatorOptions&) {
+  return absl::UnimplementedError(
+      "this flywheel was built without NCCL (FLYWHEEL_WITH_NCCL=OFF); use the MPI backend");
+}
+
+NcclCommunicator::~NcclCommunicator() = default;
+void NcclCommunicator::all_reduce(at::Tensor&, ReduceOp) { not_built(); }
+void NcclCommunicator::all_gather(const at::Tensor&, at::Tensor&) { not_built(); }
+std::unique_ptr<Work> NcclCommunicator::all_gather_async(const at::Tensor&, at::Tensor&) {
+  not_built();
+}
+void NcclCommunicator::reduce_scatter(const at::Tensor&, at::Tensor&, ReduceOp) { not_built(); }
+void NcclCommunicator::broadcast(at::Tensor&, int) { not_built(); }
+void NcclCommunicator::barrier() { not_built(); }
+absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::split(int, int,
+                                                                      const std::string&) {
+  not_built();
+}
+
+}  // namespace flywheel::comm
+
+#endif  // FLYWHEEL_WITH_NCCL
