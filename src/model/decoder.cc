@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
+#include <tuple>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -76,16 +78,176 @@ bool is_contiguous_range(const std::vector<int64_t>& slots) {
   return true;
 }
 
+// Cache reads and writes of one forward, shared by all layers.
+struct CacheIndex {
+  at::Tensor rows, steps;                   // (row, step) of each valid token
+  at::Tensor write_slots, write_positions;  // where each valid token goes
+  at::Tensor slots;                         // slot of each row
+  int64_t first_slot = -1;  // >= 0 when the rows' slots are first_slot, first_slot + 1, ...
+  bool all_valid = false;   // no padding: every (row, step) is written
+};
+
+// Self-attention of one layer; with a cache, the valid tokens are written to layer `index` of
+// `cache` at `where` and the rows read their slots.
+at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer, int64_t index,
+                     const at::Tensor& x, const CacheIndex* where, const at::Tensor& cos,
+                     const at::Tensor& sin, const at::Tensor& mask, KvCache* cache) {
+  const int64_t B = x.size(0), T = x.size(1), hd = config.head_dim;
+  const int64_t kvh = config.num_key_value_heads;
+  const int64_t groups = config.num_attention_heads / kvh;
+  at::Tensor q = project(x, layer.q, layer.q_bias).view({B, T, -1, hd});
+  at::Tensor k = project(x, layer.k, layer.k_bias).view({B, T, kvh, hd});
+  at::Tensor v = project(x, layer.v, layer.v_bias).view({B, T, kvh, hd});
+  if (config.qk_norm) {
+    q = rms_norm(q, layer.q_norm, config.rms_norm_eps);
+    k = rms_norm(k, layer.k_norm, config.rms_norm_eps);
+  }
+  q = apply_rope(q, cos, sin);
+  k = apply_rope(k, cos, sin);
+
+  // keys / values: [B, kvh, L, hd].
+  at::Tensor keys = k.permute({0, 2, 1, 3}), values = v.permute({0, 2, 1, 3});
+  if (cache != nullptr) {
+    // Write the valid tokens into their slots, then read each row's slot up to L positions.
+    using at::indexing::Slice;
+    const int64_t L = mask.size(-1);
+    at::Tensor& cache_k = cache->keys(index);
+    at::Tensor& cache_v = cache->values(index);
+    at::Tensor new_k =
+        where->all_valid ? k.reshape({B * T, kvh, hd}) : k.index({where->rows, where->steps});
+    at::Tensor new_v =
+        where->all_valid ? v.reshape({B * T, kvh, hd}) : v.index({where->rows, where->steps});
+    cache_k.index_put_({where->write_slots, Slice(), where->write_positions},
+                       new_k.to(cache_k.scalar_type()));
+    cache_v.index_put_({where->write_slots, Slice(), where->write_positions},
+                       new_v.to(cache_v.scalar_type()));
+    if (where->first_slot >= 0) {  // a view: [B, kvh, L, hd] with batch dims that fold
+      keys = cache_k.narrow(0, where->first_slot, B).narrow(2, 0, L);
+      values = cache_v.narrow(0, where->first_slot, B).narrow(2, 0, L);
+    } else {
+      keys = cache_k.index_select(0, where->slots).narrow(2, 0, L);
+      values = cache_v.index_select(0, where->slots).narrow(2, 0, L);
+    }
+  }
+  const int64_t L = keys.size(2);
+  // Grouped-query attention without repeating K/V: the `groups` query heads that share kv head
+  // h (query head j reads kv head j / groups) are stacked as rows of one matrix.
+  at::Tensor qg = q.view({B, T, kvh, groups, hd})
+                      .permute({0, 2, 3, 1, 4})
+                      .reshape({B, kvh, groups * T, hd})
+                      .to(at::kFloat);
+  at::Tensor scores = at::matmul(qg, keys.to(at::kFloat).transpose(-1, -2));  // [B,kvh,g*T,L]
+  scores = (scores * (1.0 / std::sqrt(double(hd)))).view({B, kvh, groups, T, L});
+  scores = scores.masked_fill(mask.logical_not().view({B, 1, 1, T, L}),
+                              -std::numeric_limits<float>::infinity());
+  at::Tensor probs = at::softmax(scores, -1).to(x.scalar_type()).view({B, kvh, groups * T, L});
+  at::Tensor out = at::matmul(probs, values);  // [B, kvh, g*T, hd]
+  out = out.view({B, kvh, groups, T, hd}).permute({0, 3, 1, 2, 4}).reshape({B, T, -1});
+  return project(out, layer.o, layer.o_bias);
+}
+
+// Attention then MLP, each with its pre-norm and residual.
+at::Tensor layer_forward(const ModelConfig& config, const DecoderLayerWeights& layer, int64_t index,
+                         const at::Tensor& x, const CacheIndex* where, const at::Tensor& cos,
+                         const at::Tensor& sin, const at::Tensor& mask, KvCache* cache) {
+  at::Tensor h =
+      x + attention(config, layer, index, rms_norm(x, layer.input_norm, config.rms_norm_eps), where,
+                    cos, sin, mask, cache);
+  at::Tensor m = rms_norm(h, layer.post_norm, config.rms_norm_eps);
+  return h + project(at::silu(project(m, layer.gate)) * project(m, layer.up), layer.down);
+}
+
+// RoPE tables in the compute dtype (computed in float32, as transformers does).
+std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions,
+                                              const at::Tensor& inv_freq, at::ScalarType dtype) {
+  at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [B, T, hd/2]
+  at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(2);             // [B, T, 1, hd]
+  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+}
+
+// mask[b, t, j]: query (b, t) may read key j, without a cache.
+at::Tensor training_mask(const ForwardBatch& batch, at::Device device) {
+  const int64_t B = batch.tokens.size(0), T = batch.tokens.size(1);
+  at::Tensor causal = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(device)).tril();
+  if (!batch.segment_ids.defined()) return causal.unsqueeze(0).expand({B, T, T});
+  at::Tensor seg = batch.segment_ids.to(device);
+  at::Tensor same = seg.unsqueeze(2).eq(seg.unsqueeze(1)) & seg.unsqueeze(1).ne(0);
+  at::Tensor self = at::eye(T, at::TensorOptions().dtype(at::kBool).device(device));
+  return (same & causal) | self;
+}
+
 }  // namespace
+
+std::vector<ParamSpec> decoder_parameter_specs(const ModelConfig& c) {
+  const int64_t h = c.hidden_size, hd = c.head_dim;
+  const int64_t q = c.num_attention_heads * hd, kv = c.num_key_value_heads * hd;
+  std::vector<ParamSpec> specs = {{"model.embed_tokens.weight", {c.vocab_size, h}}};
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    specs.push_back({p + "input_layernorm.weight", {h}});
+    specs.push_back({p + "self_attn.q_proj.weight", {q, h}});
+    if (c.qkv_bias) specs.push_back({p + "self_attn.q_proj.bias", {q}});
+    specs.push_back({p + "self_attn.k_proj.weight", {kv, h}});
+    if (c.qkv_bias) specs.push_back({p + "self_attn.k_proj.bias", {kv}});
+    specs.push_back({p + "self_attn.v_proj.weight", {kv, h}});
+    if (c.qkv_bias) specs.push_back({p + "self_attn.v_proj.bias", {kv}});
+    specs.push_back({p + "self_attn.o_proj.weight", {h, q}});
+    if (c.o_bias) specs.push_back({p + "self_attn.o_proj.bias", {h}});
+    if (c.qk_norm) {
+      specs.push_back({p + "self_attn.q_norm.weight", {hd}});
+      specs.push_back({p + "self_attn.k_norm.weight", {hd}});
+    }
+    specs.push_back({p + "post_attention_layernorm.weight", {h}});
+    specs.push_back({p + "mlp.gate_proj.weight", {c.intermediate_size, h}});
+    specs.push_back({p + "mlp.up_proj.weight", {c.intermediate_size, h}});
+    specs.push_back({p + "mlp.down_proj.weight", {h, c.intermediate_size}});
+  }
+  specs.push_back({"model.norm.weight", {h}});
+  if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, h}});
+  return specs;
+}
+
+DecoderLayerWeights layer_weights(int64_t layer,
+                                  const std::function<at::Tensor(const std::string&)>& find) {
+  const std::string p = absl::StrCat("model.layers.", layer, ".");
+  DecoderLayerWeights w;
+  w.input_norm = find(p + "input_layernorm.weight");
+  w.q = find(p + "self_attn.q_proj.weight");
+  w.q_bias = find(p + "self_attn.q_proj.bias");
+  w.k = find(p + "self_attn.k_proj.weight");
+  w.k_bias = find(p + "self_attn.k_proj.bias");
+  w.v = find(p + "self_attn.v_proj.weight");
+  w.v_bias = find(p + "self_attn.v_proj.bias");
+  w.o = find(p + "self_attn.o_proj.weight");
+  w.o_bias = find(p + "self_attn.o_proj.bias");
+  w.q_norm = find(p + "self_attn.q_norm.weight");
+  w.k_norm = find(p + "self_attn.k_norm.weight");
+  w.post_norm = find(p + "post_attention_layernorm.weight");
+  w.gate = find(p + "mlp.gate_proj.weight");
+  w.up = find(p + "mlp.up_proj.weight");
+  w.down = find(p + "mlp.down_proj.weight");
+  return w;
+}
+
+SequenceContext sequence_context(const ModelConfig& config, const ForwardBatch& batch,
+                                 at::ScalarType dtype, at::Device device) {
+  TORCH_CHECK(batch.tokens.dim() == 2 && batch.positions.sizes() == batch.tokens.sizes(),
+              "forward needs tokens and positions of shape [B, T]");
+  SequenceContext context;
+  std::tie(context.cos, context.sin) =
+      rope_tables(batch.positions.to(device), rope_inverse_frequencies(config).to(device), dtype);
+  context.mask = training_mask(batch, device);
+  return context;
+}
+
+at::Tensor decoder_layer(const ModelConfig& config, const DecoderLayerWeights& weights,
+                         const at::Tensor& x, const SequenceContext& context) {
+  return layer_forward(config, weights, 0, x, nullptr, context.cos, context.sin, context.mask,
+                       nullptr);
+}
 
 DecoderModel::DecoderModel(const ModelConfig& config, const DecoderOptions& options)
     : config_(config), options_(options) {}
-
-at::Tensor& DecoderModel::add_parameter(const std::string& name, std::vector<int64_t> shape) {
-  parameters_.emplace_back(
-      name, at::zeros(shape, at::TensorOptions().dtype(options_.dtype).device(options_.device)));
-  return parameters_.back().second;
-}
 
 absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelConfig& config,
                                                                    const DecoderOptions& options) {
@@ -100,36 +262,24 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelCo
     return absl::InvalidArgumentError("float16 models need a GPU; use float32 or bfloat16 on CPU");
   }
   std::unique_ptr<DecoderModel> model(new DecoderModel(config, options));
-  const int64_t h = config.hidden_size, hd = config.head_dim;
-  const int64_t q = config.num_attention_heads * hd, kv = config.num_key_value_heads * hd;
-  model->parameters_.reserve(3 + config.num_hidden_layers * 15);
-  model->embed_ = model->add_parameter("model.embed_tokens.weight", {config.vocab_size, h});
-  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
-    const std::string p = absl::StrCat("model.layers.", i, ".");
-    Layer layer;
-    layer.input_norm = model->add_parameter(p + "input_layernorm.weight", {h});
-    layer.q = model->add_parameter(p + "self_attn.q_proj.weight", {q, h});
-    if (config.qkv_bias) layer.q_bias = model->add_parameter(p + "self_attn.q_proj.bias", {q});
-    layer.k = model->add_parameter(p + "self_attn.k_proj.weight", {kv, h});
-    if (config.qkv_bias) layer.k_bias = model->add_parameter(p + "self_attn.k_proj.bias", {kv});
-    layer.v = model->add_parameter(p + "self_attn.v_proj.weight", {kv, h});
-    if (config.qkv_bias) layer.v_bias = model->add_parameter(p + "self_attn.v_proj.bias", {kv});
-    layer.o = model->add_parameter(p + "self_attn.o_proj.weight", {h, q});
-    if (config.o_bias) layer.o_bias = model->add_parameter(p + "self_attn.o_proj.bias", {h});
-    if (config.qk_norm) {
-      layer.q_norm = model->add_parameter(p + "self_attn.q_norm.weight", {hd});
-      layer.k_norm = model->add_parameter(p + "self_attn.k_norm.weight", {hd});
-    }
-    layer.post_norm = model->add_parameter(p + "post_attention_layernorm.weight", {h});
-    layer.gate = model->add_parameter(p + "mlp.gate_proj.weight", {config.intermediate_size, h});
-    layer.up = model->add_parameter(p + "mlp.up_proj.weight", {config.intermediate_size, h});
-    layer.down = model->add_parameter(p + "mlp.down_proj.weight", {h, config.intermediate_size});
-    model->layers_.push_back(std::move(layer));
+  const at::TensorOptions tensor_options =
+      at::TensorOptions().dtype(options.dtype).device(options.device);
+  std::map<std::string, at::Tensor> by_name;
+  for (const ParamSpec& spec : decoder_parameter_specs(config)) {
+    at::Tensor p = at::zeros(spec.shape, tensor_options);
+    model->parameters_.emplace_back(spec.name, p);
+    by_name[spec.name] = p;
   }
-  model->final_norm_ = model->add_parameter("model.norm.weight", {h});
-  model->lm_head_ = config.tie_word_embeddings
-                        ? model->embed_
-                        : model->add_parameter("lm_head.weight", {config.vocab_size, h});
+  auto find = [&](const std::string& name) {
+    auto it = by_name.find(name);
+    return it == by_name.end() ? at::Tensor() : it->second;
+  };
+  model->embed_ = find("model.embed_tokens.weight");
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    model->layers_.push_back(layer_weights(i, find));
+  }
+  model->final_norm_ = find("model.norm.weight");
+  model->lm_head_ = config.tie_word_embeddings ? model->embed_ : find("lm_head.weight");
   model->inv_freq_ = rope_inverse_frequencies(config).to(options.device);
   return model;
 }
@@ -189,143 +339,71 @@ absl::StatusOr<std::unique_ptr<KvCache>> DecoderModel::make_cache(int64_t slots,
                          at::TensorOptions().dtype(options_.dtype).device(options_.device));
 }
 
-at::Tensor DecoderModel::attention(const Layer& layer, int64_t index, const at::Tensor& x,
-                                   const CacheIndex* where, const at::Tensor& cos,
-                                   const at::Tensor& sin, const at::Tensor& mask,
-                                   KvCache* cache) const {
-  const int64_t B = x.size(0), T = x.size(1), hd = config_.head_dim;
-  const int64_t kvh = config_.num_key_value_heads;
-  const int64_t groups = config_.num_attention_heads / kvh;
-  at::Tensor q = project(x, layer.q, layer.q_bias).view({B, T, -1, hd});
-  at::Tensor k = project(x, layer.k, layer.k_bias).view({B, T, kvh, hd});
-  at::Tensor v = project(x, layer.v, layer.v_bias).view({B, T, kvh, hd});
-  if (config_.qk_norm) {
-    q = rms_norm(q, layer.q_norm, config_.rms_norm_eps);
-    k = rms_norm(k, layer.k_norm, config_.rms_norm_eps);
-  }
-  q = apply_rope(q, cos, sin);
-  k = apply_rope(k, cos, sin);
-
-  // keys / values: [B, kvh, L, hd].
-  at::Tensor keys = k.permute({0, 2, 1, 3}), values = v.permute({0, 2, 1, 3});
-  if (cache != nullptr) {
-    // Write the valid tokens into their slots, then read each row's slot up to L positions.
-    using at::indexing::Slice;
-    const int64_t L = mask.size(-1);
-    at::Tensor& cache_k = cache->keys(index);
-    at::Tensor& cache_v = cache->values(index);
-    at::Tensor new_k =
-        where->all_valid ? k.reshape({B * T, kvh, hd}) : k.index({where->rows, where->steps});
-    at::Tensor new_v =
-        where->all_valid ? v.reshape({B * T, kvh, hd}) : v.index({where->rows, where->steps});
-    cache_k.index_put_({where->write_slots, Slice(), where->write_positions},
-                       new_k.to(cache_k.scalar_type()));
-    cache_v.index_put_({where->write_slots, Slice(), where->write_positions},
-                       new_v.to(cache_v.scalar_type()));
-    if (where->first_slot >= 0) {  // a view: [B, kvh, L, hd] with batch dims that fold
-      keys = cache_k.narrow(0, where->first_slot, B).narrow(2, 0, L);
-      values = cache_v.narrow(0, where->first_slot, B).narrow(2, 0, L);
-    } else {
-      keys = cache_k.index_select(0, where->slots).narrow(2, 0, L);
-      values = cache_v.index_select(0, where->slots).narrow(2, 0, L);
-    }
-  }
-  const int64_t L = keys.size(2);
-  // Grouped-query attention without repeating K/V: the `groups` query heads that share kv head
-  // h (query head j reads kv head j / groups) are stacked as rows of one matrix.
-  at::Tensor qg = q.view({B, T, kvh, groups, hd})
-                      .permute({0, 2, 3, 1, 4})
-                      .reshape({B, kvh, groups * T, hd})
-                      .to(at::kFloat);
-  at::Tensor scores = at::matmul(qg, keys.to(at::kFloat).transpose(-1, -2));  // [B,kvh,g*T,L]
-  scores = (scores * (1.0 / std::sqrt(double(hd)))).view({B, kvh, groups, T, L});
-  scores = scores.masked_fill(mask.logical_not().view({B, 1, 1, T, L}),
-                              -std::numeric_limits<float>::infinity());
-  at::Tensor probs = at::softmax(scores, -1).to(x.scalar_type()).view({B, kvh, groups * T, L});
-  at::Tensor out = at::matmul(probs, values);  // [B, kvh, g*T, hd]
-  out = out.view({B, kvh, groups, T, hd}).permute({0, 3, 1, 2, 4}).reshape({B, T, -1});
-  return project(out, layer.o, layer.o_bias);
+at::Tensor DecoderModel::forward(const ForwardBatch& batch, KvCache* cache) const {
+  if (cache != nullptr) return forward_with_cache(batch, cache);
+  const SequenceContext context = sequence_context(config_, batch, options_.dtype, options_.device);
+  at::Tensor x = at::embedding(embed_, batch.tokens.to(options_.device));
+  for (const DecoderLayerWeights& layer : layers_) x = decoder_layer(config_, layer, x, context);
+  return rms_norm(x, final_norm_, config_.rms_norm_eps);
 }
 
-at::Tensor DecoderModel::forward(const ForwardBatch& batch, KvCache* cache) const {
+at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* cache) const {
   const at::Tensor& tokens = batch.tokens;
   TORCH_CHECK(tokens.dim() == 2 && batch.positions.sizes() == tokens.sizes(),
               "forward needs tokens and positions of shape [B, T]");
   const int64_t B = tokens.size(0), T = tokens.size(1);
   const at::Device device = options_.device;
   at::Tensor positions = batch.positions.to(device);
+  const auto [cos, sin] = rope_tables(positions, inv_freq_, options_.dtype);
 
-  // RoPE tables in float32, applied in the model dtype as transformers does.
-  at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_;  // [B, T, hd/2]
-  at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(2);              // [B, T, 1, hd]
-  at::Tensor cos = emb.cos().to(options_.dtype), sin = emb.sin().to(options_.dtype);
-
-  // mask[b, t, j]: query (b, t) may read key j.
-  at::Tensor mask;
-  CacheIndex index;
-  if (cache == nullptr) {
-    at::Tensor causal =
-        at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(device)).tril();
-    if (batch.segment_ids.defined()) {
-      at::Tensor seg = batch.segment_ids.to(device);
-      at::Tensor same = seg.unsqueeze(2).eq(seg.unsqueeze(1)) & seg.unsqueeze(1).ne(0);
-      at::Tensor self = at::eye(T, at::TensorOptions().dtype(at::kBool).device(device));
-      mask = (same & causal) | self;
-    } else {
-      mask = causal.unsqueeze(0).expand({B, T, T});
+  TORCH_CHECK(static_cast<int64_t>(batch.slots.size()) == B &&
+                  static_cast<int64_t>(batch.lengths.size()) == B,
+              "forward with a cache needs one slot and one length per row");
+  int64_t context = 0;  // L: the longest slot extent this step reads
+  at::Tensor cpu_positions = batch.positions.to(at::kCPU).to(at::kLong).contiguous();
+  const int64_t* pos = cpu_positions.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    TORCH_CHECK(batch.lengths[b] >= 0 && batch.lengths[b] <= T, "row ", b, ": length ",
+                batch.lengths[b], " outside [0, ", T, "]");
+    TORCH_CHECK(batch.slots[b] >= 0 && batch.slots[b] < cache->slots(), "row ", b, ": slot ",
+                batch.slots[b], " outside the cache's ", cache->slots(), " slots");
+    for (int64_t t = 0; t < batch.lengths[b]; ++t) {
+      TORCH_CHECK(pos[b * T + t] >= 0 && pos[b * T + t] < cache->max_len(), "row ", b,
+                  ": position ", pos[b * T + t], " outside the cache length ", cache->max_len());
+      context = std::max(context, pos[b * T + t] + 1);
     }
-  } else {
-    TORCH_CHECK(static_cast<int64_t>(batch.slots.size()) == B &&
-                    static_cast<int64_t>(batch.lengths.size()) == B,
-                "forward with a cache needs one slot and one length per row");
-    int64_t context = 0;  // L: the longest slot extent this step reads
-    at::Tensor cpu_positions = batch.positions.to(at::kCPU).to(at::kLong).contiguous();
-    const int64_t* pos = cpu_positions.data_ptr<int64_t>();
-    for (int64_t b = 0; b < B; ++b) {
-      TORCH_CHECK(batch.lengths[b] >= 0 && batch.lengths[b] <= T, "row ", b, ": length ",
-                  batch.lengths[b], " outside [0, ", T, "]");
-      TORCH_CHECK(batch.slots[b] >= 0 && batch.slots[b] < cache->slots(), "row ", b, ": slot ",
-                  batch.slots[b], " outside the cache's ", cache->slots(), " slots");
-      for (int64_t t = 0; t < batch.lengths[b]; ++t) {
-        TORCH_CHECK(pos[b * T + t] >= 0 && pos[b * T + t] < cache->max_len(), "row ", b,
-                    ": position ", pos[b * T + t], " outside the cache length ", cache->max_len());
-        context = std::max(context, pos[b * T + t] + 1);
-      }
-    }
-    context = std::max<int64_t>(context, 1);
-    at::Tensor key_pos = at::arange(context, at::TensorOptions().dtype(at::kLong).device(device));
-    mask = key_pos.view({1, 1, context}).le(positions.unsqueeze(-1));
-
-    // Where the valid tokens go, computed once for all layers.
-    std::vector<int64_t> rows, steps, write_slots, write_positions;
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t t = 0; t < batch.lengths[b]; ++t) {
-        rows.push_back(b);
-        steps.push_back(t);
-        write_slots.push_back(batch.slots[b]);
-        write_positions.push_back(pos[b * T + t]);
-      }
-    }
-    auto on_device = [&](const std::vector<int64_t>& v) {
-      return at::tensor(v, at::kLong).to(device);
-    };
-    index.all_valid = static_cast<int64_t>(rows.size()) == B * T;
-    index.rows = on_device(rows);
-    index.steps = on_device(steps);
-    index.write_slots = on_device(write_slots);
-    index.write_positions = on_device(write_positions);
-    index.slots = on_device(batch.slots);
-    index.first_slot = is_contiguous_range(batch.slots) ? batch.slots[0] : -1;
   }
+  context = std::max<int64_t>(context, 1);
+  // mask[b, t, j]: query (b, t) may read key j of its slot.
+  at::Tensor key_pos = at::arange(context, at::TensorOptions().dtype(at::kLong).device(device));
+  at::Tensor mask = key_pos.view({1, 1, context}).le(positions.unsqueeze(-1));
+
+  // Where the valid tokens go, computed once for all layers.
+  std::vector<int64_t> rows, steps, write_slots, write_positions;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < batch.lengths[b]; ++t) {
+      rows.push_back(b);
+      steps.push_back(t);
+      write_slots.push_back(batch.slots[b]);
+      write_positions.push_back(pos[b * T + t]);
+    }
+  }
+  auto on_device = [&](const std::vector<int64_t>& v) {
+    return at::tensor(v, at::kLong).to(device);
+  };
+  CacheIndex index;
+  index.all_valid = static_cast<int64_t>(rows.size()) == B * T;
+  index.rows = on_device(rows);
+  index.steps = on_device(steps);
+  index.write_slots = on_device(write_slots);
+  index.write_positions = on_device(write_positions);
+  index.slots = on_device(batch.slots);
+  index.first_slot = is_contiguous_range(batch.slots) ? batch.slots[0] : -1;
 
   at::Tensor x = at::embedding(embed_, tokens.to(device));
   for (size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& layer = layers_[i];
-    x = x + attention(layer, static_cast<int64_t>(i),
-                      rms_norm(x, layer.input_norm, config_.rms_norm_eps), &index, cos, sin, mask,
+    x = layer_forward(config_, layers_[i], static_cast<int64_t>(i), x, &index, cos, sin, mask,
                       cache);
-    at::Tensor h = rms_norm(x, layer.post_norm, config_.rms_norm_eps);
-    x = x + project(at::silu(project(h, layer.gate)) * project(h, layer.up), layer.down);
   }
   return rms_norm(x, final_norm_, config_.rms_norm_eps);
 }

@@ -41,6 +41,41 @@ struct ForwardBatch {
   std::vector<int64_t> lengths;
 };
 
+// A parameter of the decoder: Hugging Face name and shape.
+struct ParamSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+// Every parameter of a decoder of `config`, in DecoderModel's order: the embedding, each
+// layer's weights, the final norm and (unless tied) lm_head.weight.
+std::vector<ParamSpec> decoder_parameter_specs(const ModelConfig& config);
+
+// The weights of one decoder layer; optional ones (biases, q/k norms) are undefined when the
+// config has none.
+struct DecoderLayerWeights {
+  at::Tensor input_norm, q, q_bias, k, k_bias, v, v_bias, o, o_bias, q_norm, k_norm;
+  at::Tensor post_norm, gate, up, down;
+};
+
+// Layer `layer`'s weights, looked up by Hugging Face name ("model.layers.<layer>.*").
+// `find(name)` returns an undefined tensor for names it does not have.
+DecoderLayerWeights layer_weights(int64_t layer,
+                                  const std::function<at::Tensor(const std::string&)>& find);
+
+// What every layer of one cache-less forward shares: RoPE tables (in the compute dtype) and the
+// attention mask built from positions and segment ids (see ForwardBatch).
+struct SequenceContext {
+  at::Tensor cos, sin, mask;
+};
+SequenceContext sequence_context(const ModelConfig& config, const ForwardBatch& batch,
+                                 at::ScalarType dtype, at::Device device);
+
+// One decoder layer without a cache, for callers that own the weights (the sharded learner):
+// x [B, T, hidden] -> [B, T, hidden], differentiable with respect to x and the weights.
+at::Tensor decoder_layer(const ModelConfig& config, const DecoderLayerWeights& weights,
+                         const at::Tensor& x, const SequenceContext& context);
+
 class DecoderModel {
  public:
   // A model with zero parameters (load() or init_random() fills them). InvalidArgument for an
@@ -81,31 +116,14 @@ class DecoderModel {
   absl::StatusOr<std::unique_ptr<KvCache>> make_cache(int64_t slots, int64_t max_len) const;
 
  private:
-  struct Layer {
-    at::Tensor input_norm, q, q_bias, k, k_bias, v, v_bias, o, o_bias, q_norm, k_norm;
-    at::Tensor post_norm, gate, up, down;
-  };
-
-  // Cache reads and writes of one forward, shared by all layers.
-  struct CacheIndex {
-    at::Tensor rows, steps;                   // (row, step) of each valid token
-    at::Tensor write_slots, write_positions;  // where each valid token goes
-    at::Tensor slots;                         // slot of each row
-    int64_t first_slot = -1;  // >= 0 when the rows' slots are first_slot, first_slot + 1, ...
-    bool all_valid = false;   // no padding: every (row, step) is written
-  };
-
   DecoderModel(const ModelConfig& config, const DecoderOptions& options);
-  at::Tensor& add_parameter(const std::string& name, std::vector<int64_t> shape);
-  at::Tensor attention(const Layer& layer, int64_t index, const at::Tensor& x,
-                       const CacheIndex* where, const at::Tensor& cos, const at::Tensor& sin,
-                       const at::Tensor& mask, KvCache* cache) const;
+  at::Tensor forward_with_cache(const ForwardBatch& batch, KvCache* cache) const;
 
   ModelConfig config_;
   DecoderOptions options_;
   std::vector<std::pair<std::string, at::Tensor>> parameters_;
   at::Tensor embed_, final_norm_, lm_head_;
-  std::vector<Layer> layers_;
+  std::vector<DecoderLayerWeights> layers_;
   at::Tensor inv_freq_;  // float32 [head_dim / 2]
 };
 
