@@ -315,22 +315,38 @@ absl::Status DecoderModel::load(const TensorLookup& lookup) {
   return absl::OkStatus();
 }
 
-void DecoderModel::init_random(uint64_t seed) {
+void random_parameters(const std::vector<ParamSpec>& specs, double initializer_range, uint64_t seed,
+                       const std::function<void(const ParamSpec&, const at::Tensor&)>& sink) {
   at::NoGradGuard no_grad;
   at::Generator generator = at::detail::createCPUGenerator(seed);
-  for (auto& [name, parameter] : parameters_) {
+  for (const ParamSpec& spec : specs) {
+    const std::string& name = spec.name;
     const bool is_norm = name.find("norm.weight") != std::string::npos;
     const bool is_bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    at::Tensor values = at::empty(spec.shape, at::kFloat);
     if (is_norm) {
-      parameter.fill_(1.0);
+      values.fill_(1.0);
     } else if (is_bias) {
-      parameter.zero_();
+      values.zero_();
     } else {
-      at::Tensor values = at::empty(parameter.sizes(), at::kFloat);
-      values.normal_(0.0, config_.initializer_range, generator);
-      parameter.copy_(values);
+      values.normal_(0.0, initializer_range, generator);
     }
+    sink(spec, values);
   }
+}
+
+void DecoderModel::init_random(uint64_t seed) {
+  std::vector<ParamSpec> specs;
+  for (const auto& [name, parameter] : parameters_) {
+    specs.push_back(
+        {name, std::vector<int64_t>(parameter.sizes().begin(), parameter.sizes().end())});
+  }
+  size_t i = 0;
+  random_parameters(specs, config_.initializer_range, seed,
+                    [&](const ParamSpec&, const at::Tensor& values) {
+                      at::NoGradGuard no_grad;
+                      parameters_[i++].second.copy_(values);
+                    });
 }
 
 absl::StatusOr<std::unique_ptr<KvCache>> DecoderModel::make_cache(int64_t slots,

@@ -51,6 +51,12 @@ struct ParamSpec {
 // layer's weights, the final norm and (unless tied) lm_head.weight.
 std::vector<ParamSpec> decoder_parameter_specs(const ModelConfig& config);
 
+// Hugging Face's initialisation of `specs`, in order, from one generator seeded with `seed`:
+// weights ~ N(0, initializer_range), norms 1, biases 0, drawn in float32. `sink` receives each
+// parameter's values (DecoderModel::init_random copies them; a sharded learner keeps its slice).
+void random_parameters(const std::vector<ParamSpec>& specs, double initializer_range, uint64_t seed,
+                       const std::function<void(const ParamSpec&, const at::Tensor&)>& sink);
+
 // The weights of one decoder layer; optional ones (biases, q/k norms) are undefined when the
 // config has none.
 struct DecoderLayerWeights {

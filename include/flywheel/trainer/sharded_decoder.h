@@ -1,0 +1,108 @@
+// The policy (or critic, or frozen reference) decoder sharded across the learner ranks with
+// ZeRO-3 / FSDP semantics. Units: the embedding, each transformer block, and the head (final
+// norm plus lm_head, or a critic's scalar value head "score.weight"). Each unit's parameters
+// are one flat float32 buffer split evenly across ranks (FlatUnit); nothing else of the model is
+// held between steps.
+//
+// forward() gathers each unit's parameters when it runs (in param_dtype) and:
+//  - reshard_after_forward: true frees them right after and recomputes the unit in backward
+//    (activation checkpointing per unit: only each unit's input is kept), gathering again;
+//  - false keeps the gathered parameters and the unit's activations until backward (faster,
+//    more memory).
+// Backward reduce-scatters each unit's gradient (in reduce_dtype) into its shard's grad, summed
+// over ranks. Every collective happens inside forward() and backward(): all ranks must make the
+// same calls in the same order (one forward/backward per micro-batch on every rank).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "flywheel/comm/communicator.h"
+#include "flywheel/model/decoder.h"
+#include "flywheel/trainer/flat_unit.h"
+
+namespace flywheel::trainer {
+
+struct ShardingOptions {
+  bool reshard_after_forward = true;
+  at::ScalarType param_dtype = at::kFloat;   // compute dtype of gathered parameters
+  at::ScalarType reduce_dtype = at::kFloat;  // dtype gradients are reduced in
+  bool value_head = false;  // a critic: "score.weight" [1, hidden] instead of lm_head.weight
+  bool decay_all = false;   // weight decay also on norms, biases and the embedding
+  at::Device device = at::kCPU;
+};
+
+// One micro-batch: rows of packed sequences (see micro_batch.h).
+struct PackedBatch {
+  at::Tensor tokens;       // [B, T] int64
+  at::Tensor positions;    // [B, T] int64, restarting at 0 for every sequence
+  at::Tensor segment_ids;  // [B, T] int64: 1, 2, ... per sequence of a row; 0 = padding
+  at::Tensor targets;      // [B, T] int64: the token predicted at each position (any id if unused)
+};
+
+struct HeadOptions {
+  double temperature = 1.0;  // log-probs of logits / temperature
+  bool with_entropy = false;
+  int64_t chunk_size = 1024;  // positions per log-softmax chunk
+};
+
+struct TokenOutputs {
+  at::Tensor logprobs;  // [B, T] float32 log-prob of `targets` (policy head)
+  at::Tensor entropy;   // [B, T] float32 (with_entropy)
+  at::Tensor values;    // [B, T] float32 (value head)
+};
+
+class ShardedDecoder {
+ public:
+  // Parameters start at zero; load() or init_random() fill them. InvalidArgument for an
+  // invalid config or dtypes other than float32 / bfloat16 / float16.
+  static absl::StatusOr<std::unique_ptr<ShardedDecoder>> create(const model::ModelConfig& config,
+                                                                comm::Communicator* comm,
+                                                                const ShardingOptions& options);
+
+  // Every parameter from `lookup(name)` (Hugging Face names); each rank keeps its slice.
+  // NotFound listing missing tensors; InvalidArgument naming a tensor of the wrong shape.
+  absl::Status load(const model::DecoderModel::TensorLookup& lookup);
+  // DecoderModel::init_random(seed)'s values (a critic's score head included).
+  void init_random(uint64_t seed);
+
+  // Differentiable with respect to every unit's shard. Collective.
+  TokenOutputs forward(const PackedBatch& batch, const HeadOptions& head = {});
+
+  // Gathers the full parameters unit by unit and calls `fn` with them (Hugging Face names,
+  // converted to `dtype`) in buckets of about `bucket_bytes` (at least one parameter each);
+  // each bucket is freed after `fn` returns. Collective: every rank gets every bucket.
+  void for_each_full_bucket(
+      int64_t bucket_bytes, at::ScalarType dtype,
+      const std::function<void(const std::vector<std::pair<std::string, at::Tensor>>&)>& fn);
+
+  std::vector<FlatUnit>& units() { return units_; }
+  const std::vector<FlatUnit>& units() const { return units_; }
+  const model::ModelConfig& config() const { return config_; }
+  const ShardingOptions& options() const { return options_; }
+  comm::Communicator& comm() { return *comm_; }
+  // Bytes of this rank's shards and their gradients.
+  int64_t local_bytes() const;
+
+ private:
+  ShardedDecoder(const model::ModelConfig& config, comm::Communicator* comm,
+                 const ShardingOptions& options);
+
+  model::ModelConfig config_;
+  comm::Communicator* comm_;
+  ShardingOptions options_;
+  std::vector<FlatUnit> units_;  // embed, layers..., head
+};
+
+// Parameter specs of a decoder with a value head: the decoder's, with "score.weight"
+// [1, hidden] instead of lm_head.weight.
+std::vector<model::ParamSpec> critic_parameter_specs(const model::ModelConfig& config);
+
+}  // namespace flywheel::trainer

@@ -1,0 +1,225 @@
+#include "flywheel/trainer/sharded_decoder.h"
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "flywheel/model/logprobs.h"
+#include "unit_autograd.h"
+
+namespace flywheel::trainer {
+namespace {
+
+// Groups `specs` into units: "embed", "layers.<i>", "head".
+std::vector<std::pair<std::string, std::vector<model::ParamSpec>>> split_units(
+    const std::vector<model::ParamSpec>& specs, int64_t layers) {
+  std::vector<std::pair<std::string, std::vector<model::ParamSpec>>> units;
+  units.push_back({"embed", {}});
+  for (int64_t i = 0; i < layers; ++i) units.push_back({absl::StrCat("layers.", i), {}});
+  units.push_back({"head", {}});
+  for (const model::ParamSpec& spec : specs) {
+    if (spec.name == "model.embed_tokens.weight") {
+      units.front().second.push_back(spec);
+    } else if (absl::StartsWith(spec.name, "model.layers.")) {
+      const size_t begin = std::string("model.layers.").size();
+      const int64_t layer = std::stoll(spec.name.substr(begin, spec.name.find('.', begin) - begin));
+      units[1 + layer].second.push_back(spec);
+    } else {
+      units.back().second.push_back(spec);
+    }
+  }
+  return units;
+}
+
+}  // namespace
+
+std::vector<model::ParamSpec> critic_parameter_specs(const model::ModelConfig& config) {
+  std::vector<model::ParamSpec> specs;
+  for (const model::ParamSpec& spec : model::decoder_parameter_specs(config)) {
+    if (spec.name != "lm_head.weight") specs.push_back(spec);
+  }
+  specs.push_back({"score.weight", {1, config.hidden_size}});
+  return specs;
+}
+
+ShardedDecoder::ShardedDecoder(const model::ModelConfig& config, comm::Communicator* comm,
+                               const ShardingOptions& options)
+    : config_(config), comm_(comm), options_(options) {}
+
+absl::StatusOr<std::unique_ptr<ShardedDecoder>> ShardedDecoder::create(
+    const model::ModelConfig& config, comm::Communicator* comm, const ShardingOptions& options) {
+  if (comm == nullptr) return absl::InvalidArgumentError("sharded decoder needs a communicator");
+  if (absl::Status valid = config.validate(); !valid.ok()) return valid;
+  for (at::ScalarType t : {options.param_dtype, options.reduce_dtype}) {
+    if (t != at::kFloat && t != at::kBFloat16 && t != at::kHalf) {
+      return absl::InvalidArgumentError(absl::StrCat("sharded decoder: dtype ", c10::toString(t),
+                                                     " is not one of float32, bfloat16, float16"));
+    }
+  }
+  std::unique_ptr<ShardedDecoder> model(new ShardedDecoder(config, comm, options));
+  const std::vector<model::ParamSpec> specs =
+      options.value_head ? critic_parameter_specs(config) : model::decoder_parameter_specs(config);
+  for (auto& [name, unit_specs] : split_units(specs, config.num_hidden_layers)) {
+    model->units_.emplace_back(name, unit_specs, comm->rank(), comm->size(), options.decay_all,
+                               options.device);
+  }
+  return model;
+}
+
+absl::Status ShardedDecoder::load(const model::DecoderModel::TensorLookup& lookup) {
+  std::vector<std::string> missing;
+  for (FlatUnit& unit : units_) {
+    for (const FlatParam& p : unit.params()) {
+      absl::StatusOr<at::Tensor> source = lookup(p.name);
+      if (!source.ok()) {
+        if (absl::IsNotFound(source.status())) {
+          missing.push_back(p.name);
+          continue;
+        }
+        return source.status();
+      }
+      if (source->sizes() != at::IntArrayRef(p.shape)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", p.name, "' has shape [", absl::StrJoin(source->sizes(), ", "),
+                         "] but the config needs [", absl::StrJoin(p.shape, ", "), "]"));
+      }
+      unit.set_param(p, source->to(at::kFloat));
+    }
+  }
+  if (!missing.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint lacks tensors: ", absl::StrJoin(missing, ", ")));
+  }
+  return absl::OkStatus();
+}
+
+void ShardedDecoder::init_random(uint64_t seed) {
+  std::vector<model::ParamSpec> specs;
+  std::vector<std::pair<FlatUnit*, const FlatParam*>> where;
+  for (FlatUnit& unit : units_) {
+    for (const FlatParam& p : unit.params()) {
+      specs.push_back({p.name, p.shape});
+      where.emplace_back(&unit, &p);
+    }
+  }
+  // DecoderModel's order, so that the values equal DecoderModel::init_random(seed)'s.
+  size_t i = 0;
+  model::random_parameters(specs, config_.initializer_range, seed,
+                           [&](const model::ParamSpec&, const at::Tensor& values) {
+                             where[i].first->set_param(*where[i].second, values);
+                             ++i;
+                           });
+}
+
+TokenOutputs ShardedDecoder::forward(const PackedBatch& batch, const HeadOptions& head) {
+  const GatherSpec spec{comm_, options_.param_dtype, options_.reduce_dtype};
+  model::ForwardBatch fb;
+  fb.tokens = batch.tokens;
+  fb.positions = batch.positions;
+  fb.segment_ids = batch.segment_ids;
+  // Captured by value (or by pointer to members): checkpointed units run again in backward,
+  // after this function returned.
+  const model::SequenceContext context =
+      model::sequence_context(config_, fb, options_.param_dtype, options_.device);
+  const model::ModelConfig* config = &config_;
+  const bool value_head = options_.value_head;
+  at::Tensor tokens = batch.tokens.to(options_.device);
+  at::Tensor targets = batch.targets.to(options_.device);
+
+  // Runs `fn` over `units`, checkpointed or on parameters kept gathered.
+  auto run = [&](std::vector<FlatUnit*> units, std::vector<at::Tensor> inputs, UnitFn fn) {
+    if (options_.reshard_after_forward) return checkpointed_units(units, inputs, fn, spec);
+    ParamViews params;
+    for (FlatUnit* unit : units) {
+      for (auto& [name, view] : unit->views(gathered_params(*unit, spec))) params[name] = view;
+    }
+    return fn(inputs, params);
+  };
+
+  FlatUnit* embed = &units_.front();
+  at::Tensor x = run({embed}, {tokens}, [](const std::vector<at::Tensor>& in, const ParamViews& p) {
+    return std::vector<at::Tensor>{at::embedding(p.at("model.embed_tokens.weight"), in[0])};
+  })[0];
+  for (size_t i = 1; i + 1 < units_.size(); ++i) {
+    const int64_t layer = static_cast<int64_t>(i) - 1;
+    x = run({&units_[i]}, {x},
+            [config, context, layer](const std::vector<at::Tensor>& in, const ParamViews& p) {
+              auto find = [&p](const std::string& name) {
+                auto it = p.find(name);
+                return it == p.end() ? at::Tensor() : it->second;
+              };
+              return std::vector<at::Tensor>{
+                  model::decoder_layer(*config, model::layer_weights(layer, find), in[0], context)};
+            })[0];
+  }
+  // The head: final norm, then log-probs of the targets (lm_head, or the tied embedding) or the
+  // critic's values.
+  std::vector<FlatUnit*> head_units = {&units_.back()};
+  if (!value_head && config_.tie_word_embeddings) head_units.push_back(embed);
+  std::vector<at::Tensor> out =
+      run(head_units, {x, targets},
+          [config, value_head, head](const std::vector<at::Tensor>& in, const ParamViews& p) {
+            at::Tensor h = model::rms_norm(in[0], p.at("model.norm.weight"), config->rms_norm_eps);
+            if (value_head) {
+              at::Tensor v = at::matmul(h, p.at("score.weight").t()).squeeze(-1).to(at::kFloat);
+              return std::vector<at::Tensor>{v};
+            }
+            const at::Tensor& w = config->tie_word_embeddings ? p.at("model.embed_tokens.weight")
+                                                              : p.at("lm_head.weight");
+            model::TokenLogprobOptions o;
+            o.temperature = head.temperature;
+            o.with_entropy = head.with_entropy;
+            o.chunk_size = head.chunk_size;
+            model::TokenLogprobs lp = model::token_logprobs(h, w, in[1], o);
+            if (head.with_entropy) return std::vector<at::Tensor>{lp.logprobs, lp.entropy};
+            return std::vector<at::Tensor>{lp.logprobs};
+          });
+  TokenOutputs result;
+  if (value_head) {
+    result.values = out[0];
+  } else {
+    result.logprobs = out[0];
+    if (head.with_entropy) result.entropy = out[1];
+  }
+  return result;
+}
+
+void ShardedDecoder::for_each_full_bucket(
+    int64_t bucket_bytes, at::ScalarType dtype,
+    const std::function<void(const std::vector<std::pair<std::string, at::Tensor>>&)>& fn) {
+  std::vector<std::pair<std::string, at::Tensor>> bucket;
+  int64_t bytes = 0;
+  auto flush = [&] {
+    if (!bucket.empty()) fn(bucket);
+    bucket.clear();
+    bytes = 0;
+  };
+  const GatherSpec spec{comm_, at::kFloat, at::kFloat};
+  for (FlatUnit& unit : units_) {
+    at::Tensor full;
+    {
+      at::NoGradGuard no_grad;
+      full = gathered_params(unit, spec).detach();
+    }
+    for (const FlatParam& p : unit.params()) {
+      at::Tensor value = full.narrow(0, p.offset, p.numel).view(p.shape).to(dtype).clone();
+      const int64_t size = value.numel() * static_cast<int64_t>(value.element_size());
+      if (bytes > 0 && bytes + size > bucket_bytes) flush();
+      bucket.emplace_back(p.name, std::move(value));
+      bytes += size;
+    }
+  }
+  flush();
+}
+
+int64_t ShardedDecoder::local_bytes() const {
+  int64_t bytes = 0;
+  for (const FlatUnit& unit : units_) {
+    bytes += unit.shard().numel() * 4;
+    if (unit.shard().grad().defined()) bytes += unit.shard().grad().numel() * 4;
+  }
+  return bytes;
+}
+
+}  // namespace flywheel::trainer
