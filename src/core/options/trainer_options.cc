@@ -25,6 +25,20 @@ void bind_options(FieldBinder& b, TrainerOptions& o) {
   b.field("grad_clip", &o.grad_clip, FieldInfo("Global gradient-norm clip; 0 = off.").min(0));
   b.field("critic_lr", &o.critic_lr, FieldInfo("Learning rate of the critic.").greater_than(0));
   b.field("seed", &o.seed, FieldInfo("Seed of initialisation and learner randomness.").min(0));
+  b.field("param_dtype", &o.param_dtype,
+          FieldInfo("Compute dtype of the learners' gathered parameters and activations; master "
+                    "weights and optimizer state stay float32.")
+              .one_of({"float32", "bfloat16", "float16"}));
+  b.field("reduce_dtype", &o.reduce_dtype,
+          FieldInfo("Dtype gradients are reduce-scattered in.")
+              .one_of({"float32", "bfloat16", "float16"}));
+  b.field("reshard_after_forward", &o.reshard_after_forward,
+          FieldInfo("Free each unit's gathered parameters after its forward and recompute it in "
+                    "backward (activation checkpointing); false keeps them: faster, more memory."));
+  b.field("max_consecutive_skips", &o.max_consecutive_skips,
+          FieldInfo("Updates skipped in a row for a non-finite loss or gradient norm before the "
+                    "run stops with an error.")
+              .min(1));
 }
 
 absl::Status TrainerOptions::validate() const {

@@ -26,6 +26,10 @@ struct TrainerOptions {
   double grad_clip = 1.0;  // global gradient-norm clip; 0 = off
   double critic_lr = 1e-5;
   int64_t seed = 1;
+  std::string param_dtype = "float32";   // compute dtype: float32 | bfloat16 | float16 (GPU)
+  std::string reduce_dtype = "float32";  // gradient reduction dtype
+  bool reshard_after_forward = true;     // free gathered units after forward (recompute)
+  int64_t max_consecutive_skips = 3;     // non-finite updates in a row before the run stops
 
   absl::Status validate() const;
 };

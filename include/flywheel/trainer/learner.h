@@ -1,0 +1,130 @@
+// The learner step: one RL optimizer step of the sharded policy (and critic) on a batch of
+// trajectory groups (DESIGN.md §1, step 5).
+//
+//   auto learner = Learner::create(config, model_config, world.get(), registry);
+//   (*learner)->policy().load(lookup);  // or init_random(seed); the reference too when KL is on
+//   absl::StatusOr<Metrics> m = (*learner)->step(groups);   // collective
+//
+// step() takes the same batch on every rank (the controller's sample, broadcast) and works on
+// its share: within each mini-batch (mini_batches slices of whole groups) rank r takes the
+// groups j with j % world == r. It then
+//  1. recomputes the proximal (old) log-probs under the current policy, unless one update per
+//     step makes the training forward's detached log-probs the same thing; the reference
+//     log-probs when a KL term is configured; the critic's values when the estimator is gae;
+//  2. computes advantages on the whole batch (every rank the same: token-level inputs are
+//     all-gathered), with KL in the reward when configured;
+//  3. computes IS-correction weights (proximal vs behaviour log-probs);
+//  4. runs ppo_epochs x mini_batches optimizer updates: micro-batches packed by
+//     micro_batch_tokens, loss denominators all-reduced over the mini-batch first so that the
+//     result does not depend on the split; the global gradient norm is clipped; an update whose
+//     loss or gradient norm is not finite is skipped (counted), and max_consecutive_skips in a
+//     row is an error;
+//  5. version += 1.
+// Metrics use verl's names where one exists (actor/pg_loss, actor/pg_clipfrac, actor/ppo_kl,
+// actor/entropy, actor/grad_norm, actor/lr, critic/vf_loss, ...), averaged over the updates
+// and all-reduced over ranks.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "flywheel/algos/algorithm.h"
+#include "flywheel/algos/kl.h"
+#include "flywheel/buffer/trajectory.h"
+#include "flywheel/comm/communicator.h"
+#include "flywheel/core/config.h"
+#include "flywheel/trainer/lr_schedule.h"
+#include "flywheel/trainer/sharded_adamw.h"
+#include "flywheel/trainer/sharded_decoder.h"
+
+namespace flywheel::core {
+class PluginRegistry;
+}  // namespace flywheel::core
+
+namespace flywheel::trainer {
+
+using Metrics = std::map<std::string, double>;
+
+struct LearnerOptions {
+  int64_t ppo_epochs = 1;
+  int64_t mini_batches = 1;
+  int64_t micro_batch_tokens = 8192;
+  LrScheduleOptions lr;
+  double critic_lr = 1e-5;
+  AdamWOptions adamw;
+  double grad_clip = 1.0;  // 0 = off
+  int64_t max_consecutive_skips = 3;
+  ShardingOptions sharding;
+  double temperature = 1.0;  // the rollout's: log-probs are of logits / temperature
+  int64_t logprob_chunk = 1024;
+  double kl_coef = 0;  // > 0: a reference model and a KL term (loss or reward)
+  bool kl_in_reward = false;
+  bool adaptive_kl = false;
+  double kl_target = 0.1, kl_horizon = 10000;
+  double entropy_coef = 0;
+  double value_clip = 0.5;
+  bool critic = false;  // a value model (the gae estimator needs one)
+
+  // From the config's trainer, algorithm and rollout sections.
+  static absl::StatusOr<LearnerOptions> from_config(const core::Config& config);
+};
+
+class Learner {
+ public:
+  // InvalidArgument for bad options; NotFound for an unknown algorithm component.
+  static absl::StatusOr<std::unique_ptr<Learner>> create(const core::Config& config,
+                                                         const model::ModelConfig& model_config,
+                                                         comm::Communicator* comm,
+                                                         core::PluginRegistry& registry);
+  static absl::StatusOr<std::unique_ptr<Learner>> create(const LearnerOptions& options,
+                                                         algos::Algorithm algorithm,
+                                                         const model::ModelConfig& model_config,
+                                                         comm::Communicator* comm);
+
+  // One optimizer step on `groups` (identical on every rank). Collective. InvalidArgument for a
+  // malformed batch (empty, a sequence longer than micro_batch_tokens, ...); FailedPrecondition
+  // after max_consecutive_skips non-finite updates in a row.
+  absl::StatusOr<Metrics> step(const std::vector<buffer::TrajectoryGroup>& groups);
+
+  int64_t version() const { return version_; }
+  void set_version(int64_t version) { version_ = version; }
+  ShardedDecoder& policy() { return *policy_; }
+  ShardedDecoder* reference() { return reference_.get(); }
+  ShardedDecoder* critic() { return critic_.get(); }
+  ShardedAdamW& optimizer() { return *optimizer_; }
+  ShardedAdamW* critic_optimizer() { return critic_optimizer_.get(); }
+  const LearnerOptions& options() const { return options_; }
+  double kl_beta() const;
+  void set_kl_beta(double beta);
+  int64_t consecutive_skips() const { return consecutive_skips_; }
+  void set_consecutive_skips(int64_t skips) { consecutive_skips_ = skips; }
+
+ private:
+  struct Batch;  // the step's sequences and per-token tensors
+  Learner(const LearnerOptions& options, algos::Algorithm algorithm, comm::Communicator* comm);
+
+  // Per-token outputs of `model` for this rank's sequences, without gradient: [S_local, R].
+  at::Tensor infer(ShardedDecoder& model, const Batch& batch, bool values);
+  // ppo_epochs x mini_batches updates of the policy (or, with `critic`, the critic).
+  absl::Status update(const Batch& batch, bool critic, Metrics* metrics);
+
+  LearnerOptions options_;
+  algos::Algorithm algorithm_;
+  comm::Communicator* comm_;
+  std::unique_ptr<ShardedDecoder> policy_, reference_, critic_;
+  std::unique_ptr<ShardedAdamW> optimizer_, critic_optimizer_;
+  std::optional<LrSchedule> schedule_, critic_schedule_;
+  std::optional<algos::AdaptiveKlController> kl_controller_;
+  int64_t version_ = 0;
+  int64_t consecutive_skips_ = 0;
+};
+
+// A parameter dtype by config name: "float32" | "bfloat16" | "float16".
+absl::StatusOr<at::ScalarType> parse_dtype(const std::string& name);
+
+}  // namespace flywheel::trainer

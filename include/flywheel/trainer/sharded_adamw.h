@@ -1,0 +1,61 @@
+// AdamW on FSDP shards (PyTorch's AdamW: decoupled weight decay, bias-corrected moments), with
+// float32 state of the shard's size only, and gradient clipping by the global norm.
+//
+//   double norm = optimizer.grad_norm();          // collective: all ranks, before clipping
+//   if (std::isfinite(norm)) optimizer.step(lr, optimizer.clip_coefficient(norm, max_norm));
+//   optimizer.zero_grad();
+//
+// Weight decay applies where the unit's decay_mask() is 1 (not norms, biases, embeddings unless
+// configured).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "flywheel/comm/communicator.h"
+#include "flywheel/trainer/flat_unit.h"
+
+namespace flywheel::trainer {
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+};
+
+class ShardedAdamW {
+ public:
+  ShardedAdamW(std::vector<FlatUnit*> units, comm::Communicator* comm, const AdamWOptions& options);
+
+  // The L2 norm of the whole model's gradient (all ranks' shards; all-reduced). Collective.
+  // Non-finite when any gradient is.
+  double grad_norm();
+  // PyTorch's clip_grad_norm_ factor: min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0.
+  static double clip_coefficient(double norm, double max_norm);
+  // Scales the gradients by `grad_scale`, then one AdamW update of every shard with `lr`.
+  void step(double lr, double grad_scale = 1.0);
+  void zero_grad();
+
+  int64_t steps() const { return steps_; }
+  // State for checkpoints: per unit "exp_avg" and "exp_avg_sq" (this rank's shards), and the
+  // step count.
+  std::map<std::string, at::Tensor> state() const;
+  // InvalidArgument when a tensor is missing or has another shape.
+  absl::Status load_state(const std::map<std::string, at::Tensor>& state, int64_t steps);
+  // Bytes of optimizer state on this rank.
+  int64_t local_bytes() const;
+
+ private:
+  std::vector<FlatUnit*> units_;
+  comm::Communicator* comm_;
+  AdamWOptions options_;
+  std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace flywheel::trainer

@@ -1,0 +1,502 @@
+#include "flywheel/trainer/learner.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "flywheel/algos/actor_loss.h"
+#include "flywheel/core/plugin_registry.h"
+#include "flywheel/trainer/metric_sums.h"
+#include "flywheel/trainer/micro_batch.h"
+
+namespace flywheel::trainer {
+
+absl::StatusOr<at::ScalarType> parse_dtype(const std::string& name) {
+  if (name == "float32") return at::kFloat;
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "float16") return at::kHalf;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype '", name, "'; expected float32, bfloat16 or float16"));
+}
+
+absl::StatusOr<LearnerOptions> LearnerOptions::from_config(const core::Config& c) {
+  const core::TrainerOptions& t = c.trainer;
+  const core::AlgorithmOptions& a = c.algorithm;
+  LearnerOptions o;
+  o.ppo_epochs = t.ppo_epochs;
+  o.mini_batches = t.mini_batches;
+  o.micro_batch_tokens = t.micro_batch_tokens;
+  o.lr = {t.lr, t.lr_schedule, t.warmup_steps, t.total_steps, t.min_lr_ratio};
+  o.critic_lr = t.critic_lr;
+  o.adamw = {t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};
+  o.grad_clip = t.grad_clip;
+  o.max_consecutive_skips = t.max_consecutive_skips;
+  absl::StatusOr<at::ScalarType> param = parse_dtype(t.param_dtype);
+  if (!param.ok()) return param.status();
+  absl::StatusOr<at::ScalarType> reduce = parse_dtype(t.reduce_dtype);
+  if (!reduce.ok()) return reduce.status();
+  o.sharding.param_dtype = *param;
+  o.sharding.reduce_dtype = *reduce;
+  o.sharding.reshard_after_forward = t.reshard_after_forward;
+  o.temperature = c.rollout.temperature > 0 ? c.rollout.temperature : 1.0;
+  o.kl_coef = a.kl_coef;
+  o.kl_in_reward = a.kl_in_reward;
+  o.adaptive_kl = a.kl_controller == "adaptive";
+  o.kl_target = a.kl_target;
+  o.kl_horizon = a.kl_horizon;
+  o.entropy_coef = a.entropy_coef;
+  o.value_clip = a.value_clip;
+  o.critic = a.advantage_estimator == "gae";
+  return o;
+}
+
+// The step's sequences: the whole batch (every rank the same) and this rank's rows.
+struct Learner::Batch {
+  int64_t max_response = 0;
+  std::vector<const buffer::Trajectory*> sequences;  // whole batch, group by group
+  at::Tensor mask, scores, group_ids;                // [S, R], [S], [S]
+  std::vector<int64_t> mine;                         // this rank's sequences (local rows)
+  std::vector<std::vector<int64_t>> mini;            // local rows of each mini-batch
+  // Per-token tensors of the local rows [S_local, R].
+  at::Tensor local_mask, behaviour, old_logprobs, ref_logprobs, values, advantages, returns,
+      is_weights;
+};
+
+namespace {
+
+// Micro-batches of `rows` (local rows of `batch`'s sequences), as many on every rank: a rank
+// with fewer runs empty ones. The packed list holds only rows with a response.
+struct Packed {
+  std::vector<MicroBatch> micro_batches;
+  std::vector<int64_t> rows;  // packed list index -> local row
+};
+
+absl::StatusOr<Packed> pack_rows(const std::vector<const buffer::Trajectory*>& sequences,
+                                 const std::vector<int64_t>& mine, const std::vector<int64_t>& rows,
+                                 int64_t max_tokens, int64_t max_response,
+                                 comm::Communicator& comm) {
+  Packed packed;
+  std::vector<SequenceTokens> tokens;
+  for (int64_t row : rows) {
+    const buffer::Trajectory* t = sequences[mine[row]];
+    if (t->response_ids.empty()) continue;
+    tokens.push_back({&t->prompt_ids, &t->response_ids});
+    packed.rows.push_back(row);
+  }
+  absl::StatusOr<std::vector<MicroBatch>> mbs =
+      pack_micro_batches(tokens, max_tokens, max_response);
+  // Every rank learns whether any failed, so that none is left waiting in a collective.
+  at::Tensor failed = at::full({1}, mbs.ok() ? 0 : 1, at::kLong);
+  comm.all_reduce(failed, comm::ReduceOp::kMax);
+  if (!mbs.ok()) return mbs.status();
+  if (failed.item<int64_t>() != 0) {
+    return absl::InvalidArgumentError("another learner rank could not pack its micro-batches");
+  }
+  packed.micro_batches = std::move(*mbs);
+  at::Tensor count = at::full({1}, static_cast<int64_t>(packed.micro_batches.size()), at::kLong);
+  comm.all_reduce(count, comm::ReduceOp::kMax);
+  while (static_cast<int64_t>(packed.micro_batches.size()) < count.item<int64_t>()) {
+    packed.micro_batches.push_back(empty_micro_batch(max_response));
+  }
+  return packed;
+}
+
+// Local rows of micro-batch `mb` (its sequences are indices into the packed list).
+at::Tensor rows_of(const Packed& packed, const MicroBatch& mb) {
+  std::vector<int64_t> rows;
+  for (int64_t s : mb.sequences) rows.push_back(packed.rows[s]);
+  return at::tensor(rows, at::kLong);
+}
+
+// [S_local, R] -> [S, R] over every rank (rows of other ranks' sequences filled in), in batch
+// order. `mine` are this rank's sequence indices.
+at::Tensor gather_rows(const at::Tensor& local, const std::vector<int64_t>& mine, int64_t total,
+                       comm::Communicator& comm) {
+  const int64_t R = local.size(1);
+  at::Tensor count = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);
+  comm.all_reduce(count, comm::ReduceOp::kMax);
+  const int64_t most = count.item<int64_t>();
+  at::Tensor padded = at::zeros({most, R + 1}, at::kFloat);  // column R: sequence index + 1
+  for (size_t i = 0; i < mine.size(); ++i) {
+    padded[i].narrow(0, 0, R).copy_(local[i]);
+    padded[i][R] = static_cast<float>(mine[i] + 1);
+  }
+  at::Tensor all = at::empty({most * comm.size() * (R + 1)}, at::kFloat);
+  comm.all_gather(padded.reshape({-1}), all);
+  all = all.view({most * comm.size(), R + 1});
+  at::Tensor out = at::zeros({total, R}, at::kFloat);
+  for (int64_t i = 0; i < all.size(0); ++i) {
+    const int64_t s = static_cast<int64_t>(all[i][R].item<float>()) - 1;
+    if (s >= 0) out[s].copy_(all[i].narrow(0, 0, R));
+  }
+  return out;
+}
+
+bool is_additive(const std::string& name) {
+  return name == "pg_loss" || name == "kl_loss" || name == "entropy" || name == "vf_loss";
+}
+
+}  // namespace
+
+Learner::Learner(const LearnerOptions& options, algos::Algorithm algorithm,
+                 comm::Communicator* comm)
+    : options_(options), algorithm_(std::move(algorithm)), comm_(comm) {}
+
+absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const core::Config& config,
+                                                         const model::ModelConfig& model_config,
+                                                         comm::Communicator* comm,
+                                                         core::PluginRegistry& registry) {
+  absl::StatusOr<LearnerOptions> options = LearnerOptions::from_config(config);
+  if (!options.ok()) return options.status();
+  absl::StatusOr<algos::Algorithm> algorithm = algos::Algorithm::create(config, registry);
+  if (!algorithm.ok()) return algorithm.status();
+  return create(*options, std::move(*algorithm), model_config, comm);
+}
+
+absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const LearnerOptions& options,
+                                                         algos::Algorithm algorithm,
+                                                         const model::ModelConfig& model_config,
+                                                         comm::Communicator* comm) {
+  if (options.ppo_epochs < 1 || options.mini_batches < 1 || options.micro_batch_tokens < 1) {
+    return absl::InvalidArgumentError("ppo_epochs, mini_batches, micro_batch_tokens must be >= 1");
+  }
+  if (!(options.temperature > 0)) return absl::InvalidArgumentError("temperature must be > 0");
+  std::unique_ptr<Learner> learner(new Learner(options, std::move(algorithm), comm));
+  ShardingOptions policy_options = options.sharding;
+  policy_options.value_head = false;
+  auto policy = ShardedDecoder::create(model_config, comm, policy_options);
+  if (!policy.ok()) return policy.status();
+  learner->policy_ = std::move(*policy);
+  std::vector<FlatUnit*> units;
+  for (FlatUnit& u : learner->policy_->units()) units.push_back(&u);
+  learner->optimizer_ = std::make_unique<ShardedAdamW>(units, comm, options.adamw);
+  absl::StatusOr<LrSchedule> schedule = LrSchedule::create(options.lr);
+  if (!schedule.ok()) return schedule.status();
+  learner->schedule_ = *schedule;
+  if (options.kl_coef > 0) {
+    auto reference = ShardedDecoder::create(model_config, comm, policy_options);
+    if (!reference.ok()) return reference.status();
+    learner->reference_ = std::move(*reference);
+    if (options.kl_in_reward && options.adaptive_kl) {
+      learner->kl_controller_.emplace(options.kl_coef, options.kl_target, options.kl_horizon);
+    }
+  }
+  if (options.critic) {
+    ShardingOptions critic_options = options.sharding;
+    critic_options.value_head = true;
+    auto critic = ShardedDecoder::create(model_config, comm, critic_options);
+    if (!critic.ok()) return critic.status();
+    learner->critic_ = std::move(*critic);
+    std::vector<FlatUnit*> critic_units;
+    for (FlatUnit& u : learner->critic_->units()) critic_units.push_back(&u);
+    learner->critic_optimizer_ = std::make_unique<ShardedAdamW>(critic_units, comm, options.adamw);
+    LrScheduleOptions critic_lr = options.lr;
+    critic_lr.lr = options.critic_lr;
+    absl::StatusOr<LrSchedule> critic_schedule = LrSchedule::create(critic_lr);
+    if (!critic_schedule.ok()) return critic_schedule.status();
+    learner->critic_schedule_ = *critic_schedule;
+  }
+  return learner;
+}
+
+double Learner::kl_beta() const {
+  return kl_controller_ ? kl_controller_->beta() : options_.kl_coef;
+}
+
+void Learner::set_kl_beta(double beta) {
+  if (kl_controller_) {
+    kl_controller_.emplace(beta, options_.kl_target, options_.kl_horizon);
+  }
+}
+
+at::Tensor Learner::infer(ShardedDecoder& model, const Batch& batch, bool values) {
+  at::NoGradGuard no_grad;
+  std::vector<int64_t> all(batch.mine.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+  // Packing succeeded for these rows in step() already.
+  Packed packed = *pack_rows(batch.sequences, batch.mine, all, options_.micro_batch_tokens,
+                             batch.max_response, *comm_);
+  at::Tensor out = at::zeros({static_cast<int64_t>(batch.mine.size()), batch.max_response});
+  HeadOptions head;
+  head.temperature = options_.temperature;
+  head.chunk_size = options_.logprob_chunk;
+  for (const MicroBatch& mb : packed.micro_batches) {
+    TokenOutputs o = model.forward(mb.batch, head);
+    if (mb.sequences.empty()) continue;
+    out.index_copy_(0, rows_of(packed, mb), unpack(mb, values ? o.values : o.logprobs).cpu());
+  }
+  return out;
+}
+
+absl::Status Learner::update(const Batch& batch, bool critic, Metrics* metrics) {
+  ShardedDecoder& model = critic ? *critic_ : *policy_;
+  ShardedAdamW& optimizer = critic ? *critic_optimizer_ : *optimizer_;
+  const double lr = critic ? critic_schedule_->at(version_) : schedule_->at(version_);
+  const std::string prefix = critic ? "critic/" : "actor/";
+  const bool precomputed_old = batch.old_logprobs.defined();
+  MetricSums sums;
+  int64_t updates = 0, skipped = 0;
+  HeadOptions head;
+  head.temperature = options_.temperature;
+  head.chunk_size = options_.logprob_chunk;
+  head.with_entropy = !critic;
+  for (int64_t epoch = 0; epoch < options_.ppo_epochs; ++epoch) {
+    for (const std::vector<int64_t>& rows : batch.mini) {
+      // Denominators of this update: over its sequences on every rank.
+      at::Tensor row_index = at::tensor(rows, at::kLong);
+      const algos::AggCounts local =
+          algos::local_counts(batch.local_mask.index_select(0, row_index));
+      at::Tensor counts = at::tensor({local.tokens, local.sequences, local.rows}, at::kDouble);
+      comm_->all_reduce(counts, comm::ReduceOp::kSum);
+      algos::AggCounts global{counts[0].item<double>(), counts[1].item<double>(),
+                              counts[2].item<double>()};
+      absl::StatusOr<Packed> packed =
+          pack_rows(batch.sequences, batch.mine, rows, options_.micro_batch_tokens,
+                    batch.max_response, *comm_);
+      if (!packed.ok()) return packed.status();
+      double loss_sum = 0;
+      sums.add_mean(prefix + "micro_batches", static_cast<double>(packed->micro_batches.size()), 1);
+      for (const MicroBatch& mb : packed->micro_batches) {
+        TokenOutputs out = model.forward(mb.batch, head);
+        at::Tensor loss;
+        if (mb.sequences.empty()) {  // no sequence: only the collectives of its backward
+          loss = (critic ? out.values : out.logprobs).sum() * 0;
+        } else {
+          at::Tensor r = rows_of(*packed, mb);
+          at::Tensor mask = batch.local_mask.index_select(0, r);
+          const double tokens = mask.sum().item<double>();
+          algos::LossResult result;
+          if (critic) {
+            algos::ValueLossInput in;
+            in.values = unpack(mb, out.values);
+            in.old_values = batch.values.index_select(0, r);
+            in.returns = batch.returns.index_select(0, r);
+            in.mask = mask;
+            in.clip = options_.value_clip;
+            in.agg = algorithm_.agg;
+            in.counts = global;
+            in.norm_constant = algorithm_.norm_constant;
+            result = algos::value_loss(in);
+          } else {
+            at::Tensor lp = unpack(mb, out.logprobs);
+            algos::ActorLossInput in;
+            in.policy.logprobs = lp;
+            in.policy.old_logprobs =
+                precomputed_old ? batch.old_logprobs.index_select(0, r) : lp.detach();
+            in.policy.advantages = batch.advantages.index_select(0, r);
+            in.policy.mask = mask;
+            in.policy.agg = algorithm_.agg;
+            in.policy.counts = global;
+            in.policy.norm_constant = algorithm_.norm_constant;
+            if (precomputed_old) {
+              if (batch.is_weights.defined()) {
+                in.policy.is_weights = batch.is_weights.index_select(0, r);
+              }
+            } else {
+              absl::StatusOr<algos::IsResult> is = algorithm_.is_correction->compute(
+                  {lp.detach(), batch.behaviour.index_select(0, r), mask});
+              if (!is.ok()) return is.status();
+              in.policy.is_weights = is->weights;
+              for (const auto& [name, value] : is->diagnostics) {
+                sums.add_mean("rollout_corr/" + name, value, tokens);
+              }
+            }
+            in.entropy = unpack(mb, out.entropy);
+            in.entropy_coef = options_.entropy_coef;
+            if (reference_ && !options_.kl_in_reward) {
+              in.ref_logprobs = batch.ref_logprobs.index_select(0, r);
+              in.kl_coef = options_.kl_coef;
+              in.kl_estimator = algorithm_.kl_estimator;
+            }
+            absl::StatusOr<algos::LossResult> computed =
+                algos::actor_loss(*algorithm_.policy_loss, in);
+            if (!computed.ok()) return computed.status();
+            result = std::move(*computed);
+          }
+          loss = result.loss;
+          for (const auto& [name, value] : result.diagnostics) {
+            if (is_additive(name)) continue;  // summed below from the loss parts
+            if (name.size() > 4 && name.compare(name.size() - 4, 4, "_min") == 0) {
+              sums.add_min(prefix + name, value);
+            } else if (name.size() > 4 && name.compare(name.size() - 4, 4, "_max") == 0) {
+              sums.add_max(prefix + name, value);
+            } else {
+              sums.add_mean(prefix + name, value, tokens);
+            }
+          }
+          for (const auto& [name, value] : result.diagnostics) {
+            if (is_additive(name))
+              sums.add_sum(prefix + name, value / options_.ppo_epochs / batch.mini.size());
+          }
+        }
+        loss_sum += loss.item<double>();
+        loss.backward();
+      }
+      // The update: skipped when the loss or the gradient norm is not finite on any rank.
+      at::Tensor total = at::full({1}, loss_sum, at::kDouble);
+      comm_->all_reduce(total, comm::ReduceOp::kSum);
+      const double norm = optimizer.grad_norm();
+      ++updates;
+      if (std::isfinite(norm) && std::isfinite(total.item<double>())) {
+        optimizer.step(lr, ShardedAdamW::clip_coefficient(norm, options_.grad_clip));
+        sums.add_mean(prefix + "grad_norm", norm, 1);
+        consecutive_skips_ = 0;
+      } else {
+        ++skipped;
+        ++consecutive_skips_;
+      }
+      optimizer.zero_grad();
+      if (consecutive_skips_ >= options_.max_consecutive_skips) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            consecutive_skips_, " consecutive ", critic ? "critic" : "policy",
+            " updates had a non-finite loss or gradient norm (last: loss ", total.item<double>(),
+            ", grad norm ", norm, "); stopping (trainer.max_consecutive_skips)"));
+      }
+    }
+  }
+  for (const auto& [name, value] : sums.reduce(*comm_)) (*metrics)[name] = value;
+  // Ranks hold additive parts of the same terms: reduce() summed them.
+  (*metrics)[prefix + "lr"] = lr;
+  (*metrics)[prefix + "skipped_updates"] = static_cast<double>(skipped);
+  (*metrics)[prefix + "updates"] = static_cast<double>(updates);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>& groups) {
+  if (groups.empty()) return absl::InvalidArgumentError("learner step: empty batch");
+  const int64_t G = static_cast<int64_t>(groups.size());
+  if (G % options_.mini_batches != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("learner step: ", G,
+                                                   " groups do not split into mini_batches (",
+                                                   options_.mini_batches, ")"));
+  }
+  Batch batch;
+  std::vector<int64_t> first_of_group;  // first sequence index of each group
+  std::vector<int64_t> group_id;
+  for (int64_t g = 0; g < G; ++g) {
+    first_of_group.push_back(static_cast<int64_t>(batch.sequences.size()));
+    for (const buffer::Trajectory& t : groups[g].trajectories) {
+      batch.sequences.push_back(&t);
+      group_id.push_back(g);
+      batch.max_response = std::max<int64_t>(batch.max_response, t.response_ids.size());
+    }
+  }
+  first_of_group.push_back(static_cast<int64_t>(batch.sequences.size()));
+  const int64_t S = static_cast<int64_t>(batch.sequences.size()), R = batch.max_response;
+  if (R == 0) return absl::InvalidArgumentError("learner step: every response is empty");
+  batch.mask = at::zeros({S, R});
+  batch.scores = at::zeros({S}, at::kDouble);
+  at::Tensor behaviour = at::zeros({S, R});
+  for (int64_t s = 0; s < S; ++s) {
+    const buffer::Trajectory& t = *batch.sequences[s];
+    const int64_t n = t.response_ids.size();
+    for (int64_t j = 0; j < n; ++j) {
+      batch.mask[s][j] = static_cast<float>(t.loss_mask[j]);
+      behaviour[s][j] = t.logprobs[j];
+    }
+    batch.scores[s] = t.reward;
+  }
+  batch.group_ids = at::tensor(group_id, at::kLong);
+  // This rank's rows: within each mini-batch's groups, group j goes to rank j % world.
+  const int64_t per_mini = G / options_.mini_batches;
+  for (int64_t m = 0; m < options_.mini_batches; ++m) {
+    std::vector<int64_t> rows;
+    for (int64_t j = 0; j < per_mini; ++j) {
+      if (j % comm_->size() != comm_->rank()) continue;
+      const int64_t g = m * per_mini + j;
+      for (int64_t s = first_of_group[g]; s < first_of_group[g + 1]; ++s) {
+        rows.push_back(static_cast<int64_t>(batch.mine.size()));
+        batch.mine.push_back(s);
+      }
+    }
+    batch.mini.push_back(std::move(rows));
+  }
+  at::Tensor mine = at::tensor(batch.mine, at::kLong);
+  batch.local_mask = batch.mask.index_select(0, mine);
+  batch.behaviour = behaviour.index_select(0, mine);
+
+  // Every rank checks that its sequences pack before any model runs.
+  {
+    std::vector<int64_t> all(batch.mine.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+    absl::StatusOr<Packed> packed =
+        pack_rows(batch.sequences, batch.mine, all, options_.micro_batch_tokens, R, *comm_);
+    if (!packed.ok()) return packed.status();
+  }
+
+  Metrics metrics;
+  // 1. Proximal, reference and critic passes.
+  const bool one_update = options_.ppo_epochs == 1 && options_.mini_batches == 1;
+  if (!one_update || options_.kl_in_reward) batch.old_logprobs = infer(*policy_, batch, false);
+  if (reference_) batch.ref_logprobs = infer(*reference_, batch, false);
+  if (critic_) batch.values = infer(*critic_, batch, true);
+
+  // 2. Advantages over the whole batch, identically on every rank.
+  algos::AdvantageInput in;
+  in.scores = batch.scores.to(at::kFloat);
+  in.mask = batch.mask;
+  in.group_ids = batch.group_ids;
+  if (critic_) in.values = gather_rows(batch.values, batch.mine, S, *comm_);
+  if (reference_ && options_.kl_in_reward) {
+    at::Tensor old_all = gather_rows(batch.old_logprobs, batch.mine, S, *comm_);
+    at::Tensor ref_all = gather_rows(batch.ref_logprobs, batch.mine, S, *comm_);
+    const double beta = kl_beta();
+    in.token_rewards =
+        algos::kl_in_reward(in.scores, batch.mask, old_all, ref_all, beta, algorithm_.kl_estimator);
+    at::Tensor kl = algos::kl_penalty(old_all, ref_all, algorithm_.kl_estimator) * batch.mask;
+    at::Tensor lengths = batch.mask.sum(-1);
+    at::Tensor nonempty = lengths > 0;
+    const double current =
+        nonempty.any().item<bool>()
+            ? (kl.sum(-1).masked_select(nonempty) / lengths.masked_select(nonempty))
+                  .mean()
+                  .item<double>()
+            : 0.0;
+    metrics["actor/reward_kl_penalty"] = current;
+    metrics["actor/reward_kl_coef"] = beta;
+    if (kl_controller_) kl_controller_->update(current, static_cast<double>(S));
+  }
+  absl::StatusOr<algos::AdvantageResult> advantages = algorithm_.estimator->compute(in);
+  if (!advantages.ok()) return advantages.status();
+  batch.advantages = advantages->advantages.index_select(0, mine);
+  batch.returns = advantages->returns.index_select(0, mine);
+  for (const auto& [name, value] :
+       algos::advantage_diagnostics(advantages->advantages, batch.mask, batch.group_ids)) {
+    metrics["critic/" + name] = value;
+  }
+
+  // 3. IS weights from the proximal and behaviour log-probs (with one update per step they are
+  // computed per micro-batch from the training forward).
+  MetricSums is_sums;
+  if (batch.old_logprobs.defined()) {
+    absl::StatusOr<algos::IsResult> is =
+        algorithm_.is_correction->compute({batch.old_logprobs, batch.behaviour, batch.local_mask});
+    if (!is.ok()) return is.status();
+    batch.is_weights = is->weights;
+    const double tokens = batch.local_mask.sum().item<double>();
+    for (const auto& [name, value] : is->diagnostics) {
+      is_sums.add_mean("rollout_corr/" + name, value, tokens);
+    }
+  }
+  for (const auto& [name, value] : is_sums.reduce(*comm_)) metrics[name] = value;
+
+  // 4. Updates: the critic first (on the values it predicted), then the policy.
+  if (critic_) {
+    absl::Status s = update(batch, /*critic=*/true, &metrics);
+    if (!s.ok()) return s;
+  }
+  absl::Status s = update(batch, /*critic=*/false, &metrics);
+  if (!s.ok()) return s;
+
+  // Batch statistics (the same on every rank).
+  metrics["critic/score/mean"] = batch.scores.mean().item<double>();
+  double lengths = 0;
+  for (const buffer::Trajectory* t : batch.sequences) lengths += t->response_ids.size();
+  metrics["response_length/mean"] = lengths / S;
+  ++version_;
+  metrics["actor/version"] = static_cast<double>(version_);
+  return metrics;
+}
+
+}  // namespace flywheel::trainer

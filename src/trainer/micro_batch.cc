@@ -1,0 +1,110 @@
+#include "flywheel/trainer/micro_batch.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace flywheel::trainer {
+
+absl::StatusOr<std::vector<MicroBatch>> pack_micro_batches(
+    const std::vector<SequenceTokens>& sequences, int64_t max_tokens, int64_t max_response) {
+  const int64_t n = static_cast<int64_t>(sequences.size());
+  std::vector<int64_t> length(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t P = sequences[i].prompt->size(), R = sequences[i].response->size();
+    if (P < 1 || R < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", i, ": needs a prompt and a response (got ", P, " and ", R, " tokens)"));
+    }
+    if (R > max_response) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", i, ": response of ", R, " tokens exceeds ", max_response));
+    }
+    length[i] = P + R - 1;
+    if (length[i] > max_tokens) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", i, " needs ", length[i], " positions (prompt ", P,
+                       " + response ", R, " - 1) but trainer.micro_batch_tokens is ", max_tokens,
+                       "; raise it (sequences are never truncated)"));
+    }
+  }
+  // First fit by decreasing length; ties keep the input order.
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return length[a] > length[b]; });
+  std::vector<std::vector<int64_t>> bins;
+  std::vector<int64_t> used;
+  for (int64_t i : order) {
+    size_t b = 0;
+    while (b < bins.size() && used[b] + length[i] > max_tokens) ++b;
+    if (b == bins.size()) {
+      bins.emplace_back();
+      used.push_back(0);
+    }
+    bins[b].push_back(i);
+    used[b] += length[i];
+  }
+  std::vector<MicroBatch> out;
+  for (size_t b = 0; b < bins.size(); ++b) {
+    MicroBatch mb;
+    const int64_t T = used[b];
+    mb.tokens = T;
+    std::vector<int64_t> tokens(T), targets(T), positions(T), segments(T);
+    const int64_t S = static_cast<int64_t>(bins[b].size());
+    std::vector<int64_t> index(S * max_response, 0);
+    std::vector<uint8_t> valid(S * max_response, 0);
+    int64_t offset = 0;
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t i = bins[b][s];
+      const auto& prompt = *sequences[i].prompt;
+      const auto& response = *sequences[i].response;
+      const int64_t P = prompt.size(), R = response.size();
+      auto token = [&](int64_t k) -> int64_t { return k < P ? prompt[k] : response[k - P]; };
+      for (int64_t k = 0; k < P + R - 1; ++k) {
+        tokens[offset + k] = token(k);
+        targets[offset + k] = token(k + 1);
+        positions[offset + k] = k;
+        segments[offset + k] = s + 1;
+      }
+      for (int64_t j = 0; j < R; ++j) {
+        index[s * max_response + j] = offset + P - 1 + j;
+        valid[s * max_response + j] = 1;
+      }
+      offset += P + R - 1;
+      mb.sequences.push_back(i);
+    }
+    mb.batch.tokens = at::tensor(tokens, at::kLong).view({1, T});
+    mb.batch.targets = at::tensor(targets, at::kLong).view({1, T});
+    mb.batch.positions = at::tensor(positions, at::kLong).view({1, T});
+    mb.batch.segment_ids = at::tensor(segments, at::kLong).view({1, T});
+    mb.index = at::tensor(index, at::kLong).view({S, max_response});
+    mb.valid = at::tensor(valid, at::kByte).view({S, max_response}).to(at::kBool);
+    out.push_back(std::move(mb));
+  }
+  return out;
+}
+
+MicroBatch empty_micro_batch(int64_t max_response) {
+  MicroBatch mb;
+  mb.tokens = 1;
+  mb.batch.tokens = at::zeros({1, 1}, at::kLong);
+  mb.batch.targets = at::zeros({1, 1}, at::kLong);
+  mb.batch.positions = at::zeros({1, 1}, at::kLong);
+  mb.batch.segment_ids = at::zeros({1, 1}, at::kLong);  // padding
+  mb.index = at::zeros({0, max_response}, at::kLong);
+  mb.valid = at::zeros({0, max_response}, at::kBool);
+  return mb;
+}
+
+at::Tensor unpack(const MicroBatch& micro_batch, const at::Tensor& per_position) {
+  at::Tensor flat = per_position.reshape({-1});
+  at::Tensor index = micro_batch.index.to(flat.device());
+  at::Tensor values = flat.index_select(0, index.reshape({-1})).view(index.sizes());
+  return at::where(micro_batch.valid.to(values.device()), values, at::zeros_like(values));
+}
+
+}  // namespace flywheel::trainer

@@ -1,0 +1,104 @@
+#include "flywheel/trainer/sharded_adamw.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace flywheel::trainer {
+
+ShardedAdamW::ShardedAdamW(std::vector<FlatUnit*> units, comm::Communicator* comm,
+                           const AdamWOptions& options)
+    : units_(std::move(units)), comm_(comm), options_(options) {
+  for (FlatUnit* unit : units_) {
+    exp_avg_.push_back(at::zeros_like(unit->shard().detach()));
+    exp_avg_sq_.push_back(at::zeros_like(unit->shard().detach()));
+  }
+}
+
+double ShardedAdamW::grad_norm() {
+  at::Tensor sum =
+      at::zeros({1}, at::TensorOptions()
+                         .dtype(at::kDouble)
+                         .device(units_.empty() ? at::kCPU : units_[0]->shard().device()));
+  for (FlatUnit* unit : units_) {
+    const at::Tensor& g = unit->shard().grad();
+    if (g.defined()) sum += g.to(at::kDouble).pow(2).sum();
+  }
+  comm_->all_reduce(sum, comm::ReduceOp::kSum);
+  return std::sqrt(sum.item<double>());
+}
+
+double ShardedAdamW::clip_coefficient(double norm, double max_norm) {
+  if (max_norm <= 0) return 1.0;
+  return std::min(1.0, max_norm / (norm + 1e-6));
+}
+
+void ShardedAdamW::step(double lr, double grad_scale) {
+  at::NoGradGuard no_grad;
+  ++steps_;
+  const double b1 = options_.beta1, b2 = options_.beta2;
+  const double bias1 = 1 - std::pow(b1, static_cast<double>(steps_));
+  const double bias2 = 1 - std::pow(b2, static_cast<double>(steps_));
+  for (size_t i = 0; i < units_.size(); ++i) {
+    at::Tensor p = units_[i]->shard().detach();
+    at::Tensor g = units_[i]->shard().grad();
+    if (!g.defined()) g = at::zeros_like(p);
+    if (grad_scale != 1.0) g = g * grad_scale;
+    if (options_.weight_decay != 0)
+      p.mul_(1 - lr * options_.weight_decay * units_[i]->decay_mask());
+    exp_avg_[i].mul_(b1).add_(g, 1 - b1);
+    exp_avg_sq_[i].mul_(b2).addcmul_(g, g, 1 - b2);
+    at::Tensor denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bias2)).add_(options_.eps);
+    p.addcdiv_(exp_avg_[i], denom, -lr / bias1);
+  }
+}
+
+void ShardedAdamW::zero_grad() {
+  for (FlatUnit* unit : units_) {
+    if (unit->shard().grad().defined()) unit->shard().mutable_grad().zero_();
+  }
+}
+
+std::map<std::string, at::Tensor> ShardedAdamW::state() const {
+  std::map<std::string, at::Tensor> out;
+  for (size_t i = 0; i < units_.size(); ++i) {
+    out[units_[i]->name() + ".exp_avg"] = exp_avg_[i];
+    out[units_[i]->name() + ".exp_avg_sq"] = exp_avg_sq_[i];
+  }
+  return out;
+}
+
+absl::Status ShardedAdamW::load_state(const std::map<std::string, at::Tensor>& state,
+                                      int64_t steps) {
+  for (size_t i = 0; i < units_.size(); ++i) {
+    for (auto [suffix, target] :
+         {std::pair{".exp_avg", &exp_avg_[i]}, std::pair{".exp_avg_sq", &exp_avg_sq_[i]}}) {
+      const std::string name = units_[i]->name() + suffix;
+      auto it = state.find(name);
+      if (it == state.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("optimizer state lacks '", name, "'"));
+      }
+      if (it->second.sizes() != target->sizes()) {
+        return absl::InvalidArgumentError(absl::StrCat("optimizer state '", name, "' has ",
+                                                       it->second.numel(), " elements, needs ",
+                                                       target->numel()));
+      }
+      target->copy_(it->second);
+    }
+  }
+  steps_ = steps;
+  return absl::OkStatus();
+}
+
+int64_t ShardedAdamW::local_bytes() const {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < units_.size(); ++i) {
+    bytes += (exp_avg_[i].numel() + exp_avg_sq_[i].numel()) * 4;
+  }
+  return bytes;
+}
+
+}  // namespace flywheel::trainer
