@@ -37,17 +37,11 @@ std::string dtype_name(at::ScalarType dtype) {
   }
 }
 
-absl::StatusOr<std::unique_ptr<DecoderModel>> load_hf_model(const std::string& dir,
-                                                            const DecoderOptions& options) {
+absl::StatusOr<DecoderModel::TensorLookup> open_hf_weights(const std::string& dir) {
   fs::path root(dir);
-  absl::StatusOr<ModelConfig> config = ModelConfig::from_file((root / "config.json").string());
-  if (!config.ok()) return config.status();
-  absl::StatusOr<std::unique_ptr<DecoderModel>> model = DecoderModel::create(*config, options);
-  if (!model.ok()) return model.status();
-
   // name -> file that holds it
   std::map<std::string, std::shared_ptr<SafetensorsFile>> files;
-  std::map<std::string, std::shared_ptr<SafetensorsFile>> by_name;
+  auto by_name = std::make_shared<std::map<std::string, std::shared_ptr<SafetensorsFile>>>();
   fs::path index_path = root / "model.safetensors.index.json";
   std::error_code ec;
   if (fs::exists(index_path, ec)) {
@@ -69,72 +63,132 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> load_hf_model(const std::string& d
         if (!opened.ok()) return opened.status();
         shard = std::move(*opened);
       }
-      by_name[name] = shard;
+      (*by_name)[name] = shard;
     }
   } else {
     absl::StatusOr<std::unique_ptr<SafetensorsFile>> opened =
         SafetensorsFile::open((root / "model.safetensors").string());
     if (!opened.ok()) return opened.status();
     std::shared_ptr<SafetensorsFile> file = std::move(*opened);
-    for (const auto& entry : file->entries()) by_name[entry.name] = file;
+    for (const auto& entry : file->entries()) (*by_name)[entry.name] = file;
   }
-  absl::Status loaded = (*model)->load([&](const std::string& name) -> absl::StatusOr<at::Tensor> {
-    auto it = by_name.find(name);
-    if (it == by_name.end()) return absl::NotFoundError(name);
-    return it->second->tensor(name);
-  });
+  return DecoderModel::TensorLookup(
+      [by_name](const std::string& name) -> absl::StatusOr<at::Tensor> {
+        auto it = by_name->find(name);
+        if (it == by_name->end()) return absl::NotFoundError(name);
+        return it->second->tensor(name);
+      });
+}
+
+absl::StatusOr<std::unique_ptr<DecoderModel>> load_hf_model(const std::string& dir,
+                                                            const DecoderOptions& options) {
+  fs::path root(dir);
+  absl::StatusOr<ModelConfig> config = ModelConfig::from_file((root / "config.json").string());
+  if (!config.ok()) return config.status();
+  absl::StatusOr<std::unique_ptr<DecoderModel>> model = DecoderModel::create(*config, options);
+  if (!model.ok()) return model.status();
+  absl::StatusOr<DecoderModel::TensorLookup> weights = open_hf_weights(dir);
+  if (!weights.ok()) return weights.status();
+  absl::Status loaded = (*model)->load(*weights);
   if (!loaded.ok()) {
     return absl::Status(loaded.code(), absl::StrCat(dir, ": ", loaded.message()));
   }
   return model;
 }
 
+absl::StatusOr<std::unique_ptr<HfWriter>> HfWriter::create(const std::string& dir,
+                                                           const ModelConfig& config,
+                                                           at::ScalarType dtype,
+                                                           const SaveOptions& options) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
+  std::unique_ptr<HfWriter> writer(new HfWriter());
+  writer->dir_ = dir;
+  writer->config_ = config;
+  writer->dtype_ = dtype;
+  writer->options_ = options;
+  return writer;
+}
+
+absl::Status HfWriter::add(const std::string& name, const at::Tensor& tensor) {
+  at::Tensor t = tensor.to(dtype_).contiguous();
+  const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+  if (!pending_.empty() && pending_bytes_ + bytes > options_.max_shard_bytes) {
+    absl::Status flushed = flush();
+    if (!flushed.ok()) return flushed;
+  }
+  pending_.emplace_back(name, std::move(t));
+  pending_bytes_ += bytes;
+  total_bytes_ += bytes;
+  return absl::OkStatus();
+}
+
+// Shards are written under a provisional name; finish() names them once their count is known.
+absl::Status HfWriter::flush() {
+  if (pending_.empty()) return absl::OkStatus();
+  const std::string file = absl::StrFormat("shard-%05d.partial", shard_names_.size());
+  absl::Status written = write_safetensors((fs::path(dir_) / file).string(), pending_);
+  if (!written.ok()) return written;
+  shard_names_.emplace_back();
+  for (const auto& [name, t] : pending_) shard_names_.back().push_back(name);
+  pending_.clear();
+  pending_bytes_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status HfWriter::finish() {
+  absl::Status flushed = flush();
+  if (!flushed.ok()) return flushed;
+  const fs::path root(dir_);
+  std::error_code ec;
+  auto rename = [&](size_t i, const std::string& to) -> absl::Status {
+    fs::rename(root / absl::StrFormat("shard-%05d.partial", i), root / to, ec);
+    if (ec) return absl::UnavailableError(absl::StrCat("cannot rename a shard in '", dir_, "'"));
+    return absl::OkStatus();
+  };
+  if (shard_names_.size() <= 1) {
+    fs::remove(root / "model.safetensors.index.json", ec);
+    if (shard_names_.empty()) {
+      absl::Status empty = write_safetensors((root / "model.safetensors").string(), {});
+      if (!empty.ok()) return empty;
+    } else if (absl::Status s = rename(0, "model.safetensors"); !s.ok()) {
+      return s;
+    }
+  } else {
+    core::Json weight_map = core::Json::object();
+    for (size_t i = 0; i < shard_names_.size(); ++i) {
+      const std::string file =
+          absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, shard_names_.size());
+      if (absl::Status s = rename(i, file); !s.ok()) return s;
+      for (const std::string& name : shard_names_[i]) weight_map.set(name, core::Json(file));
+    }
+    core::Json index = core::Json::object();
+    core::Json metadata = core::Json::object();
+    metadata.set("total_size", core::Json(total_bytes_));
+    index.set("metadata", std::move(metadata));
+    index.set("weight_map", std::move(weight_map));
+    fs::remove(root / "model.safetensors", ec);
+    absl::Status s = core::write_file_atomically((root / "model.safetensors.index.json").string(),
+                                                 index.dump() + "\n");
+    if (!s.ok()) return s;
+  }
+  ModelConfig config = config_;
+  config.torch_dtype = dtype_name(dtype_);
+  return core::write_file_atomically((root / "config.json").string(),
+                                     config.to_json().dump() + "\n");
+}
+
 absl::Status save_hf_model(const DecoderModel& model, const std::string& dir,
                            const SaveOptions& options) {
-  fs::path root(dir);
-  std::error_code ec;
-  fs::create_directories(root, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
-
-  ModelConfig config = model.config();
-  config.torch_dtype = dtype_name(model.options().dtype);
-  std::string config_text = config.to_json().dump() + "\n";
-  absl::Status status = core::write_file_atomically((root / "config.json").string(), config_text);
-  if (!status.ok()) return status;
-
-  // Shards in parameter order, each at most max_shard_bytes (a larger tensor gets its own).
-  std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
-  int64_t shard_bytes = 0;
-  int64_t total_bytes = 0;
+  absl::StatusOr<std::unique_ptr<HfWriter>> writer =
+      HfWriter::create(dir, model.config(), model.options().dtype, options);
+  if (!writer.ok()) return writer.status();
   for (const auto& [name, tensor] : model.named_parameters()) {
-    const int64_t bytes = tensor.numel() * tensor.element_size();
-    if (!shards.back().empty() && shard_bytes + bytes > options.max_shard_bytes) {
-      shards.emplace_back();
-      shard_bytes = 0;
-    }
-    shards.back().emplace_back(name, tensor);
-    shard_bytes += bytes;
-    total_bytes += bytes;
+    absl::Status added = (*writer)->add(name, tensor);
+    if (!added.ok()) return added;
   }
-  if (shards.size() == 1) {
-    fs::remove(root / "model.safetensors.index.json", ec);
-    return write_safetensors((root / "model.safetensors").string(), shards[0]);
-  }
-  core::Json weight_map = core::Json::object();
-  for (size_t i = 0; i < shards.size(); ++i) {
-    std::string file = absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, shards.size());
-    status = write_safetensors((root / file).string(), shards[i]);
-    if (!status.ok()) return status;
-    for (const auto& [name, tensor] : shards[i]) weight_map.set(name, core::Json(file));
-  }
-  core::Json index = core::Json::object();
-  core::Json metadata = core::Json::object();
-  metadata.set("total_size", core::Json(total_bytes));
-  index.set("metadata", std::move(metadata));
-  index.set("weight_map", std::move(weight_map));
-  fs::remove(root / "model.safetensors", ec);
-  return core::write_file_atomically((root / "model.safetensors.index.json").string(),
-                                     index.dump() + "\n");
+  return (*writer)->finish();
 }
 
 }  // namespace flywheel::model

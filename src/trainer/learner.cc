@@ -7,18 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "flywheel/algos/actor_loss.h"
 #include "flywheel/core/plugin_registry.h"
+#include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/trainer/metric_sums.h"
 #include "flywheel/trainer/micro_batch.h"
 
 namespace flywheel::trainer {
-
-absl::StatusOr<at::ScalarType> parse_dtype(const std::string& name) {
-  if (name == "float32") return at::kFloat;
-  if (name == "bfloat16") return at::kBFloat16;
-  if (name == "float16") return at::kHalf;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype '", name, "'; expected float32, bfloat16 or float16"));
-}
 
 absl::StatusOr<LearnerOptions> LearnerOptions::from_config(const core::Config& c) {
   const core::TrainerOptions& t = c.trainer;
@@ -32,9 +25,9 @@ absl::StatusOr<LearnerOptions> LearnerOptions::from_config(const core::Config& c
   o.adamw = {t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};
   o.grad_clip = t.grad_clip;
   o.max_consecutive_skips = t.max_consecutive_skips;
-  absl::StatusOr<at::ScalarType> param = parse_dtype(t.param_dtype);
+  absl::StatusOr<at::ScalarType> param = model::parse_dtype(t.param_dtype);
   if (!param.ok()) return param.status();
-  absl::StatusOr<at::ScalarType> reduce = parse_dtype(t.reduce_dtype);
+  absl::StatusOr<at::ScalarType> reduce = model::parse_dtype(t.reduce_dtype);
   if (!reduce.ok()) return reduce.status();
   o.sharding.param_dtype = *param;
   o.sharding.reduce_dtype = *reduce;

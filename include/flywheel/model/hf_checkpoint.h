@@ -17,8 +17,40 @@ namespace flywheel::model {
 absl::StatusOr<std::unique_ptr<DecoderModel>> load_hf_model(const std::string& dir,
                                                             const DecoderOptions& options);
 
+// The weights of a Hugging Face directory (model.safetensors, or the shards its
+// model.safetensors.index.json lists) by name, mapped: NotFound for a name it does not have.
+// Errors name the file: no weights, a corrupt safetensors file, an index naming a missing
+// shard.
+absl::StatusOr<DecoderModel::TensorLookup> open_hf_weights(const std::string& dir);
+
 struct SaveOptions {
   int64_t max_shard_bytes = int64_t{5} << 30;  // larger models are split into shards + index
+};
+
+// Writes a Hugging Face directory tensor by tensor, holding at most one shard in memory:
+//   auto w = HfWriter::create(dir, config, dtype);  add(name, t)...;  finish();
+// The tensors are written in `dtype`, as one model.safetensors or, past max_shard_bytes,
+// model-0000i-of-0000n.safetensors shards plus the index; config.json last.
+class HfWriter {
+ public:
+  static absl::StatusOr<std::unique_ptr<HfWriter>> create(const std::string& dir,
+                                                          const ModelConfig& config,
+                                                          at::ScalarType dtype,
+                                                          const SaveOptions& options = {});
+  absl::Status add(const std::string& name, const at::Tensor& tensor);
+  absl::Status finish();
+
+ private:
+  HfWriter() = default;
+  absl::Status flush();
+
+  std::string dir_;
+  ModelConfig config_;
+  at::ScalarType dtype_ = at::kFloat;
+  SaveOptions options_;
+  std::vector<std::pair<std::string, at::Tensor>> pending_;
+  int64_t pending_bytes_ = 0, total_bytes_ = 0;
+  std::vector<std::vector<std::string>> shard_names_;  // tensor names of each written shard
 };
 
 // Writes config.json (torch_dtype = the model dtype) and safetensors shards. Deterministic:

@@ -124,7 +124,4 @@ class Learner {
   int64_t consecutive_skips_ = 0;
 };
 
-// A parameter dtype by config name: "float32" | "bfloat16" | "float16".
-absl::StatusOr<at::ScalarType> parse_dtype(const std::string& name);
-
 }  // namespace flywheel::trainer

@@ -1,0 +1,52 @@
+// Learner checkpoints: a directory per step, <dir>/step_<N>/, holding
+//   rank-<r>-of-<W>.safetensors  each rank's shards: every model's units (policy, reference,
+//                                critic) and the optimizers' moments, float32;
+//   trainer_state.json           version, optimizer steps, KL coefficient, skip count, world
+//                                size, the units and the model config;
+//   any extra files the caller adds (the resolved config, the controller's snapshot, ...);
+//   COMPLETE                     written last.
+// Everything is written into step_<N>.tmp, fsynced, then renamed; a directory without COMPLETE
+// is never resumed from (latest_checkpoint() skips it with a warning naming it), so a run killed
+// while writing resumes from the previous complete checkpoint. The directory must be on a
+// filesystem every rank sees (one machine, or a shared filesystem).
+//
+// Learners have no random state of their own: with the same batches a resumed run is
+// bit-identical to one that did not stop (CPU).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "flywheel/trainer/learner.h"
+
+namespace flywheel::trainer {
+
+struct CheckpointSaveOptions {
+  int64_t keep_last = 3;  // older complete checkpoints are deleted after a save; 0 = keep all
+  std::map<std::string, std::string> extra_files;  // name -> content, written by rank 0
+  // Called on every rank once its shard file is written, before the checkpoint is committed
+  // (tests kill the process here).
+  std::function<void()> before_commit;
+};
+
+// Saves `learner` as step `step` under `dir`. Collective; every rank returns the same status
+// (Unavailable naming the file that could not be written).
+absl::Status save_checkpoint(Learner& learner, const std::string& dir, int64_t step,
+                             const CheckpointSaveOptions& options = {});
+
+// The newest complete step directory under `dir`; NotFound when there is none.
+absl::StatusOr<std::string> latest_checkpoint(const std::string& dir);
+
+// Restores `learner` (parameters, optimizer state, version, KL coefficient, skip count) from a
+// step directory. Collective. Errors name the file and what differs: no COMPLETE marker, another
+// world size, missing or truncated shard files, tensors of other shapes or dtypes.
+absl::Status load_checkpoint(Learner& learner, const std::string& step_dir);
+
+// An extra file of a step directory (e.g. the controller snapshot); NotFound when absent.
+absl::StatusOr<std::string> read_checkpoint_file(const std::string& step_dir,
+                                                 const std::string& name);
+
+}  // namespace flywheel::trainer

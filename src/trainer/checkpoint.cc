@@ -1,0 +1,292 @@
+#include "flywheel/trainer/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "flywheel/core/file_io.h"
+#include "flywheel/core/json.h"
+#include "flywheel/core/logging.h"
+#include "flywheel/model/safetensors.h"
+
+namespace flywheel::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using core::Json;
+
+constexpr char kFormat[] = "flywheel.checkpoint.v1";
+constexpr char kComplete[] = "COMPLETE";
+constexpr char kState[] = "trainer_state.json";
+
+std::string rank_file(int rank, int world) {
+  return absl::StrFormat("rank-%05d-of-%05d.safetensors", rank, world);
+}
+
+// fsync of a file or directory (the rename of a checkpoint is durable only after both).
+absl::Status sync_path(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot open '", path.string(), "'"));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return absl::UnavailableError(absl::StrCat("cannot fsync '", path.string(), "'"));
+  return absl::OkStatus();
+}
+
+absl::Status write_synced(const fs::path& path, const std::string& text) {
+  absl::Status written = core::write_file_atomically(path.string(), text);
+  if (!written.ok()) return written;
+  return sync_path(path);
+}
+
+// The models a learner checkpoints, by prefix.
+std::vector<std::pair<std::string, ShardedDecoder*>> models_of(Learner& learner) {
+  std::vector<std::pair<std::string, ShardedDecoder*>> out = {{"policy", &learner.policy()}};
+  if (learner.reference()) out.emplace_back("reference", learner.reference());
+  if (learner.critic()) out.emplace_back("critic", learner.critic());
+  return out;
+}
+
+std::vector<std::pair<std::string, ShardedAdamW*>> optimizers_of(Learner& learner) {
+  std::vector<std::pair<std::string, ShardedAdamW*>> out = {{"policy", &learner.optimizer()}};
+  if (learner.critic_optimizer()) out.emplace_back("critic", learner.critic_optimizer());
+  return out;
+}
+
+// Every rank learns whether all succeeded; the first error wins (rank order).
+absl::Status agree(comm::Communicator& comm, const absl::Status& mine) {
+  at::Tensor failed = at::full({1}, mine.ok() ? 0 : comm.rank() + 1, at::kLong);
+  at::Tensor first = at::full({1}, mine.ok() ? comm.size() + 1 : comm.rank() + 1, at::kLong);
+  comm.all_reduce(failed, comm::ReduceOp::kMax);
+  comm.all_reduce(first, comm::ReduceOp::kMin);
+  if (failed.item<int64_t>() == 0) return absl::OkStatus();
+  if (!mine.ok()) return mine;
+  return absl::UnavailableError(
+      absl::StrCat("learner rank ", first.item<int64_t>() - 1, " failed (see its log)"));
+}
+
+Json state_json(Learner& learner, int64_t step, int world) {
+  Json j = Json::object();
+  j.set("format", Json(kFormat));
+  j.set("step", Json(step));
+  j.set("world_size", Json(static_cast<int64_t>(world)));
+  j.set("version", Json(learner.version()));
+  j.set("kl_beta", Json(learner.kl_beta()));
+  j.set("consecutive_skips", Json(learner.consecutive_skips()));
+  Json steps = Json::object();
+  for (auto& [name, optimizer] : optimizers_of(learner)) steps.set(name, Json(optimizer->steps()));
+  j.set("optimizer_steps", std::move(steps));
+  Json models = Json::object();
+  for (auto& [name, model] : models_of(learner)) {
+    Json units = Json::array();
+    for (const FlatUnit& unit : model->units()) {
+      Json u = Json::object();
+      u.set("name", Json(unit.name()));
+      u.set("numel", Json(unit.numel()));
+      u.set("shard_numel", Json(unit.shard_numel()));
+      units.push_back(std::move(u));
+    }
+    models.set(name, std::move(units));
+  }
+  j.set("models", std::move(models));
+  j.set("model_config", learner.policy().config().to_json());
+  return j;
+}
+
+absl::Status write_rank_file(Learner& learner, const fs::path& path) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (auto& [prefix, model] : models_of(learner)) {
+    for (const FlatUnit& unit : model->units()) {
+      tensors.emplace_back(prefix + "/" + unit.name(), unit.shard().detach());
+    }
+  }
+  for (auto& [prefix, optimizer] : optimizers_of(learner)) {
+    for (const auto& [name, t] : optimizer->state()) {
+      tensors.emplace_back(prefix + "_optimizer/" + name, t);
+    }
+  }
+  absl::Status written = model::write_safetensors(path.string(), tensors);
+  if (!written.ok()) return written;
+  return sync_path(path);
+}
+
+absl::StatusOr<int64_t> step_of(const std::string& dirname) {
+  int64_t step = 0;
+  if (dirname.rfind("step_", 0) != 0 || !absl::SimpleAtoi(dirname.substr(5), &step)) {
+    return absl::InvalidArgumentError("not a step directory");
+  }
+  return step;
+}
+
+// Complete step directories under `dir`, oldest first.
+std::vector<std::pair<int64_t, fs::path>> complete_steps(const std::string& dir, bool warn) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    absl::StatusOr<int64_t> step = step_of(entry.path().filename().string());
+    if (!step.ok() || !entry.is_directory(ec)) continue;
+    if (!fs::exists(entry.path() / kComplete, ec)) {
+      if (warn) {
+        FLYWHEEL_LOG_WARN("checkpoint %s has no %s marker (a save was interrupted); skipping it",
+                          entry.path().string(), kComplete);
+      }
+      continue;
+    }
+    out.emplace_back(*step, entry.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+absl::Status save_checkpoint(Learner& learner, const std::string& dir, int64_t step,
+                             const CheckpointSaveOptions& options) {
+  comm::Communicator& comm = learner.policy().comm();
+  const fs::path final_dir = fs::path(dir) / absl::StrCat("step_", step);
+  const fs::path tmp = fs::path(dir) / absl::StrCat("step_", step, ".tmp");
+  std::error_code ec;
+  absl::Status s;
+  if (comm.rank() == 0) {
+    fs::remove_all(tmp, ec);
+    fs::create_directories(tmp, ec);
+    if (ec)
+      s = absl::UnavailableError(
+          absl::StrCat("cannot create '", tmp.string(), "': ", ec.message()));
+  }
+  s = agree(comm, s);
+  if (!s.ok()) return s;
+  s = agree(comm, write_rank_file(learner, tmp / rank_file(comm.rank(), comm.size())));
+  if (!s.ok()) return s;
+  if (options.before_commit) options.before_commit();
+  comm.barrier();
+  if (comm.rank() == 0) {
+    s = write_synced(tmp / kState, state_json(learner, step, comm.size()).dump() + "\n");
+    for (const auto& [name, text] : options.extra_files) {
+      if (s.ok()) s = write_synced(tmp / name, text);
+    }
+    if (s.ok()) s = write_synced(tmp / kComplete, absl::StrCat(step, "\n"));
+    if (s.ok()) s = sync_path(tmp);
+    if (s.ok()) {
+      fs::remove_all(final_dir, ec);
+      fs::rename(tmp, final_dir, ec);
+      if (ec) {
+        s = absl::UnavailableError(absl::StrCat("cannot rename '", tmp.string(), "' to '",
+                                                final_dir.string(), "': ", ec.message()));
+      } else {
+        s = sync_path(dir);
+      }
+    }
+    if (s.ok() && options.keep_last > 0) {
+      std::vector<std::pair<int64_t, fs::path>> steps = complete_steps(dir, /*warn=*/false);
+      for (size_t i = 0; i + options.keep_last < steps.size(); ++i) {
+        fs::remove_all(steps[i].second, ec);
+      }
+    }
+  }
+  return agree(comm, s);
+}
+
+absl::StatusOr<std::string> latest_checkpoint(const std::string& dir) {
+  std::vector<std::pair<int64_t, fs::path>> steps = complete_steps(dir, /*warn=*/true);
+  if (steps.empty()) {
+    return absl::NotFoundError(absl::StrCat("no complete checkpoint under '", dir, "'"));
+  }
+  return steps.back().second.string();
+}
+
+absl::StatusOr<std::string> read_checkpoint_file(const std::string& step_dir,
+                                                 const std::string& name) {
+  std::error_code ec;
+  const fs::path path = fs::path(step_dir) / name;
+  if (!fs::exists(path, ec)) {
+    return absl::NotFoundError(absl::StrCat("checkpoint ", step_dir, " has no ", name));
+  }
+  return core::read_file(path.string());
+}
+
+absl::Status load_checkpoint(Learner& learner, const std::string& step_dir) {
+  comm::Communicator& comm = learner.policy().comm();
+  auto load = [&]() -> absl::Status {
+    std::error_code ec;
+    if (!fs::exists(fs::path(step_dir) / kComplete, ec)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint ", step_dir, " is incomplete (no ", kComplete, " marker)"));
+    }
+    const std::string state_path = (fs::path(step_dir) / kState).string();
+    absl::StatusOr<Json> state = core::read_json_file(state_path);
+    if (!state.ok()) return state.status();
+    const Json* format = state->find("format");
+    if (format == nullptr || !format->is_string() || format->as_string() != kFormat) {
+      return absl::InvalidArgumentError(absl::StrCat(state_path, ": not a ", kFormat, " file"));
+    }
+    const Json* world = state->find("world_size");
+    if (world == nullptr || !world->is_integer() || world->as_int() != comm.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          state_path, ": saved by ", world && world->is_integer() ? world->as_int() : -1,
+          " learner rank(s), loading on ", comm.size(), "; resume with the same number of ranks"));
+    }
+    const std::string file = (fs::path(step_dir) / rank_file(comm.rank(), comm.size())).string();
+    absl::StatusOr<std::unique_ptr<model::SafetensorsFile>> shards =
+        model::SafetensorsFile::open(file);
+    if (!shards.ok()) return shards.status();
+    auto tensor = [&](const std::string& name,
+                      const at::Tensor& like) -> absl::StatusOr<at::Tensor> {
+      absl::StatusOr<at::Tensor> t = (*shards)->tensor(name);
+      if (!t.ok()) return absl::NotFoundError(absl::StrCat(file, ": no tensor '", name, "'"));
+      if (t->scalar_type() != at::kFloat || t->sizes() != like.sizes()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(file, ": tensor '", name, "' is ", c10::toString(t->scalar_type()), " of ",
+                         t->numel(), " elements; this learner needs float32 of ", like.numel()));
+      }
+      return t;
+    };
+    at::NoGradGuard no_grad;
+    for (auto& [prefix, model] : models_of(learner)) {
+      for (FlatUnit& unit : model->units()) {
+        absl::StatusOr<at::Tensor> t = tensor(prefix + "/" + unit.name(), unit.shard());
+        if (!t.ok()) return t.status();
+        unit.shard().detach().copy_(*t);
+      }
+    }
+    const Json* steps = state->find("optimizer_steps");
+    for (auto& [prefix, optimizer] : optimizers_of(learner)) {
+      std::map<std::string, at::Tensor> moments;
+      for (const auto& [name, like] : optimizer->state()) {
+        absl::StatusOr<at::Tensor> t = tensor(prefix + "_optimizer/" + name, like);
+        if (!t.ok()) return t.status();
+        moments[name] = *t;
+      }
+      const Json* n = steps != nullptr ? steps->find(prefix) : nullptr;
+      if (n == nullptr || !n->is_integer()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(state_path, ": no optimizer step count for ", prefix));
+      }
+      absl::Status loaded = optimizer->load_state(moments, n->as_int());
+      if (!loaded.ok()) return loaded;
+    }
+    const Json* version = state->find("version");
+    const Json* beta = state->find("kl_beta");
+    const Json* skips = state->find("consecutive_skips");
+    if (!version || !version->is_integer() || !beta || !beta->is_number() || !skips ||
+        !skips->is_integer()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(state_path, ": version, kl_beta or consecutive_skips missing"));
+    }
+    learner.set_version(version->as_int());
+    learner.set_kl_beta(beta->as_double());
+    learner.set_consecutive_skips(skips->as_int());
+    return absl::OkStatus();
+  };
+  return agree(comm, load());
+}
+
+}  // namespace flywheel::trainer
