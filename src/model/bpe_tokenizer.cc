@@ -100,15 +100,32 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_json(const core
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": model needs \"vocab\" and \"merges\""));
   }
+  // Ids index a table: bounded, and not much sparser than the tokens they name.
   int64_t max_id = -1;
+  const char* max_id_kind = "";
+  const std::string* max_id_token = nullptr;
+  auto check_id = [&](int64_t id, const char* kind, const std::string& token) -> absl::Status {
+    if (id >= kMaxTokenizerVocabSize) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": ", kind, " '", token, "' has id ",
+                                                     id, "; token ids must be below ",
+                                                     kMaxTokenizerVocabSize));
+    }
+    if (id > max_id) {
+      max_id = id;
+      max_id_kind = kind;
+      max_id_token = &token;
+    }
+    return absl::OkStatus();
+  };
   t->vocab_.reserve(vocab->as_object().size());
   for (const auto& [token, id] : vocab->as_object()) {
-    if (!id.is_integer() || id.as_int() < 0 || id.as_int() > (int64_t{1} << 31) - 1) {
+    if (!id.is_integer() || id.as_int() < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(source, ": vocab entry '", token, "' has an invalid id"));
     }
+    absl::Status bounded = check_id(id.as_int(), "vocab entry", token);
+    if (!bounded.ok()) return bounded;
     t->vocab_[token] = static_cast<int32_t>(id.as_int());
-    max_id = std::max(max_id, id.as_int());
   }
   const core::Json* added = json.find("added_tokens");
   std::vector<AddedToken> added_tokens;
@@ -127,13 +144,18 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_json(const core
       token.lstrip = flag(a, "lstrip");
       token.rstrip = flag(a, "rstrip");
       token.normalized = flag(a, "normalized");
-      max_id = std::max(max_id, token.id);
+      absl::Status bounded = check_id(token.id, "added token", content->as_string());
+      if (!bounded.ok()) return bounded;
       t->added_[token.content] = static_cast<int32_t>(token.id);
       added_tokens.push_back(std::move(token));
     }
   }
-  if (max_id > (int64_t{1} << 31) - 1)
-    return absl::InvalidArgumentError(absl::StrCat(source, ": id too large"));
+  const int64_t num_tokens = static_cast<int64_t>(t->vocab_.size() + added_tokens.size());
+  if (max_id >= 4 * num_tokens + 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": ", max_id_kind, " '", *max_id_token, "' has id ", max_id,
+        ", but the file has only ", num_tokens, " tokens (ids must be below 4 x tokens + 1024)"));
+  }
   t->id_to_token_.assign(max_id + 1, "");
   t->special_.assign(max_id + 1, false);
   for (const auto& [token, id] : t->vocab_) t->id_to_token_[id] = token;
@@ -278,6 +300,11 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_json(const core
         for (const core::Json& id : ids->as_array()) {
           if (!id.is_integer())
             return absl::InvalidArgumentError(absl::StrCat(source, ": bad special token id"));
+          if (id.as_int() < 0 || id.as_int() >= t->vocab_size()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                source, ": post_processor special token '", name->as_string(), "' has id ",
+                id.as_int(), ", outside the vocabulary [0, ", t->vocab_size(), ")"));
+          }
           (after_sequence ? t->post_suffix_ : t->post_prefix_).push_back(id.as_int());
         }
       }
