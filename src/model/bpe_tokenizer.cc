@@ -329,42 +329,39 @@ bool BpeTokenizer::is_special(int64_t id) const {
   return id >= 0 && id < vocab_size() && special_[id];
 }
 
-std::vector<std::string> BpeTokenizer::pre_tokenize(const std::string& text,
-                                                    absl::Status* status) const {
-  std::vector<std::string> pieces = {text};
-  for (const Stage& stage : stages_) {
-    if (stage.add_prefix_space) {
-      for (std::string& piece : pieces) {
-        if (piece.empty() || piece[0] != ' ') piece.insert(0, " ");
-      }
-    }
-    if (stage.regex) {
-      std::vector<std::string> next;
-      for (const std::string& piece : pieces) {
-        absl::StatusOr<std::vector<std::pair<size_t, size_t>>> matches =
-            stage.regex->find_all(piece);
-        if (!matches.ok()) {
-          *status = matches.status();
-          return {};
-        }
-        size_t last = 0;
-        for (const auto& [begin, end] : *matches) {
-          if (begin > last) next.push_back(piece.substr(last, begin - last));
-          if (stage.keep_matches) next.push_back(piece.substr(begin, end - begin));
-          last = end;
-        }
-        if (last < piece.size()) next.push_back(piece.substr(last));
-      }
-      pieces = std::move(next);
-    }
-    if (stage.byte_level) {
-      for (std::string& piece : pieces) piece = alphabet_.encode(piece);
-    }
+absl::Status BpeTokenizer::pre_tokenize(absl::string_view text, size_t stage_index,
+                                        std::vector<int64_t>* out) const {
+  if (stage_index == stages_.size()) {
+    bpe_word(text, out);
+    return absl::OkStatus();
   }
-  return pieces;
+  const Stage& stage = stages_[stage_index];
+  std::string prefixed;
+  if (stage.add_prefix_space && (text.empty() || text[0] != ' ')) {
+    prefixed = absl::StrCat(" ", text);
+    text = prefixed;
+  }
+  auto next = [&](absl::string_view piece) {
+    if (!stage.byte_level) return pre_tokenize(piece, stage_index + 1, out);
+    return pre_tokenize(alphabet_.encode(piece), stage_index + 1, out);
+  };
+  if (!stage.regex) return next(text);
+  size_t last = 0;  // the text between matches is kept either way
+  absl::Status status = stage.regex->for_each_match(text, [&](size_t begin, size_t end) {
+    if (begin > last) {
+      absl::Status s = next(text.substr(last, begin - last));
+      if (!s.ok()) return s;
+    }
+    last = end;
+    return stage.keep_matches ? next(text.substr(begin, end - begin)) : absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  if (last < text.size()) return next(text.substr(last));
+  return absl::OkStatus();
 }
 
-void BpeTokenizer::bpe_word(const std::string& word, std::vector<int64_t>* out) const {
+void BpeTokenizer::bpe_word(absl::string_view word_view, std::vector<int64_t>* out) const {
+  const std::string word(word_view);
   if (ignore_merges_) {
     if (auto it = vocab_.find(word); it != vocab_.end()) {
       out->push_back(it->second);
@@ -426,6 +423,7 @@ void BpeTokenizer::bpe_word(const std::string& word, std::vector<int64_t>* out) 
     if (s.alive) ids.push_back(s.id);
   }
   out->insert(out->end(), ids.begin(), ids.end());
+  if (word.size() > kMaxCachedWordBytes) return;  // long words are rare; keep the cache small
   absl::MutexLock lock(&cache_mu_);
   if (cache_.size() < kCacheCapacity) cache_.emplace(word, std::move(ids));
 }
@@ -437,9 +435,7 @@ absl::Status BpeTokenizer::encode_piece(absl::string_view piece, std::vector<int
     if (!normalized.ok()) return normalized.status();
     text = std::move(*normalized);
   }
-  absl::Status status;
-  for (const std::string& word : pre_tokenize(text, &status)) bpe_word(word, out);
-  return status;
+  return pre_tokenize(text, 0, out);
 }
 
 absl::StatusOr<std::vector<int64_t>> BpeTokenizer::encode(absl::string_view text,

@@ -4,6 +4,7 @@
 #include <pcre2.h>
 
 #include "absl/strings/str_cat.h"
+#include "flywheel/core/utf8.h"
 
 namespace flywheel::model {
 namespace {
@@ -76,15 +77,19 @@ absl::StatusOr<std::unique_ptr<PretokenizerRegex>> PretokenizerRegex::compile(
   return regex;
 }
 
-absl::StatusOr<std::vector<std::pair<size_t, size_t>>> PretokenizerRegex::find_all(
-    absl::string_view text) const {
-  std::vector<std::pair<size_t, size_t>> matches;
+absl::Status PretokenizerRegex::for_each_match(
+    absl::string_view text, absl::FunctionRef<absl::Status(size_t, size_t)> on_match) const {
+  // Checked once here: without PCRE2_NO_UTF_CHECK, PCRE2 re-checks the rest of the text on every
+  // call, which made a text of n bytes cost O(n^2).
+  if (!core::is_valid_utf8(text)) {
+    return absl::InvalidArgumentError("pre-tokenizer input is not valid UTF-8");
+  }
   pcre2_match_data* data = pcre2_match_data_create_from_pattern(impl_->code, nullptr);
   size_t start = 0;
   absl::Status status;
   while (start <= text.size()) {
     int rc = pcre2_match(impl_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), start,
-                         0, data, nullptr);
+                         PCRE2_NO_UTF_CHECK, data, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       PCRE2_UCHAR message[256];
@@ -105,10 +110,21 @@ absl::StatusOr<std::vector<std::pair<size_t, size_t>>> PretokenizerRegex::find_a
       start = begin + step;
       continue;
     }
-    matches.emplace_back(begin, end);
+    status = on_match(begin, end);
+    if (!status.ok()) break;
     start = end;
   }
   pcre2_match_data_free(data);
+  return status;
+}
+
+absl::StatusOr<std::vector<std::pair<size_t, size_t>>> PretokenizerRegex::find_all(
+    absl::string_view text) const {
+  std::vector<std::pair<size_t, size_t>> matches;
+  absl::Status status = for_each_match(text, [&](size_t begin, size_t end) {
+    matches.emplace_back(begin, end);
+    return absl::OkStatus();
+  });
   if (!status.ok()) return status;
   return matches;
 }

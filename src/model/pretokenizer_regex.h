@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -22,7 +23,13 @@ class PretokenizerRegex {
   static absl::StatusOr<std::unique_ptr<PretokenizerRegex>> compile(const std::string& pattern);
   ~PretokenizerRegex();
 
-  // [begin, end) byte ranges of successive non-overlapping matches in `text` (valid UTF-8).
+  // Calls on_match(begin, end) with the [begin, end) byte range of each successive
+  // non-overlapping match in `text`, in time linear in its length (for patterns that do not
+  // backtrack), and stops at the first error on_match returns. InvalidArgument when `text` is
+  // not UTF-8.
+  absl::Status for_each_match(absl::string_view text,
+                              absl::FunctionRef<absl::Status(size_t, size_t)> on_match) const;
+  // The ranges for_each_match() visits.
   absl::StatusOr<std::vector<std::pair<size_t, size_t>>> find_all(absl::string_view text) const;
 
   // The pattern after \s / \S rewriting (exposed for tests).
