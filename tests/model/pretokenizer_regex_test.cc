@@ -1,6 +1,7 @@
 #include "pretokenizer_regex.h"
 
 #include <string>
+#include <vector>
 
 #include "flywheel/core/json.h"
 #include "flywheel/model/tokenizer.h"
@@ -52,6 +53,101 @@ TEST(PretokenizerRegexTest, LongTextsAreMatchedInLinearTime) {
   auto ids = (*tokenizer)->encode(repeat("ab 1", 4 << 20));
   ASSERT_TRUE(ids.ok()) << ids.status();
   EXPECT_EQ(ids->size(), size_t{4} << 20);  // a, b, Ġ, 1 (no merges)
+}
+
+// A lookahead that scans to the end of the text at every match: quadratic, and not bounded by
+// PCRE2's match limit (which counts backtracking per start position). It used to run for
+// minutes on 200 KB; now it stops on its work budget.
+TEST(PretokenizerRegexTest, QuadraticLookaheadFailsOnItsWorkBudget) {
+  auto regex = PretokenizerRegex::compile("a(?=a*b)|a");
+  ASSERT_TRUE(regex.ok()) << regex.status();
+  auto matches = (*regex)->find_all(std::string(64 << 10, 'a'));
+  ASSERT_FALSE(matches.ok());
+  EXPECT_EQ(matches.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(matches.status().message()),
+              HasSubstr("pre-tokenizer regex 'a(?=a*b)|a' exceeded its work budget"));
+
+  auto tokenizer = load_hf_tokenizer_json(tokenizer_with_split("a(?=a*b)|a"), "t.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  auto ids = (*tokenizer)->encode(std::string(64 << 10, 'a'));
+  ASSERT_FALSE(ids.ok());
+  EXPECT_THAT(std::string(ids.status().message()), HasSubstr("work budget"));
+}
+
+// The budget is calibrated on the patterns of released tokenizers: on their worst legitimate
+// texts (long runs of one character class, alternations that match one byte at a time, CJK,
+// emoji, combining marks, Unicode spaces) they use at most a tenth of it.
+TEST(PretokenizerRegexTest, RealPatternsStayFarInsideTheBudgetOnTheirWorstTexts) {
+  const std::vector<std::string> units = {
+      " ",
+      "\t",
+      "\n",
+      "\r\n",
+      "  \n",
+      " \n ",
+      "\n ",
+      "7",
+      " 7",
+      "12 ",
+      "a",
+      " a",
+      "a ",
+      "   a",
+      "!",
+      " !",
+      "!\n",
+      "'s",
+      "'S ",
+      "' ",
+      " '",
+      "\xE4\xBD\xA0",                                  // CJK
+      "\xF0\x9F\x98\x80",                              // emoji
+      "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9",  // emoji ZWJ sequence
+      "e\xCC\x81",                                     // combining accent
+      "\xC2\xA0",
+      "\xE3\x80\x80",
+      "\xE1\xA0\x8E",
+      "\xC2\x85",  // NBSP, U+3000, U+180E, NEL
+      "Hello, world! It's 2024: 1,234 \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x98\x80\n\t  "};
+  for (const char* pattern : {kQwen3Pattern, kLlama3Pattern, kGpt2Pattern}) {
+    auto regex = PretokenizerRegex::compile(pattern);
+    ASSERT_TRUE(regex.ok()) << regex.status();
+    for (const std::string& unit : units) {
+      for (const std::string& text : {unit, repeat(unit, 256 << 10), repeat(unit, 256 << 10) + "x",
+                                      std::string(256 << 10, ' ') + unit}) {
+        PretokenizerRegex::Stats stats;
+        auto matches = (*regex)->find_all(text, &stats);
+        ASSERT_TRUE(matches.ok()) << pattern << " on '" << unit << "': " << matches.status();
+        EXPECT_LE(stats.work * 10, stats.budget) << pattern << " on '" << unit << "'";
+        EXPECT_LE(stats.calls, static_cast<int64_t>(text.size()) + 1);
+      }
+    }
+  }
+}
+
+// Patterns whose work grows quadratically (or worse) in the text, with or without lookahead,
+// and whose work is not counted by PCRE2's match limit: each stops once it has done about its
+// budget's worth of work.
+TEST(PretokenizerRegexTest, QuadraticPatternsStopAfterTheirBudget) {
+  const std::string text(200 << 10, 'a');
+  for (const char* pattern : {"a(?=a*b)|a", "\\p{L}(?=\\p{L}*\\d)|\\s", "a[^x]*y|a",
+                              "(?:a(?=[^x]*$))+$|.", "(?:a(?=a*$))+$|."}) {
+    auto regex = PretokenizerRegex::compile(pattern);
+    ASSERT_TRUE(regex.ok()) << regex.status();
+    PretokenizerRegex::Stats stats;
+    auto matches = (*regex)->find_all(text, &stats);
+    ASSERT_FALSE(matches.ok()) << pattern;
+    EXPECT_EQ(matches.status().code(), absl::StatusCode::kResourceExhausted) << pattern;
+    EXPECT_THAT(std::string(matches.status().message()), HasSubstr("exceeded its work budget"));
+    // The last step may overshoot by the distance the match position jumped.
+    EXPECT_LE(stats.work, stats.budget + static_cast<int64_t>(text.size()) + 1) << pattern;
+  }
+}
+
+TEST(PretokenizerRegexTest, InvalidUtf8IsAnError) {
+  auto regex = PretokenizerRegex::compile(kQwen3Pattern);
+  ASSERT_TRUE(regex.ok());
+  EXPECT_EQ((*regex)->find_all("ab\xFF").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
