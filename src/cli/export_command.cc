@@ -1,14 +1,20 @@
 // `flywheel export CKPT OUT_DIR`: writes a Hugging Face directory (config.json, safetensors,
 // tokenizer files) that transformers, vLLM and llama.cpp's converters read.
+#include <sys/stat.h>
+
+#include <exception>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "commands.h"
+#include "flywheel/core/file_io.h"
 #include "flywheel/model/hf_checkpoint.h"
+#include "flywheel/model/tokenizer.h"
 #include "model_args.h"
 
 namespace flywheel::cli {
@@ -31,22 +37,70 @@ struct ExportArgs {
   double shard_gib = 5.0;
 };
 
+// The side files of `dir` that exist. InvalidArgument for one that is not a regular file (a FIFO
+// would block the copy, a device would never end).
+absl::StatusOr<std::vector<fs::path>> side_files(const std::string& dir) {
+  std::vector<fs::path> files;
+  for (const char* name : kSideFiles) {
+    const fs::path from = fs::path(dir) / name;
+    struct stat st;
+    if (::stat(from.c_str(), &st) != 0) continue;  // absent
+    if (!S_ISREG(st.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot copy '", from.string(), "': it is ",
+                                                     core::file_type_name(st.st_mode),
+                                                     ", not a regular file"));
+    }
+    files.push_back(from);
+  }
+  return files;
+}
+
+// The tokenizer that would be exported must not give ids beyond the model's vocabulary. A
+// tokenizer flywheel cannot read is copied unchecked (other tools may read it).
+absl::Status check_tokenizer(const std::string& dir, const model::ModelConfig& config) {
+  std::error_code ec;
+  const fs::path hf = fs::path(dir) / "tokenizer.json";
+  const fs::path chr = fs::path(dir) / "char_tokenizer.json";
+  const fs::path file = fs::exists(hf, ec) ? hf : chr;
+  if (!fs::exists(file, ec)) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer = model::load_tokenizer(dir);
+  if (!tokenizer.ok()) {
+    std::cerr << "flywheel export: note: " << tokenizer.status().message()
+              << "; copying the tokenizer files unchecked\n";
+    return absl::OkStatus();
+  }
+  if ((*tokenizer)->vocab_size() > config.vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.string(), " has ids up to ", (*tokenizer)->vocab_size() - 1,
+                     ", but the model's vocab_size is ", config.vocab_size,
+                     ": the tokenizer does not match the model"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status run(const ExportArgs& args) {
   std::error_code ec;
   if (fs::exists(args.out_dir, ec) && fs::equivalent(args.model.dir, args.out_dir, ec)) {
     return absl::InvalidArgumentError("OUT_DIR must differ from CKPT");
   }
+  absl::StatusOr<std::vector<fs::path>> files = side_files(args.model.dir);
+  if (!files.ok()) return files.status();
   absl::StatusOr<std::unique_ptr<model::DecoderModel>> model = args.model.load();
   if (!model.ok()) return model.status();
+  absl::Status matches = check_tokenizer(args.model.dir, (*model)->config());
+  if (!matches.ok()) return matches;
   model::SaveOptions options;
   options.max_shard_bytes = static_cast<int64_t>(args.shard_gib * (int64_t{1} << 30));
-  absl::Status saved = model::save_hf_model(**model, args.out_dir, options);
-  if (!saved.ok()) return saved;
+  try {
+    absl::Status saved = model::save_hf_model(**model, args.out_dir, options);
+    if (!saved.ok()) return saved;
+  } catch (const std::exception& e) {
+    return model_exception_error((*model)->config(), args.out_dir, e);
+  }
   int copied = 0;
-  for (const char* name : kSideFiles) {
-    fs::path from = fs::path(args.model.dir) / name;
-    if (!fs::exists(from, ec)) continue;
-    fs::copy_file(from, fs::path(args.out_dir) / name, fs::copy_options::overwrite_existing, ec);
+  for (const fs::path& from : *files) {
+    fs::copy_file(from, fs::path(args.out_dir) / from.filename(),
+                  fs::copy_options::overwrite_existing, ec);
     if (ec)
       return absl::UnavailableError(
           absl::StrCat("cannot copy ", from.string(), ": ", ec.message()));

@@ -1,5 +1,6 @@
 // `flywheel init-model --config config.json --out DIR`: a randomly initialised model directory
 // (Hugging Face's initialisation, deterministic per seed) for tests and toy tasks.
+#include <exception>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -9,6 +10,7 @@
 #include "commands.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/model/tokenizer.h"
+#include "model_args.h"
 
 namespace flywheel::cli {
 namespace {
@@ -36,12 +38,18 @@ absl::Status run(const InitArgs& args) {
                        ", the config has ", config->vocab_size));
     }
   }
-  absl::StatusOr<std::unique_ptr<model::DecoderModel>> model =
-      model::DecoderModel::create(*config, model::DecoderOptions{*dtype, at::kCPU});
-  if (!model.ok()) return model.status();
-  (*model)->init_random(args.seed);
-  absl::Status saved = model::save_hf_model(**model, args.out_dir);
-  if (!saved.ok()) return saved;
+  absl::Status fits = check_model_memory(*config, *dtype, args.config);
+  if (!fits.ok()) return fits;
+  try {
+    absl::StatusOr<std::unique_ptr<model::DecoderModel>> model =
+        model::DecoderModel::create(*config, model::DecoderOptions{*dtype, at::kCPU});
+    if (!model.ok()) return model.status();
+    (*model)->init_random(args.seed);
+    absl::Status saved = model::save_hf_model(**model, args.out_dir);
+    if (!saved.ok()) return saved;
+  } catch (const std::exception& e) {
+    return model_exception_error(*config, args.config, e);
+  }
   if (args.char_tokenizer) {
     absl::Status written = model::save_default_char_tokenizer(args.out_dir);
     if (!written.ok()) return written;

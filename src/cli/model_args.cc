@@ -1,11 +1,30 @@
 #include "model_args.h"
 
+#include <unistd.h>
+
+#include <exception>
+#include <filesystem>
+
 #include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "flywheel/model/hf_checkpoint.h"
 
 namespace flywheel::cli {
+namespace {
+
+std::string sizes(const model::ModelConfig& c) {
+  return absl::StrCat("vocab_size ", c.vocab_size, ", hidden_size ", c.hidden_size,
+                      ", intermediate_size ", c.intermediate_size, ", num_hidden_layers ",
+                      c.num_hidden_layers);
+}
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+}  // namespace
 
 void ModelArgs::add_to(CLI::App* command, const std::string& dir_flag) {
   if (!dir_flag.empty()) {
@@ -21,7 +40,44 @@ absl::StatusOr<std::unique_ptr<model::DecoderModel>> ModelArgs::load() const {
   if (threads > 0) at::set_num_threads(threads);
   absl::StatusOr<at::ScalarType> type = model::parse_dtype(dtype);
   if (!type.ok()) return type.status();
-  return model::load_hf_model(dir, model::DecoderOptions{*type, at::kCPU});
+  const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
+  absl::StatusOr<model::ModelConfig> config = model::ModelConfig::from_file(config_path);
+  if (!config.ok()) return config.status();
+  absl::Status fits = check_model_memory(*config, *type, config_path);
+  if (!fits.ok()) return fits;
+  try {
+    return model::load_hf_model(dir, model::DecoderOptions{*type, at::kCPU});
+  } catch (const std::exception& e) {
+    return model_exception_error(*config, config_path, e);
+  }
+}
+
+absl::Status check_model_memory(const model::ModelConfig& config, at::ScalarType dtype,
+                                const std::string& source) {
+  const double bytes =
+      static_cast<double>(config.num_parameters()) * static_cast<double>(c10::elementSize(dtype));
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return absl::OkStatus();  // unknown: let allocation decide
+  const double memory = static_cast<double>(pages) * static_cast<double>(page_size);
+  if (bytes <= memory) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "%s: the model needs %.1f GiB for its %d parameters in %s (%s), more than this machine's "
+      "%.1f GiB of memory",
+      source, bytes / kGiB, config.num_parameters(), model::dtype_name(dtype), sizes(config),
+      memory / kGiB));
+}
+
+absl::Status model_exception_error(const model::ModelConfig& config, const std::string& source,
+                                   const std::exception& e) {
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+  const std::string what = torch_error ? torch_error->what_without_backtrace() : e.what();
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(source, ": out of memory allocating the model's ", config.num_parameters(),
+                     " parameters (", sizes(config), ")"));
+  }
+  return absl::InternalError(
+      absl::StrCat(source, ": the model (", sizes(config), ") failed: ", what));
 }
 
 }  // namespace flywheel::cli

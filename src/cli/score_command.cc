@@ -1,12 +1,14 @@
 // `flywheel score --model DIR --input in.jsonl --output out.jsonl`: teacher-forced per-token
 // log-probs and the greedy next token at every position.
 #include <cmath>
+#include <exception>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <c10/util/Exception.h>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -29,12 +31,13 @@ struct ScoreArgs {
 
 struct Pending {
   core::Json record;
-  std::vector<int64_t> ids;
+  std::vector<int64_t> ids;  // each in [0, vocab_size)
+  std::string where;         // "path:line"
 };
 
 // Scores one batch and writes its records.
-void score_batch(const model::DecoderModel& model, std::vector<Pending>* batch, double temperature,
-                 JsonlWriter* out) {
+void score_batch_unchecked(const model::DecoderModel& model, std::vector<Pending>* batch,
+                           double temperature, JsonlWriter* out) {
   at::NoGradGuard no_grad;
   const int64_t B = batch->size();
   int64_t T = 0;
@@ -79,6 +82,24 @@ void score_batch(const model::DecoderModel& model, std::vector<Pending>* batch, 
   batch->clear();
 }
 
+// score_batch_unchecked(), with LibTorch's exceptions (c10::Error, std::bad_alloc) returned as
+// errors naming the batch's lines.
+absl::Status score_batch(const model::DecoderModel& model, std::vector<Pending>* batch,
+                         double temperature, JsonlWriter* out) {
+  const std::string lines = batch->size() == 1
+                                ? batch->front().where
+                                : absl::StrCat(batch->front().where, " to ", batch->back().where);
+  try {
+    score_batch_unchecked(model, batch, temperature, out);
+    return absl::OkStatus();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat(lines, ": scoring failed: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(lines, ": scoring failed: ", e.what()));
+  }
+}
+
 absl::Status run(const ScoreArgs& args) {
   absl::StatusOr<std::unique_ptr<model::DecoderModel>> model = args.model.load();
   if (!model.ok()) return model.status();
@@ -94,7 +115,7 @@ absl::Status run(const ScoreArgs& args) {
     absl::StatusOr<std::optional<core::Json>> line = (*in)->next();
     if (!line.ok()) return line.status();
     if (!line->has_value()) break;
-    Pending p{std::move(**line), {}};
+    Pending p{std::move(**line), {}, (*in)->where()};
     const core::Json* ids = p.record.find("ids");
     const core::Json* text = p.record.find("text");
     if (ids != nullptr && ids->is_array()) {
@@ -117,6 +138,13 @@ absl::Status run(const ScoreArgs& args) {
         return absl::InvalidArgumentError(
             absl::StrCat((*in)->where(), ": ", encoded.status().message()));
       p.ids = std::move(*encoded);
+      for (int64_t id : p.ids) {
+        if (id < 0 || id >= vocab) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              p.where, ": the tokenizer gave id ", id, ", outside the model's vocabulary [0, ",
+              vocab, "): the tokenizer does not match the model"));
+        }
+      }
       core::Json list = core::Json::array();
       for (int64_t id : p.ids) list.push_back(core::Json(id));
       p.record.set("ids", std::move(list));
@@ -134,11 +162,15 @@ absl::Status run(const ScoreArgs& args) {
     batch.push_back(std::move(p));
     if (static_cast<int>(batch.size()) == args.batch_size) {
       scored += batch.size();
-      score_batch(**model, &batch, args.temperature, out->get());
+      absl::Status status = score_batch(**model, &batch, args.temperature, out->get());
+      if (!status.ok()) return status;
     }
   }
   scored += batch.size();
-  if (!batch.empty()) score_batch(**model, &batch, args.temperature, out->get());
+  if (!batch.empty()) {
+    absl::Status status = score_batch(**model, &batch, args.temperature, out->get());
+    if (!status.ok()) return status;
+  }
   std::cerr << "flywheel score: " << scored << " sequence(s)\n";
   return (*out)->close();
 }

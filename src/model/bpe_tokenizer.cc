@@ -100,15 +100,32 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_json(const core
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": model needs \"vocab\" and \"merges\""));
   }
+  // Ids index a table: bounded, and not much sparser than the tokens they name.
   int64_t max_id = -1;
+  const char* max_id_kind = "";
+  const std::string* max_id_token = nullptr;
+  auto check_id = [&](int64_t id, const char* kind, const std::string& token) -> absl::Status {
+    if (id >= kMaxTokenizerVocabSize) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": ", kind, " '", token, "' has id ",
+                                                     id, "; token ids must be below ",
+                                                     kMaxTokenizerVocabSize));
+    }
+    if (id > max_id) {
+      max_id = id;
+      max_id_kind = kind;
+      max_id_token = &token;
+    }
+    return absl::OkStatus();
+  };
   t->vocab_.reserve(vocab->as_object().size());
   for (const auto& [token, id] : vocab->as_object()) {
-    if (!id.is_integer() || id.as_int() < 0 || id.as_int() > (int64_t{1} << 31) - 1) {
+    if (!id.is_integer() || id.as_int() < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(source, ": vocab entry '", token, "' has an invalid id"));
     }
+    absl::Status bounded = check_id(id.as_int(), "vocab entry", token);
+    if (!bounded.ok()) return bounded;
     t->vocab_[token] = static_cast<int32_t>(id.as_int());
-    max_id = std::max(max_id, id.as_int());
   }
   const core::Json* added = json.find("added_tokens");
   std::vector<AddedToken> added_tokens;
@@ -127,13 +144,18 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_json(const core
       token.lstrip = flag(a, "lstrip");
       token.rstrip = flag(a, "rstrip");
       token.normalized = flag(a, "normalized");
-      max_id = std::max(max_id, token.id);
+      absl::Status bounded = check_id(token.id, "added token", content->as_string());
+      if (!bounded.ok()) return bounded;
       t->added_[token.content] = static_cast<int32_t>(token.id);
       added_tokens.push_back(std::move(token));
     }
   }
-  if (max_id > (int64_t{1} << 31) - 1)
-    return absl::InvalidArgumentError(absl::StrCat(source, ": id too large"));
+  const int64_t num_tokens = static_cast<int64_t>(t->vocab_.size() + added_tokens.size());
+  if (max_id >= 4 * num_tokens + 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": ", max_id_kind, " '", *max_id_token, "' has id ", max_id,
+        ", but the file has only ", num_tokens, " tokens (ids must be below 4 x tokens + 1024)"));
+  }
   t->id_to_token_.assign(max_id + 1, "");
   t->special_.assign(max_id + 1, false);
   for (const auto& [token, id] : t->vocab_) t->id_to_token_[id] = token;
@@ -278,6 +300,11 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_json(const core
         for (const core::Json& id : ids->as_array()) {
           if (!id.is_integer())
             return absl::InvalidArgumentError(absl::StrCat(source, ": bad special token id"));
+          if (id.as_int() < 0 || id.as_int() >= t->vocab_size()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                source, ": post_processor special token '", name->as_string(), "' has id ",
+                id.as_int(), ", outside the vocabulary [0, ", t->vocab_size(), ")"));
+          }
           (after_sequence ? t->post_suffix_ : t->post_prefix_).push_back(id.as_int());
         }
       }
@@ -302,42 +329,39 @@ bool BpeTokenizer::is_special(int64_t id) const {
   return id >= 0 && id < vocab_size() && special_[id];
 }
 
-std::vector<std::string> BpeTokenizer::pre_tokenize(const std::string& text,
-                                                    absl::Status* status) const {
-  std::vector<std::string> pieces = {text};
-  for (const Stage& stage : stages_) {
-    if (stage.add_prefix_space) {
-      for (std::string& piece : pieces) {
-        if (piece.empty() || piece[0] != ' ') piece.insert(0, " ");
-      }
-    }
-    if (stage.regex) {
-      std::vector<std::string> next;
-      for (const std::string& piece : pieces) {
-        absl::StatusOr<std::vector<std::pair<size_t, size_t>>> matches =
-            stage.regex->find_all(piece);
-        if (!matches.ok()) {
-          *status = matches.status();
-          return {};
-        }
-        size_t last = 0;
-        for (const auto& [begin, end] : *matches) {
-          if (begin > last) next.push_back(piece.substr(last, begin - last));
-          if (stage.keep_matches) next.push_back(piece.substr(begin, end - begin));
-          last = end;
-        }
-        if (last < piece.size()) next.push_back(piece.substr(last));
-      }
-      pieces = std::move(next);
-    }
-    if (stage.byte_level) {
-      for (std::string& piece : pieces) piece = alphabet_.encode(piece);
-    }
+absl::Status BpeTokenizer::pre_tokenize(absl::string_view text, size_t stage_index,
+                                        std::vector<int64_t>* out) const {
+  if (stage_index == stages_.size()) {
+    bpe_word(text, out);
+    return absl::OkStatus();
   }
-  return pieces;
+  const Stage& stage = stages_[stage_index];
+  std::string prefixed;
+  if (stage.add_prefix_space && (text.empty() || text[0] != ' ')) {
+    prefixed = absl::StrCat(" ", text);
+    text = prefixed;
+  }
+  auto next = [&](absl::string_view piece) {
+    if (!stage.byte_level) return pre_tokenize(piece, stage_index + 1, out);
+    return pre_tokenize(alphabet_.encode(piece), stage_index + 1, out);
+  };
+  if (!stage.regex) return next(text);
+  size_t last = 0;  // the text between matches is kept either way
+  absl::Status status = stage.regex->for_each_match(text, [&](size_t begin, size_t end) {
+    if (begin > last) {
+      absl::Status s = next(text.substr(last, begin - last));
+      if (!s.ok()) return s;
+    }
+    last = end;
+    return stage.keep_matches ? next(text.substr(begin, end - begin)) : absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  if (last < text.size()) return next(text.substr(last));
+  return absl::OkStatus();
 }
 
-void BpeTokenizer::bpe_word(const std::string& word, std::vector<int64_t>* out) const {
+void BpeTokenizer::bpe_word(absl::string_view word_view, std::vector<int64_t>* out) const {
+  const std::string word(word_view);
   if (ignore_merges_) {
     if (auto it = vocab_.find(word); it != vocab_.end()) {
       out->push_back(it->second);
@@ -399,6 +423,7 @@ void BpeTokenizer::bpe_word(const std::string& word, std::vector<int64_t>* out) 
     if (s.alive) ids.push_back(s.id);
   }
   out->insert(out->end(), ids.begin(), ids.end());
+  if (word.size() > kMaxCachedWordBytes) return;  // long words are rare; keep the cache small
   absl::MutexLock lock(&cache_mu_);
   if (cache_.size() < kCacheCapacity) cache_.emplace(word, std::move(ids));
 }
@@ -410,9 +435,7 @@ absl::Status BpeTokenizer::encode_piece(absl::string_view piece, std::vector<int
     if (!normalized.ok()) return normalized.status();
     text = std::move(*normalized);
   }
-  absl::Status status;
-  for (const std::string& word : pre_tokenize(text, &status)) bpe_word(word, out);
-  return status;
+  return pre_tokenize(text, 0, out);
 }
 
 absl::StatusOr<std::vector<int64_t>> BpeTokenizer::encode(absl::string_view text,

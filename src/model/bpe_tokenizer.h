@@ -52,8 +52,10 @@ class BpeTokenizer : public Tokenizer {
   BpeTokenizer() : matcher_({}) {}
 
   absl::Status encode_piece(absl::string_view piece, std::vector<int64_t>* out) const;
-  void bpe_word(const std::string& word, std::vector<int64_t>* out) const;
-  std::vector<std::string> pre_tokenize(const std::string& text, absl::Status* status) const;
+  // Runs pre-tokenizer stages [stage, end) on `text` and BPE-merges each resulting word into
+  // `out`, one word at a time (no list of all pre-tokens of a long text is built).
+  absl::Status pre_tokenize(absl::string_view text, size_t stage, std::vector<int64_t>* out) const;
+  void bpe_word(absl::string_view word, std::vector<int64_t>* out) const;
 
   ByteLevelAlphabet alphabet_;
   std::unordered_map<std::string, int32_t> vocab_;
@@ -69,6 +71,7 @@ class BpeTokenizer : public Tokenizer {
   std::unordered_map<std::string, int32_t> added_;
 
   static constexpr size_t kCacheCapacity = 10000;
+  static constexpr size_t kMaxCachedWordBytes = 256;
   mutable absl::Mutex cache_mu_;
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache_ ABSL_GUARDED_BY(cache_mu_);
 };

@@ -64,6 +64,11 @@ absl::StatusOr<std::unique_ptr<CharTokenizer>> CharTokenizer::from_json(const co
     characters.push_back(text.substr(i, length));
     i += length;
   }
+  if (static_cast<int64_t>(special_list.size() + characters.size()) > kMaxTokenizerVocabSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": ", special_list.size() + characters.size(),
+                     " tokens; token ids must be below ", kMaxTokenizerVocabSize));
+  }
   std::unique_ptr<CharTokenizer> t(
       new CharTokenizer(std::move(special_list), std::move(characters)));
   if (t->ids_.size() != t->tokens_.size()) {

@@ -1,10 +1,14 @@
 #include "flywheel/model/model_config.h"
 
+#include <cmath>
+#include <limits>
 #include <map>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "flywheel/core/file_io.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::model {
 namespace {
@@ -77,6 +81,35 @@ class KeyReader {
   const std::string& source_;
   absl::Status status_;
 };
+
+// a * b and a + b for non-negative values, saturating at INT64_MAX.
+int64_t mul_sat(int64_t a, int64_t b) {
+  int64_t out = 0;
+  return __builtin_mul_overflow(a, b, &out) ? std::numeric_limits<int64_t>::max() : out;
+}
+int64_t add_sat(int64_t a, int64_t b) {
+  int64_t out = 0;
+  return __builtin_add_overflow(a, b, &out) ? std::numeric_limits<int64_t>::max() : out;
+}
+
+absl::Status bounded(const char* key, int64_t value, int64_t limit) {
+  if (value <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(key, " must be positive, got ", value));
+  }
+  if (value > limit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, " ", value, " exceeds the limit of ", limit));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status positive_finite(const char* key, double value) {
+  if (!(value > 0) || !std::isfinite(value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, " must be a positive finite number, got ", value));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -171,13 +204,17 @@ absl::StatusOr<ModelConfig> ModelConfig::from_file(const std::string& path) {
 }
 
 absl::Status ModelConfig::validate() const {
-  auto positive = [](int64_t v) { return v > 0; };
-  if (!positive(vocab_size) || !positive(hidden_size) || !positive(intermediate_size) ||
-      !positive(num_hidden_layers) || !positive(num_attention_heads) ||
-      !positive(num_key_value_heads) || !positive(head_dim)) {
-    return absl::InvalidArgumentError(
-        "vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, "
-        "num_key_value_heads and head_dim must be positive");
+  using Bound = std::tuple<const char*, int64_t, int64_t>;
+  for (const auto& [key, value, limit] :
+       {Bound{"vocab_size", vocab_size, kMaxVocabSize},
+        Bound{"hidden_size", hidden_size, kMaxHiddenSize},
+        Bound{"intermediate_size", intermediate_size, kMaxIntermediateSize},
+        Bound{"num_hidden_layers", num_hidden_layers, kMaxLayers},
+        Bound{"num_attention_heads", num_attention_heads, kMaxHeads},
+        Bound{"num_key_value_heads", num_key_value_heads, kMaxHeads},
+        Bound{"head_dim", head_dim, kMaxHeadDim},
+        Bound{"max_position_embeddings", max_position_embeddings, kMaxPositionEmbeddings}}) {
+    FLYWHEEL_RETURN_IF_ERROR(bounded(key, value, limit));
   }
   if (num_attention_heads % num_key_value_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("num_attention_heads (", num_attention_heads,
@@ -185,8 +222,31 @@ absl::Status ModelConfig::validate() const {
                                                    num_key_value_heads, ")"));
   }
   if (head_dim % 2 != 0) return absl::InvalidArgumentError("head_dim must be even (RoPE)");
-  if (!(rms_norm_eps > 0) || !(rope_theta > 0)) {
-    return absl::InvalidArgumentError("rms_norm_eps and rope_theta must be positive");
+  if (const int64_t n = num_parameters(); n > kMaxParameters) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab_size ", vocab_size, ", hidden_size ", hidden_size, ", intermediate_size ",
+        intermediate_size, " and num_hidden_layers ", num_hidden_layers, " make ",
+        n == std::numeric_limits<int64_t>::max() ? "over 9.2e18" : absl::StrCat(n),
+        " parameters, more than the limit of ", kMaxParameters));
+  }
+  FLYWHEEL_RETURN_IF_ERROR(positive_finite("rms_norm_eps", rms_norm_eps));
+  FLYWHEEL_RETURN_IF_ERROR(positive_finite("rope_theta", rope_theta));
+  if (!(initializer_range >= 0) || !std::isfinite(initializer_range)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("initializer_range must be a finite number >= 0, got ", initializer_range));
+  }
+  if (has_llama3_rope_scaling) {
+    const Llama3RopeScaling& s = rope_scaling;
+    FLYWHEEL_RETURN_IF_ERROR(positive_finite("rope_scaling.factor", s.factor));
+    FLYWHEEL_RETURN_IF_ERROR(positive_finite("rope_scaling.low_freq_factor", s.low_freq_factor));
+    FLYWHEEL_RETURN_IF_ERROR(positive_finite("rope_scaling.high_freq_factor", s.high_freq_factor));
+    if (!(s.high_freq_factor > s.low_freq_factor)) {  // the smoothed band divides by the gap
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rope_scaling.high_freq_factor (", s.high_freq_factor,
+          ") must be greater than rope_scaling.low_freq_factor (", s.low_freq_factor, ")"));
+    }
+    FLYWHEEL_RETURN_IF_ERROR(bounded("rope_scaling.original_max_position_embeddings",
+                                     s.original_max_position_embeddings, kMaxPositionEmbeddings));
   }
   return absl::OkStatus();
 }
@@ -240,15 +300,16 @@ core::Json ModelConfig::to_json() const {
 }
 
 int64_t ModelConfig::num_parameters() const {
-  const int64_t q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
-  int64_t attention = hidden_size * q + 2 * hidden_size * kv + q * hidden_size;
-  if (qkv_bias) attention += q + 2 * kv;
-  if (o_bias) attention += hidden_size;
-  if (qk_norm) attention += 2 * head_dim;
-  const int64_t mlp = 3 * hidden_size * intermediate_size;
-  const int64_t layer = attention + mlp + 2 * hidden_size;
-  const int64_t embeddings = vocab_size * hidden_size * (tie_word_embeddings ? 1 : 2);
-  return num_hidden_layers * layer + embeddings + hidden_size;
+  const int64_t q = mul_sat(num_attention_heads, head_dim);
+  const int64_t kv = mul_sat(num_key_value_heads, head_dim);
+  int64_t attention = mul_sat(hidden_size, add_sat(mul_sat(2, q), mul_sat(2, kv)));  // q k v o
+  if (qkv_bias) attention = add_sat(attention, add_sat(q, mul_sat(2, kv)));
+  if (o_bias) attention = add_sat(attention, hidden_size);
+  if (qk_norm) attention = add_sat(attention, mul_sat(2, head_dim));
+  const int64_t mlp = mul_sat(3, mul_sat(hidden_size, intermediate_size));
+  const int64_t layer = add_sat(add_sat(attention, mlp), mul_sat(2, hidden_size));
+  const int64_t embeddings = mul_sat(mul_sat(vocab_size, hidden_size), tie_word_embeddings ? 1 : 2);
+  return add_sat(add_sat(mul_sat(num_hidden_layers, layer), embeddings), hidden_size);
 }
 
 }  // namespace flywheel::model

@@ -14,6 +14,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
+#include "flywheel/core/file_io.h"
 #include "flywheel/core/json.h"
 
 namespace flywheel::model {
@@ -71,15 +72,21 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("safetensors file '", path, "': ", why));
   };
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO without a writer returns at once (it is refused below).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     return absl::NotFoundError(
         absl::StrCat("cannot open safetensors file '", path, "': ", std::strerror(errno)));
   }
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fstat(fd, &st) != 0) {
+    const int error = errno;
     ::close(fd);
-    return bad("not a regular file");
+    return bad(absl::StrCat("cannot stat: ", std::strerror(error)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return bad(absl::StrCat("not a regular file (it is ", core::file_type_name(st.st_mode), ")"));
   }
   auto mapping = std::make_shared<Mapping>();
   mapping->size = static_cast<size_t>(st.st_size);

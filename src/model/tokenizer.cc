@@ -38,7 +38,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir
   std::string kind = type;
   if (kind == "auto") kind = fs::exists(hf, ec) ? "hf" : "char";
   if (kind == "hf") {
-    absl::StatusOr<std::string> text = core::read_file(hf.string());
+    core::ReadFileOptions options;
+    options.max_bytes = kMaxTokenizerFileBytes;
+    absl::StatusOr<std::string> text = core::read_file(hf.string(), options);
     if (!text.ok()) return text.status();
     return load_hf_tokenizer_json(*text, hf.string());
   }

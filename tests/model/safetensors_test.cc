@@ -1,5 +1,6 @@
 #include "flywheel/model/safetensors.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -146,6 +147,14 @@ TEST_F(SafetensorsTest, TruncatedRealFileIsAnError) {
   std::string bytes = read_all(path("t.safetensors"));
   std::ofstream(path("cut.safetensors"), std::ios::binary) << bytes.substr(0, bytes.size() - 10);
   EXPECT_THAT(error(path("cut.safetensors")), HasSubstr("beyond the data section"));
+}
+
+TEST_F(SafetensorsTest, SpecialFilesAreRefusedWithoutBlocking) {
+  // A FIFO without a writer: opening it for reading must not wait for one.
+  ASSERT_EQ(mkfifo(path("fifo.safetensors").c_str(), 0600), 0);
+  EXPECT_THAT(error(path("fifo.safetensors")), HasSubstr("not a regular file"));
+  EXPECT_THAT(error(dir_.string()), HasSubstr("not a regular file"));
+  EXPECT_THAT(error("/dev/zero"), HasSubstr("not a regular file"));
 }
 
 TEST_F(SafetensorsTest, UnsupportedDtypeCannotBeWritten) {

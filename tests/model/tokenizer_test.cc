@@ -91,6 +91,36 @@ TEST(BpeTokenizerTest, UnsupportedComponentsAreNamed) {
   EXPECT_THAT(error("{}"), HasSubstr("no \"model\" object"));
 }
 
+// One id of 2^31-1 used to allocate a table of 2^31 tokens.
+TEST(BpeTokenizerTest, HugeOrSparseIdsAreErrorsNamingTheFileAndTheId) {
+  auto error = [](const std::string& json) {
+    auto t = load_hf_tokenizer_json(json, "dir/tokenizer.json");
+    EXPECT_FALSE(t.ok());
+    return std::string(t.status().message());
+  };
+  const std::string base = tiny_tokenizer_json();
+  EXPECT_THAT(error(replaced(base, "\"c\": 2", "\"c\": 2147483647")),
+              HasSubstr("dir/tokenizer.json: vocab entry 'c' has id 2147483647; token ids must be "
+                        "below 16777216"));
+  EXPECT_THAT(error(replaced(base, "{\"id\": 6,", "{\"id\": 2147483647,")),
+              HasSubstr("dir/tokenizer.json: added token '<|end|>' has id 2147483647; token ids "
+                        "must be below 16777216"));
+  EXPECT_THAT(error(replaced(base, "\"c\": 2", "\"c\": 100000")),
+              HasSubstr("dir/tokenizer.json: vocab entry 'c' has id 100000, but the file has only "
+                        "7 tokens"));
+}
+
+// Ids the post-processor adds must be tokens of the tokenizer: a model sized for the tokenizer
+// would otherwise receive ids beyond its vocabulary.
+TEST(BpeTokenizerTest, PostProcessorIdsOutsideTheVocabularyAreErrors) {
+  auto t = load_hf_tokenizer_json(
+      replaced(tiny_tokenizer_json(), "\"ids\": [6]", "\"ids\": [70000]"), "dir/tokenizer.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()),
+              HasSubstr("dir/tokenizer.json: post_processor special token '<|end|>' has id 70000, "
+                        "outside the vocabulary [0, 7)"));
+}
+
 TEST(CharTokenizerTest, DefaultAlphabetRoundTripsAndMapsUnknownsToUnk) {
   auto t = load_tokenizer("/nonexistent-flywheel-dir", "char");
   ASSERT_TRUE(t.ok()) << t.status();

@@ -19,6 +19,17 @@ struct Llama3RopeScaling {
 };
 
 struct ModelConfig {
+  // Upper bounds checked by validate(): far above any released model, low enough that no size
+  // or product of sizes overflows, and checked before anything is allocated.
+  static constexpr int64_t kMaxVocabSize = int64_t{1} << 24;         // 16,777,216
+  static constexpr int64_t kMaxHiddenSize = int64_t{1} << 20;        // 1,048,576
+  static constexpr int64_t kMaxIntermediateSize = int64_t{1} << 24;  // 16,777,216
+  static constexpr int64_t kMaxLayers = int64_t{1} << 16;            // 65,536
+  static constexpr int64_t kMaxHeads = int64_t{1} << 16;             // 65,536
+  static constexpr int64_t kMaxHeadDim = int64_t{1} << 16;           // 65,536
+  static constexpr int64_t kMaxPositionEmbeddings = int64_t{1} << 30;
+  static constexpr int64_t kMaxParameters = int64_t{1} << 42;  // ~4.4 trillion
+
   std::string model_type;  // qwen2 | qwen3 | llama
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -50,9 +61,14 @@ struct ModelConfig {
   // config.json for this model, loadable by transformers.
   core::Json to_json() const;
 
-  // Shape consistency (heads divide, head_dim even, ...).
+  // InvalidArgument naming the field: a size that is not positive or exceeds its limit above, a
+  // parameter count above kMaxParameters, inconsistent shapes (heads divide, head_dim even),
+  // rms_norm_eps / rope_theta not positive and finite, a negative initializer_range, and for
+  // llama3 rope_scaling: factor, low_freq_factor, original_max_position_embeddings not
+  // positive, or high_freq_factor not above low_freq_factor (each would make RoPE NaN).
   absl::Status validate() const;
 
+  // Saturates at INT64_MAX (validate() bounds it by kMaxParameters).
   int64_t num_parameters() const;
 };
 

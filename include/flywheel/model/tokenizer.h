@@ -16,6 +16,13 @@
 
 namespace flywheel::model {
 
+// Token ids are below this (16,777,216, the largest vocab_size a model config may have): a
+// tokenizer file with a larger id, or with more tokens, is an error naming the file and the id.
+inline constexpr int64_t kMaxTokenizerVocabSize = int64_t{1} << 24;
+
+// tokenizer.json files larger than this are refused (the largest released ones are ~35 MB).
+inline constexpr int64_t kMaxTokenizerFileBytes = int64_t{256} << 20;
+
 struct EncodeOptions {
   bool add_special_tokens = true;  // apply the post-processor (e.g. prepend BOS), as HF does
 };
@@ -47,7 +54,9 @@ class Tokenizer {
 // Loads the tokenizer of a model directory. type: "hf" (tokenizer.json), "char"
 // (char_tokenizer.json, or the default alphabet when absent) or "auto" (hf when tokenizer.json
 // exists, else char_tokenizer.json). Errors name the file and what is unsupported (model types
-// other than BPE, unknown normalizers / pre-tokenizers / decoders / post-processors).
+// other than BPE, unknown normalizers / pre-tokenizers / decoders / post-processors), an id of
+// kMaxTokenizerVocabSize or more, ids much sparser than the tokens (an id of 4 x tokens + 1024
+// or more), post-processor ids outside the vocabulary, and files that are not regular files.
 absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir,
                                                           const std::string& type = "auto");
 
