@@ -23,6 +23,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
+constexpr int64_t kMaxSnapshotBytes = int64_t{64} << 30;
+
 struct BufferArgs {
   std::string config_path;
   std::vector<std::string> overrides;
@@ -81,7 +83,10 @@ absl::Status run(const BufferArgs& args) {
   std::unique_ptr<buffer::ControllerCore> core;
   std::error_code ec;
   if (!args.snapshot.empty() && fs::exists(args.snapshot, ec)) {
-    absl::StatusOr<std::string> text = core::read_file(args.snapshot);
+    // A snapshot holds every buffered group as JSON: far more than read_file's default limit.
+    core::ReadFileOptions big;
+    big.max_bytes = kMaxSnapshotBytes;
+    absl::StatusOr<std::string> text = core::read_file(args.snapshot, big);
     if (!text.ok()) return text.status();
     // Restored lease deadlines count from now on the clock the server then runs on.
     auto restored = buffer::ControllerCore::restore(

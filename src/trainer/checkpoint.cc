@@ -210,7 +210,9 @@ absl::StatusOr<std::string> read_checkpoint_file(const std::string& step_dir,
   if (!fs::exists(path, ec)) {
     return absl::NotFoundError(absl::StrCat("checkpoint ", step_dir, " has no ", name));
   }
-  return core::read_file(path.string());
+  core::ReadFileOptions options;
+  options.max_bytes = int64_t{64} << 30;  // e.g. a controller snapshot with its buffered groups
+  return core::read_file(path.string(), options);
 }
 
 absl::Status load_checkpoint(Learner& learner, const std::string& step_dir) {
