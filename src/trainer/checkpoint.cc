@@ -47,18 +47,19 @@ absl::Status write_synced(const fs::path& path, const std::string& text) {
   return sync_path(path);
 }
 
-// The models a learner checkpoints, by prefix.
-std::vector<std::pair<std::string, ShardedDecoder*>> models_of(Learner& learner) {
-  std::vector<std::pair<std::string, ShardedDecoder*>> out = {{"policy", &learner.policy()}};
-  if (learner.reference()) out.emplace_back("reference", learner.reference());
-  if (learner.critic()) out.emplace_back("critic", learner.critic());
-  return out;
-}
-
-std::vector<std::pair<std::string, ShardedAdamW*>> optimizers_of(Learner& learner) {
-  std::vector<std::pair<std::string, ShardedAdamW*>> out = {{"policy", &learner.optimizer()}};
-  if (learner.critic_optimizer()) out.emplace_back("critic", learner.critic_optimizer());
-  return out;
+// What a learner checkpoints.
+TrainingState state_of(Learner& learner) {
+  TrainingState state;
+  state.models = {{"policy", &learner.policy()}};
+  if (learner.reference()) state.models.emplace_back("reference", learner.reference());
+  if (learner.critic()) state.models.emplace_back("critic", learner.critic());
+  state.optimizers = {{"policy", &learner.optimizer()}};
+  if (learner.critic_optimizer())
+    state.optimizers.emplace_back("critic", learner.critic_optimizer());
+  state.scalars["version"] = static_cast<double>(learner.version());
+  state.scalars["kl_beta"] = learner.kl_beta();
+  state.scalars["consecutive_skips"] = static_cast<double>(learner.consecutive_skips());
+  return state;
 }
 
 // Every rank learns whether all succeeded; the first error wins (rank order).
@@ -73,19 +74,19 @@ absl::Status agree(comm::Communicator& comm, const absl::Status& mine) {
       absl::StrCat("learner rank ", first.item<int64_t>() - 1, " failed (see its log)"));
 }
 
-Json state_json(Learner& learner, int64_t step, int world) {
+Json state_json(const TrainingState& state, int64_t step, int world) {
   Json j = Json::object();
   j.set("format", Json(kFormat));
   j.set("step", Json(step));
   j.set("world_size", Json(static_cast<int64_t>(world)));
-  j.set("version", Json(learner.version()));
-  j.set("kl_beta", Json(learner.kl_beta()));
-  j.set("consecutive_skips", Json(learner.consecutive_skips()));
+  Json scalars = Json::object();
+  for (const auto& [name, value] : state.scalars) scalars.set(name, Json(value));
+  j.set("scalars", std::move(scalars));
   Json steps = Json::object();
-  for (auto& [name, optimizer] : optimizers_of(learner)) steps.set(name, Json(optimizer->steps()));
+  for (auto& [name, optimizer] : state.optimizers) steps.set(name, Json(optimizer->steps()));
   j.set("optimizer_steps", std::move(steps));
   Json models = Json::object();
-  for (auto& [name, model] : models_of(learner)) {
+  for (auto& [name, model] : state.models) {
     Json units = Json::array();
     for (const FlatUnit& unit : model->units()) {
       Json u = Json::object();
@@ -97,18 +98,18 @@ Json state_json(Learner& learner, int64_t step, int world) {
     models.set(name, std::move(units));
   }
   j.set("models", std::move(models));
-  j.set("model_config", learner.policy().config().to_json());
+  if (!state.models.empty()) j.set("model_config", state.models.front().second->config().to_json());
   return j;
 }
 
-absl::Status write_rank_file(Learner& learner, const fs::path& path) {
+absl::Status write_rank_file(const TrainingState& state, const fs::path& path) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (auto& [prefix, model] : models_of(learner)) {
+  for (auto& [prefix, model] : state.models) {
     for (const FlatUnit& unit : model->units()) {
       tensors.emplace_back(prefix + "/" + unit.name(), unit.shard().detach());
     }
   }
-  for (auto& [prefix, optimizer] : optimizers_of(learner)) {
+  for (auto& [prefix, optimizer] : state.optimizers) {
     for (const auto& [name, t] : optimizer->state()) {
       tensors.emplace_back(prefix + "_optimizer/" + name, t);
     }
@@ -150,7 +151,12 @@ std::vector<std::pair<int64_t, fs::path>> complete_steps(const std::string& dir,
 
 absl::Status save_checkpoint(Learner& learner, const std::string& dir, int64_t step,
                              const CheckpointSaveOptions& options) {
-  comm::Communicator& comm = learner.policy().comm();
+  return save_checkpoint(state_of(learner), learner.policy().comm(), dir, step, options);
+}
+
+absl::Status save_checkpoint(const TrainingState& state, comm::Communicator& comm,
+                             const std::string& dir, int64_t step,
+                             const CheckpointSaveOptions& options) {
   const fs::path final_dir = fs::path(dir) / absl::StrCat("step_", step);
   const fs::path tmp = fs::path(dir) / absl::StrCat("step_", step, ".tmp");
   std::error_code ec;
@@ -164,12 +170,12 @@ absl::Status save_checkpoint(Learner& learner, const std::string& dir, int64_t s
   }
   s = agree(comm, s);
   if (!s.ok()) return s;
-  s = agree(comm, write_rank_file(learner, tmp / rank_file(comm.rank(), comm.size())));
+  s = agree(comm, write_rank_file(state, tmp / rank_file(comm.rank(), comm.size())));
   if (!s.ok()) return s;
   if (options.before_commit) options.before_commit();
   comm.barrier();
   if (comm.rank() == 0) {
-    s = write_synced(tmp / kState, state_json(learner, step, comm.size()).dump() + "\n");
+    s = write_synced(tmp / kState, state_json(state, step, comm.size()).dump() + "\n");
     for (const auto& [name, text] : options.extra_files) {
       if (s.ok()) s = write_synced(tmp / name, text);
     }
@@ -216,7 +222,25 @@ absl::StatusOr<std::string> read_checkpoint_file(const std::string& step_dir,
 }
 
 absl::Status load_checkpoint(Learner& learner, const std::string& step_dir) {
-  comm::Communicator& comm = learner.policy().comm();
+  absl::StatusOr<std::map<std::string, double>> scalars =
+      load_checkpoint(state_of(learner), learner.policy().comm(), step_dir);
+  if (!scalars.ok()) return scalars.status();
+  for (const char* name : {"version", "kl_beta", "consecutive_skips"}) {
+    if (!scalars->count(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(step_dir, ": not a learner checkpoint (no ", name, ")"));
+    }
+  }
+  learner.set_version(static_cast<int64_t>(scalars->at("version")));
+  learner.set_kl_beta(scalars->at("kl_beta"));
+  learner.set_consecutive_skips(static_cast<int64_t>(scalars->at("consecutive_skips")));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, double>> load_checkpoint(const TrainingState& state,
+                                                              comm::Communicator& comm,
+                                                              const std::string& step_dir) {
+  std::map<std::string, double> scalars;
   auto load = [&]() -> absl::Status {
     std::error_code ec;
     if (!fs::exists(fs::path(step_dir) / kComplete, ec)) {
@@ -224,17 +248,27 @@ absl::Status load_checkpoint(Learner& learner, const std::string& step_dir) {
           absl::StrCat("checkpoint ", step_dir, " is incomplete (no ", kComplete, " marker)"));
     }
     const std::string state_path = (fs::path(step_dir) / kState).string();
-    absl::StatusOr<Json> state = core::read_json_file(state_path);
-    if (!state.ok()) return state.status();
-    const Json* format = state->find("format");
+    absl::StatusOr<Json> saved = core::read_json_file(state_path);
+    if (!saved.ok()) return saved.status();
+    const Json* format = saved->find("format");
     if (format == nullptr || !format->is_string() || format->as_string() != kFormat) {
       return absl::InvalidArgumentError(absl::StrCat(state_path, ": not a ", kFormat, " file"));
     }
-    const Json* world = state->find("world_size");
+    const Json* world = saved->find("world_size");
     if (world == nullptr || !world->is_integer() || world->as_int() != comm.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           state_path, ": saved by ", world && world->is_integer() ? world->as_int() : -1,
           " learner rank(s), loading on ", comm.size(), "; resume with the same number of ranks"));
+    }
+    const Json* saved_scalars = saved->find("scalars");
+    if (saved_scalars == nullptr || !saved_scalars->is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(state_path, ": no scalars"));
+    }
+    for (const auto& [name, value] : saved_scalars->as_object()) {
+      if (!value.is_number()) {
+        return absl::InvalidArgumentError(absl::StrCat(state_path, ": scalar ", name));
+      }
+      scalars[name] = value.as_double();
     }
     const std::string file = (fs::path(step_dir) / rank_file(comm.rank(), comm.size())).string();
     absl::StatusOr<std::unique_ptr<model::SafetensorsFile>> shards =
@@ -252,15 +286,15 @@ absl::Status load_checkpoint(Learner& learner, const std::string& step_dir) {
       return t;
     };
     at::NoGradGuard no_grad;
-    for (auto& [prefix, model] : models_of(learner)) {
+    for (auto& [prefix, model] : state.models) {
       for (FlatUnit& unit : model->units()) {
         absl::StatusOr<at::Tensor> t = tensor(prefix + "/" + unit.name(), unit.shard());
         if (!t.ok()) return t.status();
         unit.shard().detach().copy_(*t);
       }
     }
-    const Json* steps = state->find("optimizer_steps");
-    for (auto& [prefix, optimizer] : optimizers_of(learner)) {
+    const Json* steps = saved->find("optimizer_steps");
+    for (auto& [prefix, optimizer] : state.optimizers) {
       std::map<std::string, at::Tensor> moments;
       for (const auto& [name, like] : optimizer->state()) {
         absl::StatusOr<at::Tensor> t = tensor(prefix + "_optimizer/" + name, like);
@@ -275,20 +309,11 @@ absl::Status load_checkpoint(Learner& learner, const std::string& step_dir) {
       absl::Status loaded = optimizer->load_state(moments, n->as_int());
       if (!loaded.ok()) return loaded;
     }
-    const Json* version = state->find("version");
-    const Json* beta = state->find("kl_beta");
-    const Json* skips = state->find("consecutive_skips");
-    if (!version || !version->is_integer() || !beta || !beta->is_number() || !skips ||
-        !skips->is_integer()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(state_path, ": version, kl_beta or consecutive_skips missing"));
-    }
-    learner.set_version(version->as_int());
-    learner.set_kl_beta(beta->as_double());
-    learner.set_consecutive_skips(skips->as_int());
     return absl::OkStatus();
   };
-  return agree(comm, load());
+  absl::Status s = agree(comm, load());
+  if (!s.ok()) return s;
+  return scalars;
 }
 
 }  // namespace flywheel::trainer

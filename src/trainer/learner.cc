@@ -58,48 +58,17 @@ struct Learner::Batch {
 
 namespace {
 
-// Micro-batches of `rows` (local rows of `batch`'s sequences), as many on every rank: a rank
-// with fewer runs empty ones. The packed list holds only rows with a response.
-struct Packed {
-  std::vector<MicroBatch> micro_batches;
-  std::vector<int64_t> rows;  // packed list index -> local row
-};
-
-absl::StatusOr<Packed> pack_rows(const std::vector<const buffer::Trajectory*>& sequences,
-                                 const std::vector<int64_t>& mine, const std::vector<int64_t>& rows,
-                                 int64_t max_tokens, int64_t max_response,
-                                 comm::Communicator& comm) {
-  Packed packed;
+// The micro-batches of `rows` (local rows; `mine` maps them to sequences of the batch).
+absl::StatusOr<BalancedMicroBatches> pack_rows(
+    const std::vector<const buffer::Trajectory*>& sequences, const std::vector<int64_t>& mine,
+    const std::vector<int64_t>& rows, int64_t max_tokens, int64_t max_response,
+    comm::Communicator& comm) {
   std::vector<SequenceTokens> tokens;
   for (int64_t row : rows) {
     const buffer::Trajectory* t = sequences[mine[row]];
-    if (t->response_ids.empty()) continue;
     tokens.push_back({&t->prompt_ids, &t->response_ids});
-    packed.rows.push_back(row);
   }
-  absl::StatusOr<std::vector<MicroBatch>> mbs =
-      pack_micro_batches(tokens, max_tokens, max_response);
-  // Every rank learns whether any failed, so that none is left waiting in a collective.
-  at::Tensor failed = at::full({1}, mbs.ok() ? 0 : 1, at::kLong);
-  comm.all_reduce(failed, comm::ReduceOp::kMax);
-  if (!mbs.ok()) return mbs.status();
-  if (failed.item<int64_t>() != 0) {
-    return absl::InvalidArgumentError("another learner rank could not pack its micro-batches");
-  }
-  packed.micro_batches = std::move(*mbs);
-  at::Tensor count = at::full({1}, static_cast<int64_t>(packed.micro_batches.size()), at::kLong);
-  comm.all_reduce(count, comm::ReduceOp::kMax);
-  while (static_cast<int64_t>(packed.micro_batches.size()) < count.item<int64_t>()) {
-    packed.micro_batches.push_back(empty_micro_batch(max_response));
-  }
-  return packed;
-}
-
-// Local rows of micro-batch `mb` (its sequences are indices into the packed list).
-at::Tensor rows_of(const Packed& packed, const MicroBatch& mb) {
-  std::vector<int64_t> rows;
-  for (int64_t s : mb.sequences) rows.push_back(packed.rows[s]);
-  return at::tensor(rows, at::kLong);
+  return pack_balanced(tokens, rows, max_tokens, max_response, comm);
 }
 
 // [S_local, R] -> [S, R] over every rank (rows of other ranks' sequences filled in), in batch
@@ -208,8 +177,8 @@ at::Tensor Learner::infer(ShardedDecoder& model, const Batch& batch, bool values
   std::vector<int64_t> all(batch.mine.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
   // Packing succeeded for these rows in step() already.
-  Packed packed = *pack_rows(batch.sequences, batch.mine, all, options_.micro_batch_tokens,
-                             batch.max_response, *comm_);
+  BalancedMicroBatches packed = *pack_rows(batch.sequences, batch.mine, all,
+                                           options_.micro_batch_tokens, batch.max_response, *comm_);
   at::Tensor out = at::zeros({static_cast<int64_t>(batch.mine.size()), batch.max_response});
   HeadOptions head;
   head.temperature = options_.temperature;
@@ -217,7 +186,7 @@ at::Tensor Learner::infer(ShardedDecoder& model, const Batch& batch, bool values
   for (const MicroBatch& mb : packed.micro_batches) {
     TokenOutputs o = model.forward(mb.batch, head);
     if (mb.sequences.empty()) continue;
-    out.index_copy_(0, rows_of(packed, mb), unpack(mb, values ? o.values : o.logprobs).cpu());
+    out.index_copy_(0, packed.rows_of(mb), unpack(mb, values ? o.values : o.logprobs).cpu());
   }
   return out;
 }
@@ -244,7 +213,7 @@ absl::Status Learner::update(const Batch& batch, bool critic, Metrics* metrics) 
       comm_->all_reduce(counts, comm::ReduceOp::kSum);
       algos::AggCounts global{counts[0].item<double>(), counts[1].item<double>(),
                               counts[2].item<double>()};
-      absl::StatusOr<Packed> packed =
+      absl::StatusOr<BalancedMicroBatches> packed =
           pack_rows(batch.sequences, batch.mine, rows, options_.micro_batch_tokens,
                     batch.max_response, *comm_);
       if (!packed.ok()) return packed.status();
@@ -256,7 +225,7 @@ absl::Status Learner::update(const Batch& batch, bool critic, Metrics* metrics) 
         if (mb.sequences.empty()) {  // no sequence: only the collectives of its backward
           loss = (critic ? out.values : out.logprobs).sum() * 0;
         } else {
-          at::Tensor r = rows_of(*packed, mb);
+          at::Tensor r = packed->rows_of(mb);
           at::Tensor mask = batch.local_mask.index_select(0, r);
           const double tokens = mask.sum().item<double>();
           algos::LossResult result;
@@ -413,7 +382,7 @@ absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>
   {
     std::vector<int64_t> all(batch.mine.size());
     for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-    absl::StatusOr<Packed> packed =
+    absl::StatusOr<BalancedMicroBatches> packed =
         pack_rows(batch.sequences, batch.mine, all, options_.micro_batch_tokens, R, *comm_);
     if (!packed.ok()) return packed.status();
   }

@@ -100,6 +100,40 @@ MicroBatch empty_micro_batch(int64_t max_response) {
   return mb;
 }
 
+at::Tensor BalancedMicroBatches::rows_of(const MicroBatch& mb) const {
+  std::vector<int64_t> rows;
+  for (int64_t s : mb.sequences) rows.push_back(ids[s]);
+  return at::tensor(rows, at::kLong);
+}
+
+absl::StatusOr<BalancedMicroBatches> pack_balanced(const std::vector<SequenceTokens>& sequences,
+                                                   const std::vector<int64_t>& ids,
+                                                   int64_t max_tokens, int64_t max_response,
+                                                   comm::Communicator& comm) {
+  BalancedMicroBatches packed;
+  std::vector<SequenceTokens> kept;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    if (sequences[i].response->empty()) continue;
+    kept.push_back(sequences[i]);
+    packed.ids.push_back(ids[i]);
+  }
+  absl::StatusOr<std::vector<MicroBatch>> mbs = pack_micro_batches(kept, max_tokens, max_response);
+  // Every rank learns whether any failed, so that none is left waiting in a collective.
+  at::Tensor failed = at::full({1}, mbs.ok() ? 0 : 1, at::kLong);
+  comm.all_reduce(failed, comm::ReduceOp::kMax);
+  if (!mbs.ok()) return mbs.status();
+  if (failed.item<int64_t>() != 0) {
+    return absl::InvalidArgumentError("another learner rank could not pack its micro-batches");
+  }
+  packed.micro_batches = std::move(*mbs);
+  at::Tensor count = at::full({1}, static_cast<int64_t>(packed.micro_batches.size()), at::kLong);
+  comm.all_reduce(count, comm::ReduceOp::kMax);
+  while (static_cast<int64_t>(packed.micro_batches.size()) < count.item<int64_t>()) {
+    packed.micro_batches.push_back(empty_micro_batch(max_response));
+  }
+  return packed;
+}
+
 at::Tensor unpack(const MicroBatch& micro_batch, const at::Tensor& per_position) {
   at::Tensor flat = per_position.reshape({-1});
   at::Tensor index = micro_batch.index.to(flat.device());

@@ -24,6 +24,14 @@
 
 namespace flywheel::trainer {
 
+// What a checkpoint holds of a training job: its sharded models and optimizers by name, and
+// scalars (version, KL coefficient, data position, ...).
+struct TrainingState {
+  std::vector<std::pair<std::string, ShardedDecoder*>> models;
+  std::vector<std::pair<std::string, ShardedAdamW*>> optimizers;
+  std::map<std::string, double> scalars;
+};
+
 struct CheckpointSaveOptions {
   int64_t keep_last = 3;  // older complete checkpoints are deleted after a save; 0 = keep all
   std::map<std::string, std::string> extra_files;  // name -> content, written by rank 0
@@ -32,17 +40,24 @@ struct CheckpointSaveOptions {
   std::function<void()> before_commit;
 };
 
-// Saves `learner` as step `step` under `dir`. Collective; every rank returns the same status
-// (Unavailable naming the file that could not be written).
+// Saves `state` as step `step` under `dir`. Collective over `comm` (the models' communicator);
+// every rank returns the same status (Unavailable naming the file that could not be written).
+absl::Status save_checkpoint(const TrainingState& state, comm::Communicator& comm,
+                             const std::string& dir, int64_t step,
+                             const CheckpointSaveOptions& options = {});
 absl::Status save_checkpoint(Learner& learner, const std::string& dir, int64_t step,
                              const CheckpointSaveOptions& options = {});
 
 // The newest complete step directory under `dir`; NotFound when there is none.
 absl::StatusOr<std::string> latest_checkpoint(const std::string& dir);
 
-// Restores `learner` (parameters, optimizer state, version, KL coefficient, skip count) from a
-// step directory. Collective. Errors name the file and what differs: no COMPLETE marker, another
-// world size, missing or truncated shard files, tensors of other shapes or dtypes.
+// Restores the models and optimizers of `state` from a step directory and returns the saved
+// scalars. Collective. Errors name the file and what differs: no COMPLETE marker, another world
+// size, missing or truncated shard files, tensors of other shapes or dtypes, missing scalars.
+absl::StatusOr<std::map<std::string, double>> load_checkpoint(const TrainingState& state,
+                                                              comm::Communicator& comm,
+                                                              const std::string& step_dir);
+// The same for a learner: parameters, optimizer state, version, KL coefficient, skip count.
 absl::Status load_checkpoint(Learner& learner, const std::string& step_dir);
 
 // An extra file of a step directory (e.g. the controller snapshot); NotFound when absent.

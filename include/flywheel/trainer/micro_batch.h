@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
+#include "flywheel/comm/communicator.h"
 #include "flywheel/trainer/sharded_decoder.h"
 
 namespace flywheel::trainer {
@@ -40,6 +41,21 @@ absl::StatusOr<std::vector<MicroBatch>> pack_micro_batches(
 // A micro-batch of no sequence (one padding token), run by a rank with fewer micro-batches than
 // the others so that every rank makes the same collective calls.
 MicroBatch empty_micro_batch(int64_t max_response);
+
+// Micro-batches of `sequences` for one collective pass: as many on every rank of `comm` (a rank
+// with fewer runs empty_micro_batch()es), so that every rank makes the same forward/backward
+// calls. Sequences with an empty response are left out (nothing to train). `ids[i]` names
+// sequence i; rows_of() maps a micro-batch's sequences back to them. Collective; every rank
+// returns an error when any rank's sequences do not pack.
+struct BalancedMicroBatches {
+  std::vector<MicroBatch> micro_batches;
+  std::vector<int64_t> ids;  // packed list index -> the caller's id
+  at::Tensor rows_of(const MicroBatch& mb) const;
+};
+absl::StatusOr<BalancedMicroBatches> pack_balanced(const std::vector<SequenceTokens>& sequences,
+                                                   const std::vector<int64_t>& ids,
+                                                   int64_t max_tokens, int64_t max_response,
+                                                   comm::Communicator& comm);
 
 // Per-position values of a micro-batch's row ([1, T] or [T]) as [S, max_response], zero where
 // !valid. Differentiable.
