@@ -1,7 +1,5 @@
 // `flywheel export CKPT OUT_DIR`: writes a Hugging Face directory (config.json, safetensors,
 // tokenizer files) that transformers, vLLM and llama.cpp's converters read.
-#include <sys/stat.h>
-
 #include <exception>
 #include <filesystem>
 #include <iostream>
@@ -15,6 +13,7 @@
 #include "flywheel/core/file_io.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/model/tokenizer.h"
+#include "flywheel/trainer/checkpoint.h"
 #include "model_args.h"
 
 namespace flywheel::cli {
@@ -22,37 +21,25 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Files copied next to the weights when the source has them.
-constexpr const char* kSideFiles[] = {"tokenizer.json",
-                                      "tokenizer_config.json",
-                                      "special_tokens_map.json",
-                                      "generation_config.json",
-                                      "vocab.json",
-                                      "merges.txt",
-                                      "char_tokenizer.json"};
-
 struct ExportArgs {
   ModelArgs model;
   std::string out_dir;
   double shard_gib = 5.0;
+  std::string which = "policy";  // of a learner checkpoint
 };
 
-// The side files of `dir` that exist. InvalidArgument for one that is not a regular file (a FIFO
-// would block the copy, a device would never end).
-absl::StatusOr<std::vector<fs::path>> side_files(const std::string& dir) {
-  std::vector<fs::path> files;
-  for (const char* name : kSideFiles) {
-    const fs::path from = fs::path(dir) / name;
-    struct stat st;
-    if (::stat(from.c_str(), &st) != 0) continue;  // absent
-    if (!S_ISREG(st.st_mode)) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot copy '", from.string(), "': it is ",
-                                                     core::file_type_name(st.st_mode),
-                                                     ", not a regular file"));
-    }
-    files.push_back(from);
-  }
-  return files;
+// A learner or SFT checkpoint step directory (checkpoint.h), gathered from its rank files.
+absl::Status export_checkpoint(const ExportArgs& args) {
+  absl::StatusOr<at::ScalarType> dtype = model::parse_dtype(args.model.dtype);
+  if (!dtype.ok()) return dtype.status();
+  model::SaveOptions save;
+  save.max_shard_bytes = static_cast<int64_t>(args.shard_gib * (int64_t{1} << 30));
+  absl::Status exported =
+      trainer::export_checkpoint(args.model.dir, args.which, args.out_dir, *dtype, save);
+  if (!exported.ok()) return exported;
+  std::cout << "exported the " << args.which << " of checkpoint " << args.model.dir << " ("
+            << args.model.dtype << ") to " << args.out_dir << "\n";
+  return absl::OkStatus();
 }
 
 // The tokenizer that would be exported must not give ids beyond the model's vocabulary. A
@@ -83,7 +70,10 @@ absl::Status run(const ExportArgs& args) {
   if (fs::exists(args.out_dir, ec) && fs::equivalent(args.model.dir, args.out_dir, ec)) {
     return absl::InvalidArgumentError("OUT_DIR must differ from CKPT");
   }
-  absl::StatusOr<std::vector<fs::path>> files = side_files(args.model.dir);
+  if (fs::exists(fs::path(args.model.dir) / "trainer_state.json", ec)) {
+    return export_checkpoint(args);
+  }
+  absl::StatusOr<std::vector<std::string>> files = model::hf_side_files(args.model.dir);
   if (!files.ok()) return files.status();
   absl::StatusOr<std::unique_ptr<model::DecoderModel>> model = args.model.load();
   if (!model.ok()) return model.status();
@@ -98,7 +88,8 @@ absl::Status run(const ExportArgs& args) {
     return model_exception_error((*model)->config(), args.out_dir, e);
   }
   int copied = 0;
-  for (const fs::path& from : *files) {
+  for (const std::string& file : *files) {
+    const fs::path from(file);
     fs::copy_file(from, fs::path(args.out_dir) / from.filename(),
                   fs::copy_options::overwrite_existing, ec);
     if (ec)
@@ -119,13 +110,20 @@ void add_export_command(CLI::App& app, int* exit_code) {
   CLI::App* command = app.add_subcommand(
       "export",
       "Write a Hugging Face model directory (config.json, model*.safetensors and the "
-      "tokenizer files) from a model directory, optionally converting its dtype");
-  command->add_option("ckpt", args->model.dir, "Source model directory (Hugging Face format)")
+      "tokenizer files) from a model directory or a learner / SFT checkpoint (a step_N "
+      "directory), optionally converting its dtype");
+  command
+      ->add_option("ckpt", args->model.dir,
+                   "Source: a Hugging Face model directory or a checkpoint step directory")
       ->required();
   command->add_option("out_dir", args->out_dir, "Output directory")->required();
   args->model.add_to(command, /*dir_flag=*/"");
   command->add_option("--shard-gib", args->shard_gib, "Largest safetensors shard, in GiB")
       ->check(CLI::PositiveNumber);
+  command
+      ->add_option("--model-name", args->which,
+                   "Which model of a learner checkpoint: policy, critic or reference")
+      ->check(CLI::IsMember({"policy", "critic", "reference"}));
   command->callback([args, exit_code] {
     absl::Status status = run(*args);
     if (!status.ok()) std::cerr << "flywheel export: " << status.message() << "\n";

@@ -16,6 +16,7 @@ void bind_options(FieldBinder& b, Config& c) {
   b.section("rewards", &c.rewards, "Reward functions.");
   b.section("environment", &c.environment, "Multi-turn environment (agentic episodes).");
   b.section("trainer", &c.trainer, "Learner optimisation.");
+  b.section("sft", &c.sft, "Supervised fine-tuning (flywheel sft).");
   b.section("buffer", &c.buffer,
             "The controller: trajectory buffer, staleness budget, prompt leases, gRPC server.");
   b.section("cluster", &c.cluster, "Processes, threads and collective backends.");

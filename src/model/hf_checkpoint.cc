@@ -1,5 +1,7 @@
 #include "flywheel/model/hf_checkpoint.h"
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <map>
 
@@ -17,6 +19,22 @@ namespace {
 namespace fs = std::filesystem;
 
 }  // namespace
+
+absl::StatusOr<std::vector<std::string>> hf_side_files(const std::string& dir) {
+  std::vector<std::string> files;
+  for (const char* name : kHfSideFiles) {
+    const fs::path from = fs::path(dir) / name;
+    struct stat st;
+    if (::stat(from.c_str(), &st) != 0) continue;  // absent
+    if (!S_ISREG(st.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot copy '", from.string(), "': it is ",
+                                                     core::file_type_name(st.st_mode),
+                                                     ", not a regular file"));
+    }
+    files.push_back(from.string());
+  }
+  return files;
+}
 
 absl::StatusOr<at::ScalarType> parse_dtype(const std::string& name) {
   if (name == "float32" || name == "float" || name == "fp32") return at::kFloat;

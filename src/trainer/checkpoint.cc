@@ -15,6 +15,7 @@
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/json.h"
 #include "flywheel/core/logging.h"
+#include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/model/safetensors.h"
 
 namespace flywheel::trainer {
@@ -314,6 +315,82 @@ absl::StatusOr<std::map<std::string, double>> load_checkpoint(const TrainingStat
   absl::Status s = agree(comm, load());
   if (!s.ok()) return s;
   return scalars;
+}
+
+absl::Status export_checkpoint(const std::string& step_dir, const std::string& model_name,
+                               const std::string& out_dir, at::ScalarType dtype,
+                               const model::SaveOptions& save) {
+  std::error_code ec;
+  if (!fs::exists(fs::path(step_dir) / kComplete, ec)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        step_dir, " is not a complete flywheel checkpoint (no ", kComplete, " marker)"));
+  }
+  const std::string state_path = (fs::path(step_dir) / kState).string();
+  absl::StatusOr<Json> saved = core::read_json_file(state_path);
+  if (!saved.ok()) return saved.status();
+  const Json* world = saved->find("world_size");
+  const Json* config_json = saved->find("model_config");
+  const Json* models = saved->find("models");
+  if (!world || !world->is_integer() || world->as_int() < 1 || !config_json || !models ||
+      !models->is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(state_path, ": malformed"));
+  }
+  if (models->find(model_name) == nullptr) {
+    std::string held;
+    for (const auto& [name, units] : models->as_object()) absl::StrAppend(&held, " ", name);
+    return absl::NotFoundError(
+        absl::StrCat(step_dir, " holds no model '", model_name, "'; it holds:", held));
+  }
+  absl::StatusOr<model::ModelConfig> config =
+      model::ModelConfig::from_json(*config_json, state_path);
+  if (!config.ok()) return config.status();
+  const int W = static_cast<int>(world->as_int());
+  std::vector<std::unique_ptr<model::SafetensorsFile>> files;
+  for (int r = 0; r < W; ++r) {
+    absl::StatusOr<std::unique_ptr<model::SafetensorsFile>> f =
+        model::SafetensorsFile::open((fs::path(step_dir) / rank_file(r, W)).string());
+    if (!f.ok()) return f.status();
+    files.push_back(std::move(*f));
+  }
+  absl::StatusOr<std::unique_ptr<model::HfWriter>> writer =
+      model::HfWriter::create(out_dir, *config, dtype, save);
+  if (!writer.ok()) return writer.status();
+  for (const auto& [unit, specs] : decoder_units(*config, model_name == "critic")) {
+    std::vector<at::Tensor> shards;
+    for (int r = 0; r < W; ++r) {
+      absl::StatusOr<at::Tensor> t = files[r]->tensor(model_name + "/" + unit);
+      if (!t.ok()) {
+        return absl::NotFoundError(
+            absl::StrCat(files[r]->path(), ": no tensor '", model_name, "/", unit, "'"));
+      }
+      shards.push_back(*t);
+    }
+    at::Tensor full = at::cat(shards);
+    int64_t offset = 0;
+    for (const model::ParamSpec& spec : specs) {
+      int64_t numel = 1;
+      for (int64_t d : spec.shape) numel *= d;
+      if (offset + numel > full.numel()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            step_dir, ": unit '", unit, "' holds ", full.numel(), " values, fewer than its ",
+            "parameters need: the checkpoint does not match its model_config"));
+      }
+      absl::Status added =
+          (*writer)->add(spec.name, full.narrow(0, offset, numel).view(spec.shape));
+      if (!added.ok()) return added;
+      offset += numel;
+    }
+  }
+  absl::Status finished = (*writer)->finish();
+  if (!finished.ok()) return finished;
+  absl::StatusOr<std::vector<std::string>> side = model::hf_side_files(step_dir);
+  if (!side.ok()) return side.status();
+  for (const std::string& file : *side) {
+    fs::copy_file(file, fs::path(out_dir) / fs::path(file).filename(),
+                  fs::copy_options::overwrite_existing, ec);
+    if (ec) return absl::UnavailableError(absl::StrCat("cannot copy ", file, ": ", ec.message()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace flywheel::trainer

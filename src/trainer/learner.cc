@@ -296,24 +296,20 @@ absl::Status Learner::update(const Batch& batch, bool critic, Metrics* metrics) 
         loss.backward();
       }
       // The update: skipped when the loss or the gradient norm is not finite on any rank.
-      at::Tensor total = at::full({1}, loss_sum, at::kDouble);
-      comm_->all_reduce(total, comm::ReduceOp::kSum);
-      const double norm = optimizer.grad_norm();
+      const ShardedAdamW::Update u = optimizer.finish_update(loss_sum, lr, options_.grad_clip);
       ++updates;
-      if (std::isfinite(norm) && std::isfinite(total.item<double>())) {
-        optimizer.step(lr, ShardedAdamW::clip_coefficient(norm, options_.grad_clip));
-        sums.add_mean(prefix + "grad_norm", norm, 1);
+      if (u.applied) {
+        sums.add_mean(prefix + "grad_norm", u.grad_norm, 1);
         consecutive_skips_ = 0;
       } else {
         ++skipped;
         ++consecutive_skips_;
       }
-      optimizer.zero_grad();
       if (consecutive_skips_ >= options_.max_consecutive_skips) {
         return absl::FailedPreconditionError(absl::StrCat(
             consecutive_skips_, " consecutive ", critic ? "critic" : "policy",
-            " updates had a non-finite loss or gradient norm (last: loss ", total.item<double>(),
-            ", grad norm ", norm, "); stopping (trainer.max_consecutive_skips)"));
+            " updates had a non-finite loss or gradient norm (last: loss ", u.loss, ", grad norm ",
+            u.grad_norm, "); stopping (trainer.max_consecutive_skips)"));
       }
     }
   }

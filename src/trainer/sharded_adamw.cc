@@ -56,6 +56,19 @@ void ShardedAdamW::step(double lr, double grad_scale) {
   }
 }
 
+ShardedAdamW::Update ShardedAdamW::finish_update(double local_loss, double lr,
+                                                 double max_grad_norm) {
+  Update update;
+  at::Tensor total = at::full({1}, local_loss, at::kDouble);
+  comm_->all_reduce(total, comm::ReduceOp::kSum);
+  update.loss = total.item<double>();
+  update.grad_norm = grad_norm();
+  update.applied = std::isfinite(update.loss) && std::isfinite(update.grad_norm);
+  if (update.applied) step(lr, clip_coefficient(update.grad_norm, max_grad_norm));
+  zero_grad();
+  return update;
+}
+
 void ShardedAdamW::zero_grad() {
   for (FlatUnit* unit : units_) {
     if (unit->shard().grad().defined()) unit->shard().mutable_grad().zero_();

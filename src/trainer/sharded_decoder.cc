@@ -34,6 +34,13 @@ std::vector<std::pair<std::string, std::vector<model::ParamSpec>>> split_units(
 
 }  // namespace
 
+std::vector<std::pair<std::string, std::vector<model::ParamSpec>>> decoder_units(
+    const model::ModelConfig& config, bool value_head) {
+  return split_units(
+      value_head ? critic_parameter_specs(config) : model::decoder_parameter_specs(config),
+      config.num_hidden_layers);
+}
+
 std::vector<model::ParamSpec> critic_parameter_specs(const model::ModelConfig& config) {
   std::vector<model::ParamSpec> specs;
   for (const model::ParamSpec& spec : model::decoder_parameter_specs(config)) {

@@ -19,6 +19,7 @@
 #include "flywheel/core/options/model_options.h"
 #include "flywheel/core/options/rewards_options.h"
 #include "flywheel/core/options/rollout_options.h"
+#include "flywheel/core/options/sft_options.h"
 #include "flywheel/core/options/tokenizer_options.h"
 #include "flywheel/core/options/trainer_options.h"
 #include "flywheel/core/options/weight_sync_options.h"
@@ -34,6 +35,7 @@ struct Config {
   RewardsOptions rewards;
   EnvironmentOptions environment;
   TrainerOptions trainer;
+  SftOptions sft;
   BufferOptions buffer;
   ClusterOptions cluster;
   WeightSyncOptions weight_sync;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "flywheel/model/decoder.h"
@@ -57,6 +58,20 @@ class HfWriter {
 // saving the same weights twice gives identical files. Leaves other files of `dir` alone.
 absl::Status save_hf_model(const DecoderModel& model, const std::string& dir,
                            const SaveOptions& options = {});
+
+// The files of a Hugging Face directory besides config.json and the weights that a copy of the
+// model needs: tokenizer files, generation config.
+inline constexpr const char* kHfSideFiles[] = {"tokenizer.json",
+                                               "tokenizer_config.json",
+                                               "special_tokens_map.json",
+                                               "generation_config.json",
+                                               "vocab.json",
+                                               "merges.txt",
+                                               "char_tokenizer.json"};
+
+// The paths of kHfSideFiles present in `dir`. InvalidArgument for one that is not a regular file
+// (a FIFO would block a copy, a device would never end).
+absl::StatusOr<std::vector<std::string>> hf_side_files(const std::string& dir);
 
 // at::ScalarType for "float32" | "bfloat16" | "float16" (also accepts torch_dtype spellings
 // "float", "bf16", "half", "fp16", "fp32").

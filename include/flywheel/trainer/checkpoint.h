@@ -20,6 +20,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/trainer/learner.h"
 
 namespace flywheel::trainer {
@@ -59,6 +60,14 @@ absl::StatusOr<std::map<std::string, double>> load_checkpoint(const TrainingStat
                                                               const std::string& step_dir);
 // The same for a learner: parameters, optimizer state, version, KL coefficient, skip count.
 absl::Status load_checkpoint(Learner& learner, const std::string& step_dir);
+
+// Writes model `model` ("policy", "reference", "critic") of a step directory as a Hugging Face
+// directory in `dtype`, reading every rank's shard file in this one process (no MPI needed), and
+// copies the tokenizer and generation files the checkpoint holds. Errors name the file: not a
+// checkpoint, incomplete, a missing rank file or tensor, a model it does not hold.
+absl::Status export_checkpoint(const std::string& step_dir, const std::string& model,
+                               const std::string& out_dir, at::ScalarType dtype,
+                               const model::SaveOptions& save = {});
 
 // An extra file of a step directory (e.g. the controller snapshot); NotFound when absent.
 absl::StatusOr<std::string> read_checkpoint_file(const std::string& step_dir,

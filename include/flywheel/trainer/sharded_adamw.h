@@ -41,6 +41,16 @@ class ShardedAdamW {
   void step(double lr, double grad_scale = 1.0);
   void zero_grad();
 
+  // Ends one update whose backward passes accumulated the gradients: the loss (this rank's part,
+  // summed over ranks) and the global gradient norm are computed, the step is taken with
+  // clipping unless either is not finite, and the gradients are zeroed. Collective.
+  struct Update {
+    bool applied = false;
+    double loss = 0;       // over all ranks
+    double grad_norm = 0;  // before clipping
+  };
+  Update finish_update(double local_loss, double lr, double max_grad_norm);
+
   int64_t steps() const { return steps_; }
   // State for checkpoints: per unit "exp_avg" and "exp_avg_sq" (this rank's shards), and the
   // step count.

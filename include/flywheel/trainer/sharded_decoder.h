@@ -101,6 +101,12 @@ class ShardedDecoder {
   std::vector<FlatUnit> units_;  // embed, layers..., head
 };
 
+// The units of a decoder (or a critic: `value_head`), in order: "embed" (the embedding),
+// "layers.<i>" (one per transformer block), "head" (final norm, lm_head or score), each with its
+// parameters in DecoderModel's order.
+std::vector<std::pair<std::string, std::vector<model::ParamSpec>>> decoder_units(
+    const model::ModelConfig& config, bool value_head);
+
 // Parameter specs of a decoder with a value head: the decoder's, with "score.weight"
 // [1, hidden] instead of lm_head.weight.
 std::vector<model::ParamSpec> critic_parameter_specs(const model::ModelConfig& config);

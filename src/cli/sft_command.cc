@@ -1,0 +1,371 @@
+// `flywheel sft CONFIG`: supervised fine-tuning on the sharded learners (run it under mpirun for
+// several ranks): masked NLL on response tokens, held-out loss and exact-match accuracy, an
+// optional stop on accuracy, checkpoints and resume, and a Hugging Face export at the end.
+#include <pthread.h>
+#include <signal.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "commands.h"
+#include "flywheel/comm/mpi_communicator.h"
+#include "flywheel/core/file_io.h"
+#include "flywheel/core/logging.h"
+#include "flywheel/core/metrics.h"
+#include "flywheel/model/hf_checkpoint.h"
+#include "flywheel/trainer/checkpoint.h"
+#include "flywheel/trainer/sft_trainer.h"
+#include "greedy_eval.h"
+#include "job_setup.h"
+#include "sft_data.h"
+
+namespace flywheel::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct SftArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;
+};
+
+// SIGINT / SIGTERM, taken by a thread (sigwait) rather than a handler: the loop checks the flag
+// at step boundaries, all ranks agreeing, then checkpoints and stops.
+class StopSignal {
+ public:
+  StopSignal() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any other thread starts
+    thread_ = std::thread([this] {
+      int signal_number = 0;
+      sigwait(&set_, &signal_number);
+      if (!done_.load()) stop_.store(true);
+    });
+  }
+  ~StopSignal() {
+    done_.store(true);
+    pthread_kill(thread_.native_handle(), SIGTERM);  // wakes sigwait
+    thread_.join();
+  }
+  bool requested() const { return stop_.load(); }
+
+ private:
+  sigset_t set_;
+  std::atomic<bool> stop_{false}, done_{false};
+  std::thread thread_;
+};
+
+// Where the next batch starts: a shuffled order per epoch.
+struct DataCursor {
+  int64_t epoch = 0, position = 0;
+};
+
+std::vector<int64_t> epoch_order(int64_t n, int64_t epoch, const core::DataOptions& data) {
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  if (data.shuffle) {
+    std::mt19937_64 rng(static_cast<uint64_t>(data.seed) * 1000003 + static_cast<uint64_t>(epoch));
+    std::shuffle(order.begin(), order.end(), rng);
+  }
+  return order;
+}
+
+// The records of one step (batch_size of them, across epochs), and this rank's share.
+std::vector<const trainer::SftExample*> next_batch(const SftData& data, DataCursor* cursor,
+                                                   const core::Config& c, int rank, int world) {
+  const int64_t n = static_cast<int64_t>(data.records.size());
+  std::vector<int64_t> order = epoch_order(n, cursor->epoch, c.data);
+  std::vector<const trainer::SftExample*> mine;
+  for (int64_t j = 0; j < c.sft.batch_size; ++j) {
+    if (cursor->position == n) {
+      ++cursor->epoch;
+      cursor->position = 0;
+      order = epoch_order(n, cursor->epoch, c.data);
+    }
+    const int64_t record = order[cursor->position++];
+    if (j % world == rank) mine.push_back(&data.records[record].example);
+  }
+  return mine;
+}
+
+std::vector<const trainer::SftExample*> share(const SftData& data, int rank, int world) {
+  std::vector<const trainer::SftExample*> mine;
+  for (size_t i = rank; i < data.records.size(); i += world) {
+    mine.push_back(&data.records[i].example);
+  }
+  return mine;
+}
+
+absl::Status run(const SftArgs& args) {
+  StopSignal stop;
+  absl::StatusOr<JobSetup> job = set_up_job(args.config_path, args.overrides);
+  if (!job.ok()) return job.status();
+  const core::Config& c = job->loaded.config;
+  absl::StatusOr<std::unique_ptr<comm::MpiRuntime>> mpi = comm::MpiRuntime::init(nullptr, nullptr);
+  if (!mpi.ok()) return mpi.status();
+  auto world = comm::MpiCommunicator::world(**mpi, {"learners", c.cluster.collective_timeout_s});
+  if (!world.ok()) return world.status();
+  const int rank = (*world)->rank(), size = (*world)->size();
+  core::set_log_prefix("sft", rank);
+  at::set_num_threads(static_cast<int>(c.cluster.threads_per_process));
+
+  if (c.model.path.empty()) return absl::InvalidArgumentError("model.path must be set");
+  if (c.data.train_path.empty()) return absl::InvalidArgumentError("data.train_path must be set");
+  absl::StatusOr<model::ModelConfig> model_config =
+      model::ModelConfig::from_file((fs::path(c.model.path) / "config.json").string());
+  if (!model_config.ok()) return model_config.status();
+  const std::string tokenizer_dir = c.tokenizer.path.empty() ? c.model.path : c.tokenizer.path;
+  absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
+      model::load_tokenizer(tokenizer_dir, c.tokenizer.type);
+  if (!tokenizer.ok()) return tokenizer.status();
+  std::optional<model::ChatTemplate> chat_template;
+  if (c.tokenizer.chat_template != "none") {
+    absl::StatusOr<model::ChatTemplate> resolved =
+        model::ChatTemplate::resolve(c.tokenizer.chat_template, tokenizer_dir);
+    if (resolved.ok()) chat_template = *resolved;
+  }
+  SftDataOptions data_options;
+  data_options.prompt_key = c.data.prompt_key;
+  data_options.messages_key = c.data.messages_key;
+  data_options.response_key = c.sft.response_key;
+  data_options.answer_key = c.data.answer_key;
+  data_options.max_tokens = c.model.max_seq_len;
+  data_options.eos_id = model_config->eos_token_ids.empty() ? -1 : model_config->eos_token_ids[0];
+  data_options.vocab_size = model_config->vocab_size;
+  const model::ChatTemplate* chat = chat_template ? &*chat_template : nullptr;
+  absl::StatusOr<SftData> train = load_sft_data(c.data.train_path, data_options, **tokenizer, chat);
+  if (!train.ok()) return train.status();
+  std::optional<SftData> eval;
+  if (!c.data.eval_path.empty()) {
+    absl::StatusOr<SftData> loaded =
+        load_sft_data(c.data.eval_path, data_options, **tokenizer, chat);
+    if (!loaded.ok()) return loaded.status();
+    eval = std::move(*loaded);
+  }
+  if (rank == 0) {
+    FLYWHEEL_LOG_INFO(
+        "%d training records (%d longer than model.max_seq_len skipped), %d held out; "
+        "%d learner rank(s), batch %d",
+        train->records.size(), train->skipped_too_long, eval ? eval->records.size() : 0, size,
+        c.sft.batch_size);
+  }
+
+  trainer::SftOptions options;
+  options.micro_batch_tokens = c.trainer.micro_batch_tokens;
+  options.lr = {c.trainer.lr, c.trainer.lr_schedule, c.trainer.warmup_steps, c.trainer.total_steps,
+                c.trainer.min_lr_ratio};
+  options.adamw = {c.trainer.adam_beta1, c.trainer.adam_beta2, c.trainer.adam_eps,
+                   c.trainer.weight_decay};
+  options.grad_clip = c.trainer.grad_clip;
+  options.max_consecutive_skips = c.trainer.max_consecutive_skips;
+  absl::StatusOr<at::ScalarType> param_dtype = model::parse_dtype(c.trainer.param_dtype);
+  absl::StatusOr<at::ScalarType> reduce_dtype = model::parse_dtype(c.trainer.reduce_dtype);
+  if (!param_dtype.ok()) return param_dtype.status();
+  if (!reduce_dtype.ok()) return reduce_dtype.status();
+  options.sharding.param_dtype = *param_dtype;
+  options.sharding.reduce_dtype = *reduce_dtype;
+  options.sharding.reshard_after_forward = c.trainer.reshard_after_forward;
+  auto sft = trainer::SftTrainer::create(options, *model_config, world->get());
+  if (!sft.ok()) return sft.status();
+
+  absl::StatusOr<model::DecoderModel::TensorLookup> weights = model::open_hf_weights(c.model.path);
+  if (weights.ok()) {
+    absl::Status loaded = (*sft)->model().load(*weights);
+    if (!loaded.ok()) return loaded;
+  } else {
+    if (rank == 0) {
+      FLYWHEEL_LOG_INFO("no weights in %s (%s): starting from a random initialisation (seed %d)",
+                        c.model.path, weights.status().message(), c.trainer.seed);
+    }
+    (*sft)->model().init_random(static_cast<uint64_t>(c.trainer.seed));
+  }
+
+  // Checkpoints: the tokenizer and generation files travel with them (for export).
+  const std::string checkpoint_dir = c.checkpoint.dir.empty()
+                                         ? (fs::path(c.logging.run_dir) / "checkpoints").string()
+                                         : c.checkpoint.dir;
+  trainer::CheckpointSaveOptions save_options;
+  save_options.keep_last = c.checkpoint.keep_last;
+  absl::StatusOr<std::vector<std::string>> side_files = model::hf_side_files(tokenizer_dir);
+  if (!side_files.ok()) return side_files.status();
+  for (const std::string& file : *side_files) {
+    absl::StatusOr<std::string> text = core::read_file(file);
+    if (!text.ok()) return text.status();
+    save_options.extra_files[fs::path(file).filename().string()] = *text;
+  }
+  DataCursor cursor;
+  auto save = [&](int64_t step) {
+    trainer::TrainingState state = (*sft)->training_state();
+    state.scalars["data_epoch"] = static_cast<double>(cursor.epoch);
+    state.scalars["data_position"] = static_cast<double>(cursor.position);
+    return trainer::save_checkpoint(state, **world, checkpoint_dir, step, save_options);
+  };
+  std::string resume_from;
+  if (c.checkpoint.resume == "auto") {
+    absl::StatusOr<std::string> latest = trainer::latest_checkpoint(checkpoint_dir);
+    if (latest.ok()) resume_from = *latest;
+  } else if (c.checkpoint.resume != "never") {
+    resume_from = c.checkpoint.resume;
+  }
+  if (!resume_from.empty()) {
+    absl::StatusOr<std::map<std::string, double>> scalars =
+        trainer::load_checkpoint((*sft)->training_state(), **world, resume_from);
+    if (!scalars.ok()) return scalars.status();
+    (*sft)->restore(*scalars);
+    cursor.epoch =
+        static_cast<int64_t>(scalars->count("data_epoch") ? scalars->at("data_epoch") : 0);
+    cursor.position =
+        static_cast<int64_t>(scalars->count("data_position") ? scalars->at("data_position") : 0);
+    if (rank == 0) {
+      FLYWHEEL_LOG_INFO("resumed from %s at step %d", resume_from, (*sft)->steps());
+    }
+  }
+
+  std::unique_ptr<core::MetricsLogger> metrics;
+  if (rank == 0) {
+    core::MetricsLoggerOptions mo;
+    mo.sinks = c.logging.sinks;
+    mo.sink_options.run_dir = c.logging.run_dir;
+    mo.sink_options.total_steps = c.trainer.total_steps;
+    mo.sink_options.console_interval_s = c.logging.console_interval_s;
+    auto created = core::MetricsLogger::create(mo, *job->registry);
+    if (!created.ok()) return created.status();
+    metrics = std::move(*created);
+  }
+  auto log = [&](const std::string& name, double value, int64_t step) {
+    if (metrics) metrics->log_scalar(name, value, step);
+  };
+
+  std::unique_ptr<GreedyEvaluator> evaluator;
+  const bool has_answers = eval && std::any_of(eval->records.begin(), eval->records.end(),
+                                               [](const SftRecord& r) { return r.has_answer; });
+  if (has_answers) {
+    GreedyEvalOptions eo;
+    eo.max_new_tokens = c.sft.eval_max_new_tokens;
+    eo.stop_ids = model_config->eos_token_ids;
+    auto created = GreedyEvaluator::create(*model_config, tokenizer->get(), eo);
+    if (!created.ok()) return created.status();
+    evaluator = std::move(*created);
+  }
+  struct EvalResult {
+    double loss = NAN, accuracy = NAN;
+  };
+  auto evaluate = [&](int64_t step) -> absl::StatusOr<EvalResult> {
+    EvalResult r;
+    if (!eval) return r;
+    absl::StatusOr<double> loss = (*sft)->eval_loss(share(*eval, rank, size));
+    if (!loss.ok()) return loss.status();
+    r.loss = *loss;
+    log("eval/loss", r.loss, step);
+    if (evaluator) {
+      absl::StatusOr<double> accuracy =
+          evaluator->accuracy((*sft)->model(), eval->records, **world);
+      if (!accuracy.ok()) return accuracy.status();
+      r.accuracy = *accuracy;
+      log("eval/accuracy", r.accuracy, step);
+    }
+    return r;
+  };
+
+  absl::StatusOr<EvalResult> first = evaluate((*sft)->steps());
+  if (!first.ok()) return first.status();
+  EvalResult last = *first;
+  std::string stopped_by;
+  auto start = std::chrono::steady_clock::now();
+  double tokens = 0;
+  while ((*sft)->steps() < c.trainer.total_steps) {
+    absl::StatusOr<std::map<std::string, double>> m =
+        (*sft)->step(next_batch(*train, &cursor, c, rank, size));
+    if (!m.ok()) return m.status();
+    const int64_t step = (*sft)->steps();
+    tokens += m->at("sft/tokens");
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    for (const auto& [name, value] : *m) log(name, value, step);
+    log("sft/tokens_per_s", tokens / std::max(elapsed, 1e-9), step);
+    const bool eval_now = c.sft.eval_every > 0 && step % c.sft.eval_every == 0;
+    if (eval_now) {
+      absl::StatusOr<EvalResult> r = evaluate(step);
+      if (!r.ok()) return r.status();
+      last = *r;
+      if (c.sft.stop_at_accuracy > 0 && last.accuracy >= c.sft.stop_at_accuracy) {
+        stopped_by =
+            absl::StrFormat("held-out accuracy %.3f reached sft.stop_at_accuracy", last.accuracy);
+      }
+    }
+    if (c.checkpoint.every_steps > 0 && step % c.checkpoint.every_steps == 0) {
+      absl::Status saved = save(step);
+      if (!saved.ok()) return saved;
+    }
+    // Every rank stops together when any got a signal.
+    at::Tensor signal = at::full({1}, stop.requested() ? 1 : 0, at::kLong);
+    (*world)->all_reduce(signal, comm::ReduceOp::kMax);
+    if (signal.item<int64_t>() != 0) stopped_by = "a signal";
+    if (!stopped_by.empty()) break;
+  }
+  const int64_t step = (*sft)->steps();
+  if (c.sft.eval_every == 0 || step % c.sft.eval_every != 0) {
+    absl::StatusOr<EvalResult> r = evaluate(step);
+    if (!r.ok()) return r.status();
+    last = *r;
+  }
+  absl::Status saved = save(step);
+  if (!saved.ok()) return saved;
+  if (metrics) {
+    absl::Status flushed = metrics->flush();
+    if (!flushed.ok()) return flushed;
+  }
+  std::string exported;
+  if (c.checkpoint.export_hf && rank == 0) {
+    exported = (fs::path(c.logging.run_dir) / "hf").string();
+    absl::Status s = trainer::export_checkpoint(
+        (fs::path(checkpoint_dir) / absl::StrCat("step_", step)).string(), "policy", exported,
+        *param_dtype == at::kFloat ? at::kFloat : *param_dtype);
+    if (!s.ok()) return s;
+  }
+  if (rank == 0) {
+    std::cout << absl::StrFormat(
+        "flywheel sft: %d steps%s; held-out loss %.4f -> %.4f, accuracy %.3f -> %.3f%s\n", step,
+        stopped_by.empty() ? "" : " (stopped by " + stopped_by + ")", first->loss, last.loss,
+        first->accuracy, last.accuracy, exported.empty() ? "" : "; exported to " + exported);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void add_sft_command(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<SftArgs>();
+  CLI::App* command = app.add_subcommand(
+      "sft",
+      "Supervised fine-tuning on {\"prompt\", \"response\"} or {\"messages\": [...]} records, "
+      "sharded over the ranks of `mpirun -np N flywheel sft ...`");
+  command->add_option("config", args->config_path, "YAML config file")->required();
+  command->add_option("--set", args->overrides, "Override a key (repeatable)");
+  command->callback([args, exit_code] {
+    absl::Status status = run(*args);
+    if (!status.ok()) std::cerr << "flywheel sft: " << status.message() << "\n";
+    *exit_code = status.ok() ? kExitOk
+                 : status.code() == absl::StatusCode::kInvalidArgument ||
+                         status.code() == absl::StatusCode::kNotFound
+                     ? kExitUsage
+                     : kExitFailure;
+  });
+}
+
+}  // namespace flywheel::cli

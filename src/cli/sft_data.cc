@@ -1,0 +1,102 @@
+#include "sft_data.h"
+
+#include "absl/strings/str_cat.h"
+#include "chat_input.h"
+#include "jsonl_io.h"
+
+namespace flywheel::cli {
+namespace {
+
+absl::StatusOr<std::vector<int32_t>> encode(const model::Tokenizer& tokenizer,
+                                            const std::string& text, bool special,
+                                            int64_t vocab_size) {
+  model::EncodeOptions options;
+  options.add_special_tokens = special;
+  absl::StatusOr<std::vector<int64_t>> ids = tokenizer.encode(text, options);
+  if (!ids.ok()) return ids.status();
+  std::vector<int32_t> out;
+  for (int64_t id : *ids) {
+    if (id < 0 || id >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the tokenizer gives id ", id, ", outside the model's vocabulary [0, ", vocab_size, ")"));
+    }
+    out.push_back(static_cast<int32_t>(id));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<SftData> load_sft_data(const std::string& path, const SftDataOptions& options,
+                                      const model::Tokenizer& tokenizer,
+                                      const model::ChatTemplate* chat_template) {
+  absl::StatusOr<std::unique_ptr<JsonlReader>> in = JsonlReader::open(path);
+  if (!in.ok()) return in.status();
+  SftData data;
+  while (true) {
+    absl::StatusOr<std::optional<core::Json>> line = (*in)->next();
+    if (!line.ok()) return line.status();
+    if (!line->has_value()) break;
+    const core::Json& record = **line;
+    const std::string where = (*in)->where();
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", why));
+    };
+    std::string prompt_text, response_text;
+    bool chat = false;
+    if (const core::Json* messages = record.find(options.messages_key)) {
+      if (chat_template == nullptr) return bad("chat records need a chat template");
+      absl::StatusOr<std::vector<model::ChatMessage>> parsed = parse_messages(*messages, where);
+      if (!parsed.ok()) return parsed.status();
+      if (parsed->size() < 2 || parsed->back().role != "assistant") {
+        return bad("a chat record must end with the assistant's message (the response)");
+      }
+      response_text = parsed->back().content;
+      parsed->pop_back();
+      absl::StatusOr<std::string> rendered = chat_template->render(*parsed, true);
+      if (!rendered.ok()) return bad(rendered.status().message());
+      prompt_text = *rendered;
+      chat = true;
+    } else {
+      const core::Json* prompt = record.find(options.prompt_key);
+      const core::Json* response = record.find(options.response_key);
+      if (prompt == nullptr || !prompt->is_string() || response == nullptr ||
+          !response->is_string()) {
+        return bad(absl::StrCat("expected string \"", options.prompt_key, "\" and \"",
+                                options.response_key, "\", or \"", options.messages_key, "\""));
+      }
+      prompt_text = prompt->as_string();
+      response_text = response->as_string();
+    }
+    SftRecord r;
+    // A rendered chat carries its own special tokens; a plain prompt gets the tokenizer's.
+    absl::StatusOr<std::vector<int32_t>> prompt =
+        encode(tokenizer, prompt_text, /*special=*/!chat, options.vocab_size);
+    if (!prompt.ok()) return bad(prompt.status().message());
+    absl::StatusOr<std::vector<int32_t>> response =
+        encode(tokenizer, response_text, /*special=*/false, options.vocab_size);
+    if (!response.ok()) return bad(response.status().message());
+    if (prompt->empty()) return bad("the prompt is empty");
+    r.example.prompt = std::move(*prompt);
+    r.example.response = std::move(*response);
+    if (options.eos_id >= 0) r.example.response.push_back(static_cast<int32_t>(options.eos_id));
+    if (r.example.response.empty()) return bad("the response is empty");
+    if (static_cast<int64_t>(r.example.prompt.size() + r.example.response.size()) >
+        options.max_tokens) {
+      ++data.skipped_too_long;
+      continue;
+    }
+    if (const core::Json* answer = record.find(options.answer_key)) {
+      r.has_answer = true;
+      r.answer = answer->is_string() ? answer->as_string() : answer->dump();
+    }
+    data.records.push_back(std::move(r));
+  }
+  if (data.records.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": no usable records (", data.skipped_too_long, " too long)"));
+  }
+  return data;
+}
+
+}  // namespace flywheel::cli

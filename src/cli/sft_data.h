@@ -1,0 +1,46 @@
+// SFT records from JSONL: {"prompt": ..., "response": ...} (the response key is configurable) or
+// {"messages": [...]} (the last message, an assistant turn, is the response; the others are
+// rendered with the chat template as the prompt). An optional answer (data.answer_key) is kept
+// for exact-match accuracy.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "flywheel/core/config.h"
+#include "flywheel/model/chat_template.h"
+#include "flywheel/model/tokenizer.h"
+#include "flywheel/trainer/sft_trainer.h"
+
+namespace flywheel::cli {
+
+struct SftRecord {
+  trainer::SftExample example;  // response ids end with the eos id, when the model has one
+  std::string answer;           // "" when the record has none
+  bool has_answer = false;
+};
+
+struct SftData {
+  std::vector<SftRecord> records;
+  int64_t skipped_too_long = 0;  // prompt + response over model.max_seq_len
+};
+
+struct SftDataOptions {
+  std::string prompt_key = "prompt", messages_key = "messages", response_key = "response";
+  std::string answer_key = "answer";
+  int64_t max_tokens = 4096;  // prompt + response; longer records are skipped and counted
+  int64_t eos_id = -1;        // appended to every response; -1 = none
+  int64_t vocab_size = 0;     // every id must be below it
+};
+
+// Reads and tokenizes `path`. InvalidArgument naming path:line for a malformed record, ids
+// outside the vocabulary, or a chat whose last message is not the assistant's; NotFound for an
+// unreadable file; InvalidArgument when no record is left.
+absl::StatusOr<SftData> load_sft_data(const std::string& path, const SftDataOptions& options,
+                                      const model::Tokenizer& tokenizer,
+                                      const model::ChatTemplate* chat_template);
+
+}  // namespace flywheel::cli

@@ -1,0 +1,116 @@
+#include "flywheel/trainer/sft_trainer.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "flywheel/trainer/micro_batch.h"
+
+namespace flywheel::trainer {
+
+absl::StatusOr<std::unique_ptr<SftTrainer>> SftTrainer::create(const SftOptions& options,
+                                                               const model::ModelConfig& config,
+                                                               comm::Communicator* comm) {
+  if (options.micro_batch_tokens < 1) {
+    return absl::InvalidArgumentError("micro_batch_tokens must be >= 1");
+  }
+  std::unique_ptr<SftTrainer> sft(new SftTrainer(options, comm));
+  ShardingOptions sharding = options.sharding;
+  sharding.value_head = false;
+  auto model = ShardedDecoder::create(config, comm, sharding);
+  if (!model.ok()) return model.status();
+  sft->model_ = std::move(*model);
+  std::vector<FlatUnit*> units;
+  for (FlatUnit& u : sft->model_->units()) units.push_back(&u);
+  sft->optimizer_ = std::make_unique<ShardedAdamW>(units, comm, options.adamw);
+  absl::StatusOr<LrSchedule> schedule = LrSchedule::create(options.lr);
+  if (!schedule.ok()) return schedule.status();
+  sft->schedule_ = *schedule;
+  return sft;
+}
+
+absl::StatusOr<std::pair<double, double>> SftTrainer::run(
+    const std::vector<const SftExample*>& examples, bool train, double denominator) {
+  int64_t longest = 1;
+  for (const SftExample* e : examples) {
+    longest = std::max<int64_t>(longest, e->response.size());
+  }
+  at::Tensor widest = at::full({1}, longest, at::kLong);
+  comm_->all_reduce(widest, comm::ReduceOp::kMax);
+  const int64_t R = widest.item<int64_t>();
+  std::vector<SequenceTokens> tokens;
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < examples.size(); ++i) {
+    tokens.push_back({&examples[i]->prompt, &examples[i]->response});
+    ids.push_back(static_cast<int64_t>(i));
+  }
+  absl::StatusOr<BalancedMicroBatches> packed =
+      pack_balanced(tokens, ids, options_.micro_batch_tokens, R, *comm_);
+  if (!packed.ok()) return packed.status();
+  std::unique_ptr<at::NoGradGuard> no_grad;
+  if (!train) no_grad = std::make_unique<at::NoGradGuard>();
+  double logprob_sum = 0, count = 0;
+  for (const MicroBatch& mb : packed->micro_batches) {
+    TokenOutputs out = model_->forward(mb.batch);
+    at::Tensor lp = unpack(mb, out.logprobs);
+    at::Tensor sum = lp.sum();  // unpack() zeroed the positions past each response
+    logprob_sum += sum.item<double>();
+    count += mb.valid.sum().item<double>();
+    if (train) (-sum / denominator).backward();
+  }
+  return std::make_pair(logprob_sum, count);
+}
+
+absl::StatusOr<std::map<std::string, double>> SftTrainer::step(
+    const std::vector<const SftExample*>& examples) {
+  at::Tensor tokens = at::zeros({1}, at::kDouble);
+  for (const SftExample* e : examples) tokens += static_cast<double>(e->response.size());
+  comm_->all_reduce(tokens, comm::ReduceOp::kSum);
+  const double total = std::max(1.0, tokens.item<double>());
+  absl::StatusOr<std::pair<double, double>> sums = run(examples, /*train=*/true, total);
+  if (!sums.ok()) return sums.status();
+  const double lr = schedule_->at(steps_);
+  const ShardedAdamW::Update u =
+      optimizer_->finish_update(-sums->first / total, lr, options_.grad_clip);
+  ++steps_;
+  consecutive_skips_ = u.applied ? 0 : consecutive_skips_ + 1;
+  if (consecutive_skips_ >= options_.max_consecutive_skips) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        consecutive_skips_, " consecutive SFT updates had a non-finite loss or gradient norm (",
+        "last: loss ", u.loss, ", grad norm ", u.grad_norm,
+        "); stopping (trainer.max_consecutive_skips)"));
+  }
+  return std::map<std::string, double>{{"sft/loss", u.loss},
+                                       {"sft/grad_norm", u.grad_norm},
+                                       {"sft/lr", lr},
+                                       {"sft/tokens", total},
+                                       {"sft/skipped", u.applied ? 0.0 : 1.0}};
+}
+
+absl::StatusOr<double> SftTrainer::eval_loss(const std::vector<const SftExample*>& examples) {
+  absl::StatusOr<std::pair<double, double>> sums = run(examples, /*train=*/false, 1.0);
+  if (!sums.ok()) return sums.status();
+  at::Tensor both = at::tensor({sums->first, sums->second}, at::kDouble);
+  comm_->all_reduce(both, comm::ReduceOp::kSum);
+  const double count = both[1].item<double>();
+  return count > 0 ? -both[0].item<double>() / count : 0.0;
+}
+
+TrainingState SftTrainer::training_state() {
+  TrainingState state;
+  state.models = {{"policy", model_.get()}};
+  state.optimizers = {{"policy", optimizer_.get()}};
+  state.scalars["steps"] = static_cast<double>(steps_);
+  state.scalars["consecutive_skips"] = static_cast<double>(consecutive_skips_);
+  return state;
+}
+
+void SftTrainer::restore(const std::map<std::string, double>& scalars) {
+  if (scalars.count("steps")) steps_ = static_cast<int64_t>(scalars.at("steps"));
+  if (scalars.count("consecutive_skips")) {
+    consecutive_skips_ = static_cast<int64_t>(scalars.at("consecutive_skips"));
+  }
+}
+
+}  // namespace flywheel::trainer
