@@ -5,12 +5,12 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
-#include <thread>
 
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/logging.h"
+#include "watchdog.h"
 
 namespace flywheel::comm {
 namespace {
@@ -78,20 +78,20 @@ struct MpiCommunicator::Handle {
   }
 };
 
-class MpiCommunicator::Request final : public Work {
+// all_gather_async: MPI's nonblocking collectives progress only inside MPI calls, so a
+// collective left in flight would not overlap anything; it completes before returning.
+class DoneWork final : public Work {
  public:
-  Request(const MpiCommunicator* owner, MPI_Request request, const char* what)
-      : owner_(owner), request_(request), what_(what) {}
-  ~Request() override {
-    if (request_ != MPI_REQUEST_NULL) owner_->wait(&request_, what_);
-  }
-  void wait() override { owner_->wait(&request_, what_); }
-
- private:
-  const MpiCommunicator* owner_;
-  MPI_Request request_;
-  const char* what_;
+  void wait() override {}
 };
+
+// Runs a blocking MPI call under the communicator's deadline.
+#define FLYWHEEL_MPI_TIMED(what, call)        \
+  do {                                        \
+    watchdog_->arm(what, options_.timeout_s); \
+    call;                                     \
+    watchdog_->disarm();                      \
+  } while (0)
 
 absl::StatusOr<std::unique_ptr<MpiRuntime>> MpiRuntime::init(int* argc, char*** argv) {
   std::unique_ptr<MpiRuntime> runtime(new MpiRuntime());
@@ -119,6 +119,16 @@ MpiCommunicator::MpiCommunicator(std::unique_ptr<Handle> handle, const Communica
     : handle_(std::move(handle)), options_(options) {
   MPI_Comm_rank(handle_->comm, &rank_);
   MPI_Comm_size(handle_->comm, &size_);
+  watchdog_ = std::make_unique<Watchdog>([this](const std::string& what, double elapsed) {
+    const std::string message =
+        absl::StrCat("collective ", what, " on group '", options_.name, "' (mpi) timed out: rank ",
+                     rank_, " of ", size_, " waited ", elapsed, " s (timeout ", options_.timeout_s,
+                     " s); a rank stopped responding. Aborting the job.");
+    FLYWHEEL_LOG_ERROR("%s", message);
+    std::fprintf(stderr, "flywheel: %s\n", message.c_str());
+    std::fflush(stderr);
+    std::_Exit(kTimeoutExitCode);  // mpirun then ends every rank of the job
+  });
 }
 
 MpiCommunicator::~MpiCommunicator() = default;
@@ -135,56 +145,26 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::world(
   return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(std::move(handle), options));
 }
 
-void MpiCommunicator::wait(void* request, const char* what) const {
-  auto* r = static_cast<MPI_Request*>(request);
-  const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::chrono::duration<double>(options_.timeout_s);
-  for (int polls = 0;; ++polls) {
-    int done = 0;
-    MPI_Test(r, &done, MPI_STATUS_IGNORE);
-    if (done) return;
-    // Yield first (short collectives), then sleep a little: a waiting rank must leave the core
-    // to the rank it waits for when ranks share cores.
-    if (polls < 64) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (now > deadline) {
-      const double elapsed = std::chrono::duration<double>(now - start).count();
-      const std::string message = absl::StrCat(
-          "collective ", what, " on group '", options_.name, "' (", backend(), ") timed out: rank ",
-          rank_, " of ", size_, " waited ", elapsed, " s (timeout ", options_.timeout_s,
-          " s); a rank stopped responding. Aborting the job.");
-      FLYWHEEL_LOG_ERROR("%s", message);
-      std::fprintf(stderr, "flywheel: %s\n", message.c_str());
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, kTimeoutExitCode);
-      std::_Exit(kTimeoutExitCode);
-    }
-  }
-}
-
 void MpiCommunicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
   check_cpu(tensor, "all_reduce");
+  if (size_ == 1) return;  // MPI would copy through a buffer it allocates per call
   if (is_half(tensor)) {
     at::Tensor wide = tensor.to(at::kFloat);
     all_reduce(wide, op);
     tensor.copy_(wide);
     return;
   }
-  MPI_Request request;
-  MPI_Iallreduce(MPI_IN_PLACE, tensor.data_ptr(), count_of(tensor), mpi_type(tensor.scalar_type()),
-                 mpi_op(op), handle_->comm, &request);
-  wait(&request, op == ReduceOp::kSum ? "all_reduce(sum)" : op_name(op));
-}
-
-void MpiCommunicator::all_gather(const at::Tensor& shard, at::Tensor& full) {
-  all_gather_async(shard, full)->wait();
+  FLYWHEEL_MPI_TIMED(op == ReduceOp::kSum ? "all_reduce(sum)" : op_name(op),
+                     MPI_Allreduce(MPI_IN_PLACE, tensor.data_ptr(), count_of(tensor),
+                                   mpi_type(tensor.scalar_type()), mpi_op(op), handle_->comm));
 }
 
 std::unique_ptr<Work> MpiCommunicator::all_gather_async(const at::Tensor& shard, at::Tensor& full) {
+  all_gather(shard, full);
+  return std::make_unique<DoneWork>();
+}
+
+void MpiCommunicator::all_gather(const at::Tensor& shard, at::Tensor& full) {
   check_cpu(shard, "all_gather");
   check_cpu(full, "all_gather");
   TORCH_CHECK(full.numel() == shard.numel() * size_ && full.scalar_type() == shard.scalar_type(),
@@ -192,11 +172,14 @@ std::unique_ptr<Work> MpiCommunicator::all_gather_async(const at::Tensor& shard,
               " elements of the shard's "
               "dtype, got ",
               full.numel(), " of ", full.scalar_type());
-  MPI_Request request;
+  if (size_ == 1) {
+    full.copy_(shard.view(full.sizes()));
+    return;
+  }
   const MPI_Datatype type = mpi_type(shard.scalar_type());
-  MPI_Iallgather(shard.data_ptr(), count_of(shard), type, full.data_ptr(), count_of(shard), type,
-                 handle_->comm, &request);
-  return std::make_unique<Request>(this, request, "all_gather");
+  FLYWHEEL_MPI_TIMED("all_gather",
+                     MPI_Allgather(shard.data_ptr(), count_of(shard), type, full.data_ptr(),
+                                   count_of(shard), type, handle_->comm));
 }
 
 void MpiCommunicator::reduce_scatter(const at::Tensor& full, at::Tensor& shard, ReduceOp op) {
@@ -205,40 +188,64 @@ void MpiCommunicator::reduce_scatter(const at::Tensor& full, at::Tensor& shard, 
   TORCH_CHECK(full.numel() == shard.numel() * size_ && full.scalar_type() == shard.scalar_type(),
               "reduce_scatter: full needs ", size_, " x ", shard.numel(),
               " elements of the shard's dtype");
+  if (size_ == 1) {
+    shard.copy_(full.view(shard.sizes()));
+    return;
+  }
   if (is_half(full)) {
     at::Tensor wide = at::empty({shard.numel()}, shard.options().dtype(at::kFloat));
     reduce_scatter(full.to(at::kFloat), wide, op);
     shard.copy_(wide.view(shard.sizes()));
     return;
   }
-  MPI_Request request;
-  MPI_Ireduce_scatter_block(full.data_ptr(), shard.data_ptr(), count_of(shard),
-                            mpi_type(full.scalar_type()), mpi_op(op), handle_->comm, &request);
-  wait(&request, "reduce_scatter");
+  // A ring of Sendrecv: OpenMPI's MPI_Reduce_scatter_block took ~1.9 s for 400 MB on two ranks
+  // (buffers it allocates per call); the ring moves (size - 1) / size of the data once.
+  const int64_t n = shard.numel();
+  const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+  auto chunk = [&](int k) { return full.narrow(0, static_cast<int64_t>(k) * n, n); };
+  at::Tensor flat_shard = shard.view({-1});
+  at::Tensor received = at::empty({n}, full.options());
+  at::Tensor carry = chunk(prev).contiguous();  // what this rank passes on first
+  const MPI_Datatype type = mpi_type(full.scalar_type());
+  for (int step = 0; step + 1 < size_; ++step) {
+    FLYWHEEL_MPI_TIMED(
+        "reduce_scatter",
+        MPI_Sendrecv(carry.data_ptr(), count_of(carry), type, next, 0, received.data_ptr(),
+                     count_of(received), type, prev, 0, handle_->comm, MPI_STATUS_IGNORE));
+    // The chunk just received, with this rank's own contribution added.
+    const int k = ((rank_ - step - 2) % size_ + size_) % size_;
+    at::Tensor target = step + 2 == size_ ? flat_shard : at::empty({n}, full.options());
+    switch (op) {
+      case ReduceOp::kSum:
+        at::add_out(target, chunk(k), received);
+        break;
+      case ReduceOp::kMax:
+        at::maximum_out(target, chunk(k), received);
+        break;
+      case ReduceOp::kMin:
+        at::minimum_out(target, chunk(k), received);
+        break;
+    }
+    carry = target;
+  }
 }
 
 void MpiCommunicator::broadcast(at::Tensor& tensor, int root) {
   check_cpu(tensor, "broadcast");
   TORCH_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " outside [0, ", size_, ")");
-  MPI_Request request;
-  MPI_Ibcast(tensor.data_ptr(), count_of(tensor), mpi_type(tensor.scalar_type()), root,
-             handle_->comm, &request);
-  wait(&request, "broadcast");
+  if (size_ == 1) return;
+  FLYWHEEL_MPI_TIMED("broadcast", MPI_Bcast(tensor.data_ptr(), count_of(tensor),
+                                            mpi_type(tensor.scalar_type()), root, handle_->comm));
 }
 
-void MpiCommunicator::barrier() {
-  MPI_Request request;
-  MPI_Ibarrier(handle_->comm, &request);
-  wait(&request, "barrier");
-}
+void MpiCommunicator::barrier() { FLYWHEEL_MPI_TIMED("barrier", MPI_Barrier(handle_->comm)); }
 
 absl::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::split(int color, int key,
                                                                      const std::string& name) {
-  // A barrier under the deadline first, so that a missing rank times out here rather than
-  // hanging in MPI_Comm_split, which has no nonblocking form.
-  barrier();
   auto handle = std::make_unique<Handle>();
-  if (MPI_Comm_split(handle_->comm, color, key, &handle->comm) != MPI_SUCCESS) {
+  int rc = MPI_SUCCESS;
+  FLYWHEEL_MPI_TIMED("split", rc = MPI_Comm_split(handle_->comm, color, key, &handle->comm));
+  if (rc != MPI_SUCCESS) {
     return absl::InternalError(
         absl::StrCat("MPI_Comm_split of group '", options_.name, "' failed"));
   }

@@ -9,19 +9,37 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// a [n, V] float32 @ weight [V, H] in float32, converting the weight a block of rows at a time:
-// a whole float32 copy of a bfloat16 lm_head (V x H floats, 2.2 GB for 152k x 3.5k) would break
-// the chunk_size x vocab bound. A block holds at most chunk_size x V floats.
-at::Tensor float_rows_product(const at::Tensor& a, const at::Tensor& weight, int64_t chunk_size) {
-  if (weight.scalar_type() == at::kFloat) return at::matmul(a, weight);
+// The head's backward products for one chunk, from grad_logits [n, V] (float32):
+//   returns        grad_logits @ weight        [n, H] float32
+//   grad_weight += grad_logits^T @ hidden      [V, H] float32
+// A float32 weight multiplies in float32. Another dtype multiplies in that dtype (bfloat16 runs
+// ~4x float32 on CPUs with native bf16) with float32 accumulation, a block of vocabulary rows at
+// a time so that no temporary exceeds chunk_size x V elements: a whole float32 copy of a
+// bfloat16 lm_head (2.2 GB for 152k x 3.5k) per chunk is what this replaced.
+at::Tensor head_backward(const at::Tensor& grad_logits, const at::Tensor& weight,
+                         const at::Tensor& hidden, at::Tensor& grad_weight, int64_t chunk_size) {
+  if (weight.scalar_type() == at::kFloat) {
+    grad_weight.addmm_(grad_logits.t(), hidden.to(at::kFloat));  // in place: no [V, H] temporary
+    return at::matmul(grad_logits, weight);
+  }
   const int64_t V = weight.size(0), H = weight.size(1);
   const int64_t rows = std::max<int64_t>(1, std::min(V, chunk_size * V / std::max<int64_t>(H, 1)));
-  at::Tensor out = at::zeros({a.size(0), H}, a.options());
+  const at::Tensor g = grad_logits.to(weight.scalar_type());
+  const at::Tensor h = hidden.to(weight.scalar_type());
+  at::Tensor out = at::zeros({g.size(0), H}, grad_logits.options());
   for (int64_t v0 = 0; v0 < V; v0 += rows) {
     const int64_t r = std::min(rows, V - v0);
-    out.addmm_(a.narrow(1, v0, r), weight.narrow(0, v0, r).to(at::kFloat));
+    at::Tensor block = g.narrow(1, v0, r);
+    out.add_(at::mm(block, weight.narrow(0, v0, r)));
+    grad_weight.narrow(0, v0, r).add_(at::mm(block.t(), h));
   }
   return out;
+}
+
+// float32 logits / temperature of one chunk (no extra pass when the temperature is 1).
+at::Tensor scaled_logits(const at::Tensor& h, const at::Tensor& weight, double temperature) {
+  at::Tensor z = at::matmul(h, weight.t()).to(at::kFloat);
+  return temperature == 1.0 ? z : z.div_(temperature);
 }
 
 // Chunked log-softmax gather with a recomputing backward.
@@ -38,8 +56,7 @@ class ChunkedLogprobs : public torch::autograd::Function<ChunkedLogprobs> {
                                       : at::zeros({0}, hidden.options().dtype(at::kFloat));
     for (int64_t start = 0; start < n; start += chunk_size) {
       const int64_t len = std::min(chunk_size, n - start);
-      at::Tensor z =
-          at::matmul(hidden.narrow(0, start, len), weight.t()).to(at::kFloat) / temperature;
+      at::Tensor z = scaled_logits(hidden.narrow(0, start, len), weight, temperature);
       at::Tensor chunk_lse = at::logsumexp(z, -1);
       lse.narrow(0, start, len).copy_(chunk_lse);
       logprobs.narrow(0, start, len)
@@ -74,25 +91,30 @@ class ChunkedLogprobs : public torch::autograd::Function<ChunkedLogprobs> {
     for (int64_t start = 0; start < n; start += chunk_size) {
       const int64_t len = std::min(chunk_size, n - start);
       at::Tensor h = hidden.narrow(0, start, len);
-      at::Tensor z = at::matmul(h, weight.t()).to(at::kFloat) / temperature;
-      at::Tensor p = at::exp(z - lse.narrow(0, start, len).unsqueeze(1));
-      at::Tensor grad_z = at::zeros_like(z);
-      if (has_lp) {
-        // d logprob / dz = onehot(target) - p
-        at::Tensor g = grad_logprobs.narrow(0, start, len).to(at::kFloat).unsqueeze(1);
-        grad_z -= g * p;
-        grad_z.scatter_add_(1, targets.narrow(0, start, len).unsqueeze(1), g);
-      }
+      at::Tensor z = scaled_logits(h, weight, temperature);
+      at::Tensor p = (z - lse.narrow(0, start, len).unsqueeze(1)).exp_();
+      // Entropy first: it needs z, whose buffer then holds grad_z.
+      at::Tensor entropy_term;
       if (has_ent) {
         // d entropy / dz = p * (E_p[z] - z)
         at::Tensor g = grad_entropy.narrow(0, start, len).to(at::kFloat).unsqueeze(1);
         at::Tensor mean_z = (p * z).sum(-1, /*keepdim=*/true);
-        grad_z += g * p * (mean_z - z);
+        entropy_term = z.neg_().add_(mean_z).mul_(p).mul_(g);  // reuses z
       }
-      at::Tensor grad_logits = grad_z / temperature;  // z = logits / temperature
+      at::Tensor grad_z;
+      if (has_lp) {
+        // d logprob / dz = onehot(target) - p
+        at::Tensor g = grad_logprobs.narrow(0, start, len).to(at::kFloat).unsqueeze(1);
+        grad_z = p.mul_(g).neg_();  // reuses p
+        grad_z.scatter_add_(1, targets.narrow(0, start, len).unsqueeze(1), g);
+        if (entropy_term.defined()) grad_z.add_(entropy_term);
+      } else {
+        grad_z = entropy_term.defined() ? entropy_term : at::zeros_like(p);
+      }
+      at::Tensor grad_logits = temperature == 1.0 ? grad_z : grad_z.div_(temperature);
       grad_hidden.narrow(0, start, len)
-          .copy_(float_rows_product(grad_logits, weight, chunk_size).to(hidden.scalar_type()));
-      grad_weight.addmm_(grad_logits.t(), h.to(at::kFloat));  // in place: no [V, H] temporary
+          .copy_(head_backward(grad_logits, weight, h, grad_weight, chunk_size)
+                     .to(hidden.scalar_type()));
     }
     return {grad_hidden,  grad_weight.to(weight.scalar_type()),
             at::Tensor(), at::Tensor(),

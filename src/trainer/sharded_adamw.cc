@@ -25,7 +25,7 @@ double ShardedAdamW::grad_norm() {
                          .device(units_.empty() ? at::kCPU : units_[0]->shard().device()));
   for (FlatUnit* unit : units_) {
     const at::Tensor& g = unit->shard().grad();
-    if (g.defined()) sum += g.to(at::kDouble).pow(2).sum();
+    if (g.defined()) sum += at::norm(g).to(at::kDouble).pow(2);  // no temporary of g's size
   }
   comm_->all_reduce(sum, comm::ReduceOp::kSum);
   return std::sqrt(sum.item<double>());
@@ -46,12 +46,13 @@ void ShardedAdamW::step(double lr, double grad_scale) {
     at::Tensor p = units_[i]->shard().detach();
     at::Tensor g = units_[i]->shard().grad();
     if (!g.defined()) g = at::zeros_like(p);
-    if (grad_scale != 1.0) g = g * grad_scale;
+    if (grad_scale != 1.0) g.mul_(grad_scale);  // the gradient is zeroed after the step
     if (options_.weight_decay != 0)
       p.mul_(1 - lr * options_.weight_decay * units_[i]->decay_mask());
     exp_avg_[i].mul_(b1).add_(g, 1 - b1);
     exp_avg_sq_[i].mul_(b2).addcmul_(g, g, 1 - b2);
-    at::Tensor denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bias2)).add_(options_.eps);
+    at::Tensor denom = exp_avg_sq_[i].sqrt();  // the one temporary of the update
+    denom.div_(std::sqrt(bias2)).add_(options_.eps);
     p.addcdiv_(exp_avg_[i], denom, -lr / bias1);
   }
 }

@@ -139,7 +139,7 @@ TokenOutputs ShardedDecoder::forward(const PackedBatch& batch, const HeadOptions
     if (options_.reshard_after_forward) return checkpointed_units(units, inputs, fn, spec);
     ParamViews params;
     for (FlatUnit* unit : units) {
-      for (auto& [name, view] : unit->views(gathered_params(*unit, spec))) params[name] = view;
+      for (auto& [name, p] : gathered_params(*unit, spec)) params[name] = p;
     }
     return fn(inputs, params);
   };
@@ -204,13 +204,13 @@ void ShardedDecoder::for_each_full_bucket(
   };
   const GatherSpec spec{comm_, at::kFloat, at::kFloat};
   for (FlatUnit& unit : units_) {
-    at::Tensor full;
+    ParamViews params;
     {
       at::NoGradGuard no_grad;
-      full = gathered_params(unit, spec).detach();
+      params = gathered_params(unit, spec);
     }
     for (const FlatParam& p : unit.params()) {
-      at::Tensor value = full.narrow(0, p.offset, p.numel).view(p.shape).to(dtype).clone();
+      at::Tensor value = params.at(p.name).detach().to(dtype).clone();
       const int64_t size = value.numel() * static_cast<int64_t>(value.element_size());
       if (bytes > 0 && bytes + size > bucket_bytes) flush();
       bucket.emplace_back(p.name, std::move(value));

@@ -18,12 +18,31 @@ at::Tensor gather(const FlatUnit& unit, const GatherSpec& spec) {
   return full;
 }
 
-// The shard's gradient: the sum over ranks of `grad_full`, reduced in the reduction dtype.
-at::Tensor scatter_grad(const FlatUnit& unit, const at::Tensor& grad_full, const GatherSpec& spec) {
-  at::Tensor full = grad_full.to(spec.reduce_dtype).contiguous();
+// The shard's gradient from the unit's parameter gradients (in the unit's parameter order; an
+// undefined one is zero): one flat buffer, reduce-scattered (summed over ranks) in the reduction
+// dtype. Parameters are separate tensors to autograd, never views of one flat tensor: the
+// backward of a view allocates and adds a zero tensor of the whole buffer per parameter.
+at::Tensor scatter_grad(const FlatUnit& unit, const std::vector<at::Tensor>& grads,
+                        const GatherSpec& spec) {
+  at::Tensor full = at::zeros({unit.padded_numel()},
+                              unit.shard().options().dtype(spec.reduce_dtype).requires_grad(false));
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    const FlatParam& p = unit.params()[i];
+    full.narrow(0, p.offset, p.numel).copy_(grads[i].reshape({-1}));
+  }
   at::Tensor shard = at::empty({unit.shard_numel()}, full.options());
   spec.comm->reduce_scatter(full, shard, comm::ReduceOp::kSum);
   return shard.to(at::kFloat);
+}
+
+// The unit's parameters as views of `full`, in the unit's order.
+std::vector<at::Tensor> param_views(const FlatUnit& unit, const at::Tensor& full) {
+  std::vector<at::Tensor> views;
+  for (const FlatParam& p : unit.params()) {
+    views.push_back(full.narrow(0, p.offset, p.numel).view(p.shape));
+  }
+  return views;
 }
 
 struct UnitClosure : torch::CustomClassHolder {
@@ -33,22 +52,24 @@ struct UnitClosure : torch::CustomClassHolder {
   std::vector<bool> input_needs_grad;
 };
 
+struct GatherClosure : torch::CustomClassHolder {
+  FlatUnit* unit = nullptr;
+  GatherSpec spec;
+};
+
+// shard -> the unit's parameters (one output each); backward: their gradients -> the shard's.
 class Gather : public torch::autograd::Function<Gather> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& shard, FlatUnit* unit,
-                            GatherSpec spec) {
-    ctx->saved_data["unit"] = reinterpret_cast<int64_t>(unit);
-    ctx->saved_data["comm"] = reinterpret_cast<int64_t>(spec.comm);
-    ctx->saved_data["reduce_dtype"] = static_cast<int64_t>(spec.reduce_dtype);
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& shard,
+                               c10::intrusive_ptr<GatherClosure> closure) {
     (void)shard;
-    return gather(*unit, spec);
+    ctx->saved_data["closure"] = c10::IValue::make_capsule(closure);
+    return param_views(*closure->unit, gather(*closure->unit, closure->spec));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto* unit = reinterpret_cast<FlatUnit*>(ctx->saved_data["unit"].toInt());
-    GatherSpec spec;
-    spec.comm = reinterpret_cast<comm::Communicator*>(ctx->saved_data["comm"].toInt());
-    spec.reduce_dtype = static_cast<at::ScalarType>(ctx->saved_data["reduce_dtype"].toInt());
-    return {scatter_grad(*unit, grads[0], spec), at::Tensor(), at::Tensor()};
+    auto closure =
+        c10::static_intrusive_pointer_cast<GatherClosure>(ctx->saved_data["closure"].toCapsule());
+    return {scatter_grad(*closure->unit, grads, closure->spec), at::Tensor()};
   }
 };
 
@@ -68,7 +89,6 @@ class Checkpoint : public torch::autograd::Function<Checkpoint> {
     for (const at::Tensor& x : saved) detached.push_back(x.detach());
     std::vector<at::Tensor> outputs = closure->fn(detached, params);  // params freed after
     ctx->saved_data["closure"] = c10::IValue::make_capsule(closure);
-    ctx->saved_data["inputs"] = static_cast<int64_t>(inputs.size());
     (void)shards;
     return outputs;
   }
@@ -77,7 +97,8 @@ class Checkpoint : public torch::autograd::Function<Checkpoint> {
     auto closure =
         c10::static_intrusive_pointer_cast<UnitClosure>(ctx->saved_data["closure"].toCapsule());
     const std::vector<at::Tensor> saved = ctx->get_saved_variables();
-    // Recompute with gradient, on detached inputs and freshly gathered parameters.
+    // Recompute with gradient, on detached inputs and freshly gathered parameters, each
+    // parameter its own leaf.
     at::AutoGradMode enable_grad(true);
     std::vector<at::Tensor> inputs;
     for (size_t i = 0; i < saved.size(); ++i) {
@@ -85,12 +106,15 @@ class Checkpoint : public torch::autograd::Function<Checkpoint> {
       if (closure->input_needs_grad[i]) x.requires_grad_(true);
       inputs.push_back(x);
     }
-    std::vector<at::Tensor> fulls;
+    std::vector<std::vector<at::Tensor>> leaves;
     ParamViews params;
     for (FlatUnit* unit : closure->units) {
-      at::Tensor full = gather(*unit, closure->spec).requires_grad_(true);
-      fulls.push_back(full);
-      for (auto& [name, view] : unit->views(full)) params[name] = view;
+      std::vector<at::Tensor> unit_leaves = param_views(*unit, gather(*unit, closure->spec));
+      for (size_t i = 0; i < unit_leaves.size(); ++i) {
+        unit_leaves[i] = unit_leaves[i].detach().requires_grad_(true);
+        params[unit->params()[i].name] = unit_leaves[i];
+      }
+      leaves.push_back(std::move(unit_leaves));
     }
     std::vector<at::Tensor> outputs = closure->fn(inputs, params);
     std::vector<at::Tensor> roots, root_grads;
@@ -104,7 +128,8 @@ class Checkpoint : public torch::autograd::Function<Checkpoint> {
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (closure->input_needs_grad[i]) wrt.push_back(inputs[i]);
     }
-    for (const at::Tensor& full : fulls) wrt.push_back(full);
+    for (const auto& unit_leaves : leaves)
+      wrt.insert(wrt.end(), unit_leaves.begin(), unit_leaves.end());
     std::vector<at::Tensor> computed;
     if (!roots.empty()) {
       computed = torch::autograd::grad(roots, wrt, root_grads, /*retain_graph=*/false,
@@ -117,9 +142,11 @@ class Checkpoint : public torch::autograd::Function<Checkpoint> {
     for (size_t i = 0; i < inputs.size(); ++i) {
       result.push_back(closure->input_needs_grad[i] ? computed[k++] : at::Tensor());
     }
-    for (size_t u = 0; u < closure->units.size(); ++u, ++k) {
-      at::Tensor g = computed[k].defined() ? computed[k] : at::zeros_like(fulls[u]);
-      result.push_back(scatter_grad(*closure->units[u], g, closure->spec));
+    for (size_t u = 0; u < closure->units.size(); ++u) {
+      std::vector<at::Tensor> unit_grads(computed.begin() + k,
+                                         computed.begin() + k + leaves[u].size());
+      k += leaves[u].size();
+      result.push_back(scatter_grad(*closure->units[u], unit_grads, closure->spec));
     }
     result.push_back(at::Tensor());  // the closure
     return result;
@@ -128,8 +155,14 @@ class Checkpoint : public torch::autograd::Function<Checkpoint> {
 
 }  // namespace
 
-at::Tensor gathered_params(FlatUnit& unit, const GatherSpec& spec) {
-  return Gather::apply(unit.shard(), &unit, spec);
+ParamViews gathered_params(FlatUnit& unit, const GatherSpec& spec) {
+  auto closure = c10::make_intrusive<GatherClosure>();
+  closure->unit = &unit;
+  closure->spec = spec;
+  variable_list params = Gather::apply(unit.shard(), closure);
+  ParamViews out;
+  for (size_t i = 0; i < params.size(); ++i) out[unit.params()[i].name] = params[i];
+  return out;
 }
 
 std::vector<at::Tensor> checkpointed_units(const std::vector<FlatUnit*>& units,

@@ -1,8 +1,9 @@
 // Autograd for FSDP units (private to flywheel_trainer).
 //
-//   gathered_params(): differentiable all-gather of a unit's shard (cast to the compute dtype);
-//     its backward reduce-scatters the gradient (in the reduction dtype) into the shard's grad.
-//     The gathered tensor lives as long as the autograd graph needs it.
+//   gathered_params(): differentiable all-gather of a unit's shard (cast to the compute dtype),
+//     as one tensor per parameter; its backward reduce-scatters their gradients (in the
+//     reduction dtype) into the shard's grad. The gathered buffer lives as long as the autograd
+//     graph needs it.
 //   checkpointed_units(): runs `fn` over gathered parameters without keeping them or the
 //     activations inside it; backward gathers again, recomputes `fn` with gradient, and
 //     reduce-scatters the parameter gradients (activation checkpointing per unit).
@@ -32,8 +33,8 @@ using ParamViews = std::map<std::string, at::Tensor>;
 using UnitFn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>& inputs,
                                                      const ParamViews& params)>;
 
-// The full flat parameters of `unit` in the compute dtype, differentiable w.r.t. its shard.
-at::Tensor gathered_params(FlatUnit& unit, const GatherSpec& spec);
+// The parameters of `unit` in the compute dtype, by name, differentiable w.r.t. its shard.
+ParamViews gathered_params(FlatUnit& unit, const GatherSpec& spec);
 
 // fn(inputs, params of `units`) with activation checkpointing. Outputs that fn leaves undefined
 // stay undefined. Inputs that do not require grad get no gradient.

@@ -4,8 +4,8 @@
 //   auto world = comm::MpiCommunicator::world(**mpi, {"learners", 300});
 //   world->all_reduce(loss);
 //
-// Collectives are started nonblocking and waited on under the deadline (see communicator.h);
-// the waiting thread polls MPI, yielding the core between polls.
+// Collectives are MPI's blocking calls, under a deadline a watchdog thread keeps (see
+// communicator.h): past it the process reports and exits, which makes mpirun end the job.
 #pragma once
 
 #include <memory>
@@ -14,6 +14,8 @@
 #include "flywheel/comm/communicator.h"
 
 namespace flywheel::comm {
+
+class Watchdog;
 
 // MPI for this process: MPI_Init_thread on create (unless MPI is already initialized, e.g. by a
 // test harness), MPI_Finalize on destruction. Works without mpirun (a world of one rank).
@@ -57,14 +59,12 @@ class MpiCommunicator final : public Communicator {
 
  private:
   struct Handle;  // the MPI_Comm
-  class Request;
   MpiCommunicator(std::unique_ptr<Handle> handle, const CommunicatorOptions& options);
-  // Blocks until `request` completes; past the deadline, logs and aborts the job.
-  void wait(void* request, const char* what) const;
 
   std::unique_ptr<Handle> handle_;
   CommunicatorOptions options_;
   int rank_ = 0, size_ = 1;
+  std::unique_ptr<Watchdog> watchdog_;
 };
 
 }  // namespace flywheel::comm

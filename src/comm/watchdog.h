@@ -1,0 +1,81 @@
+// A deadline on blocking calls: arm() before a call, disarm() after; a call still running at its
+// deadline is reported (which collective, rank, group, elapsed time) and the process exits with
+// kTimeoutExitCode, which makes mpirun end the job. A thread owned by the watchdog waits for the
+// deadlines, so the blocking call itself runs at full speed.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace flywheel::comm {
+
+class Watchdog {
+ public:
+  // `on_timeout(what, elapsed_s)` runs on the watchdog's thread and must not return.
+  explicit Watchdog(std::function<void(const std::string&, double)> on_timeout)
+      : on_timeout_(std::move(on_timeout)), thread_([this] { run(); }) {}
+  ~Watchdog() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  void arm(const char* what, double timeout_s) {
+    absl::MutexLock lock(&mu_);
+    what_ = what;
+    start_ = absl::Now();
+    deadline_ = start_ + absl::Seconds(timeout_s);
+    armed_ = true;
+    ++generation_;
+  }
+  void disarm() {
+    absl::MutexLock lock(&mu_);
+    armed_ = false;
+  }
+
+ private:
+  void run() {
+    absl::MutexLock lock(&mu_);
+    while (!stop_) {
+      if (!armed_) {
+        mu_.Await(absl::Condition(
+            +[](Watchdog* w)
+                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu_) { return w->armed_ || w->stop_; },
+            this));
+        continue;
+      }
+      const uint64_t generation = generation_;
+      const absl::Time deadline = deadline_;
+      auto settled = [this, generation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || !armed_ || generation_ != generation;
+      };
+      if (!mu_.AwaitWithDeadline(absl::Condition(&settled), deadline)) {
+        const double elapsed = absl::ToDoubleSeconds(absl::Now() - start_);
+        on_timeout_(what_, elapsed);  // does not return
+      }
+    }
+  }
+
+  std::function<void(const std::string&, double)> on_timeout_;
+  absl::Mutex mu_;
+  bool armed_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string what_ ABSL_GUARDED_BY(mu_);
+  absl::Time start_ ABSL_GUARDED_BY(mu_), deadline_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;  // last: starts after the members it uses
+};
+
+}  // namespace flywheel::comm
