@@ -104,6 +104,7 @@ absl::Status run(const BufferArgs& args) {
   buffer::ControllerServerOptions so;
   so.bind_address = c.buffer.server.bind_address;
   so.max_message_bytes = c.buffer.server.max_message_bytes;
+  so.transport_memory_bytes = c.buffer.server.transport_memory_bytes;
   so.push_timeout_s = c.buffer.push_timeout_s;
   so.heartbeat_interval_s = c.buffer.heartbeat_interval_s;
   absl::StatusOr<std::string> token =

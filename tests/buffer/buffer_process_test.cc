@@ -13,7 +13,6 @@
 #include "push_stream.h"
 #include "raw_push_client.h"
 #include "service_fixture.h"
-#include "transport_args.h"
 
 namespace flywheel::buffer {
 namespace {
@@ -56,11 +55,15 @@ TEST(BufferProcessTest, ALeaseHeldAcrossARestartIsStillValid) {
 
 // A client that streams groups with 200 KB ids and never reads an ack, over a connection whose
 // receive window it keeps small: the server stops reading once kMaxUnacked acks are unwritten,
-// so its memory grows by at most the documented per-stream bound (docs/controller.md) instead of
-// by every message (+100 MiB for 500 before).
+// so its memory grows by at most the documented bound (docs/controller.md: the transport's
+// memory quota plus the groups in process) instead of by every message (+100 MiB for 500
+// before).
 TEST(BufferProcessTest, AClientThatNeverReadsAcksCannotGrowTheServersMemory) {
   const int64_t message_bytes = 200 << 10;
-  const std::string dir = BufferProcess::make_job("slow_reader", /*prompts=*/4, /*group_size=*/2);
+  const int64_t transport_bytes = 16 << 20;
+  const std::string dir = BufferProcess::make_job(
+      "slow_reader", /*prompts=*/4, /*group_size=*/2,
+      "buffer: {server: {transport_memory_bytes: " + std::to_string(transport_bytes) + "}}\n");
   // Blocks of 64 KiB or more are mmapped and unmapped when freed, so that the resident size
   // follows what the server holds rather than what malloc keeps after frees.
   BufferProcess server(dir, {"MALLOC_MMAP_THRESHOLD_=65536"});
@@ -98,7 +101,8 @@ TEST(BufferProcessTest, AClientThatNeverReadsAcksCannotGrowTheServersMemory) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const int64_t grown = server.rss_bytes() - baseline;
-  const int64_t bound = kStreamWindowBytes + 2 * PushStream::kMaxInProcess * message_bytes +
+  // The transport's quota, plus what the stream holds itself (docs/controller.md, "Memory").
+  const int64_t bound = transport_bytes + 2 * PushStream::kMaxInProcess * message_bytes +
                         PushStream::kMaxUnacked * static_cast<int64_t>(PushStream::kMaxAckBytes);
   const int64_t slack = 8 << 20;  // allocator and gRPC bookkeeping
   std::cerr << "client wrote " << call.written() << " of " << messages.size()

@@ -29,6 +29,9 @@ struct ControllerServerOptions {
   // Concurrent calls per client connection (HTTP/2 streams); bounds what one connection can
   // make the server hold (docs/controller.md, "Memory").
   int max_streams_per_connection = 16;
+  // Memory gRPC's transport may hold for the whole server (buffered requests and replies of every
+  // connection); under pressure it offers clients smaller windows.
+  int64_t transport_memory_bytes = int64_t{256} << 20;
   // shutdown(): calls still running after this long are cancelled. Idle push streams are
   // closed at once.
   double shutdown_timeout_s = 5;

@@ -16,6 +16,10 @@ void bind_options(FieldBinder& b, ServerOptions& o) {
           FieldInfo("CA for client certificates; set to require mutual TLS."));
   b.field("max_message_bytes", &o.max_message_bytes,
           FieldInfo("Largest gRPC message accepted or sent.").min(1024));
+  b.field("transport_memory_bytes", &o.transport_memory_bytes,
+          FieldInfo("Memory the server's gRPC transport may hold for all clients together "
+                    "(received and unsent bytes); under pressure it offers smaller windows.")
+              .min(int64_t{1} << 20));
   b.field("rpc_deadline_s", &o.rpc_deadline_s,
           FieldInfo("Deadline of every client call in seconds.").greater_than(0));
 }

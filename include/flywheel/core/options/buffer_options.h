@@ -17,7 +17,8 @@ struct ServerOptions {
   std::string tls_key;        // PEM
   std::string tls_client_ca;  // PEM; set = require client certificates (mTLS)
   int64_t max_message_bytes = 64 << 20;
-  double rpc_deadline_s = 30.0;  // deadline on every client call
+  int64_t transport_memory_bytes = int64_t{256} << 20;  // gRPC transport buffers, all clients
+  double rpc_deadline_s = 30.0;                         // deadline on every client call
 
   absl::Status validate() const;
 };
