@@ -67,7 +67,7 @@ absl::StatusOr<double> GreedyEvaluator::accuracy(trainer::ShardedDecoder& model,
     }
   }
   at::Tensor counts = at::tensor({correct, static_cast<double>(mine.size())}, at::kDouble);
-  comm.all_reduce(counts, comm::ReduceOp::kSum);
+  comm.all_reduce_host(counts, comm::ReduceOp::kSum);
   const double total = counts[1].item<double>();
   return total > 0 ? counts[0].item<double>() / total : std::numeric_limits<double>::quiet_NaN();
 }

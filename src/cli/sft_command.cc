@@ -314,7 +314,7 @@ absl::Status run(const SftArgs& args) {
     }
     // Every rank stops together when any got a signal.
     at::Tensor signal = at::full({1}, stop.requested() ? 1 : 0, at::kLong);
-    (*world)->all_reduce(signal, comm::ReduceOp::kMax);
+    (*world)->all_reduce_host(signal, comm::ReduceOp::kMax);
     if (signal.item<int64_t>() != 0) stopped_by = "a signal";
     if (!stopped_by.empty()) break;
   }

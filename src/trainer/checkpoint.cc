@@ -67,8 +67,8 @@ TrainingState state_of(Learner& learner) {
 absl::Status agree(comm::Communicator& comm, const absl::Status& mine) {
   at::Tensor failed = at::full({1}, mine.ok() ? 0 : comm.rank() + 1, at::kLong);
   at::Tensor first = at::full({1}, mine.ok() ? comm.size() + 1 : comm.rank() + 1, at::kLong);
-  comm.all_reduce(failed, comm::ReduceOp::kMax);
-  comm.all_reduce(first, comm::ReduceOp::kMin);
+  comm.all_reduce_host(failed, comm::ReduceOp::kMax);
+  comm.all_reduce_host(first, comm::ReduceOp::kMin);
   if (failed.item<int64_t>() == 0) return absl::OkStatus();
   if (!mine.ok()) return mine;
   return absl::UnavailableError(
@@ -107,12 +107,12 @@ absl::Status write_rank_file(const TrainingState& state, const fs::path& path) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (auto& [prefix, model] : state.models) {
     for (const FlatUnit& unit : model->units()) {
-      tensors.emplace_back(prefix + "/" + unit.name(), unit.shard().detach());
+      tensors.emplace_back(prefix + "/" + unit.name(), unit.shard().detach().cpu());
     }
   }
   for (auto& [prefix, optimizer] : state.optimizers) {
     for (const auto& [name, t] : optimizer->state()) {
-      tensors.emplace_back(prefix + "_optimizer/" + name, t);
+      tensors.emplace_back(prefix + "_optimizer/" + name, t.cpu());
     }
   }
   absl::Status written = model::write_safetensors(path.string(), tensors);

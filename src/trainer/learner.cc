@@ -77,7 +77,7 @@ at::Tensor gather_rows(const at::Tensor& local, const std::vector<int64_t>& mine
                        comm::Communicator& comm) {
   const int64_t R = local.size(1);
   at::Tensor count = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);
-  comm.all_reduce(count, comm::ReduceOp::kMax);
+  comm.all_reduce_host(count, comm::ReduceOp::kMax);
   const int64_t most = count.item<int64_t>();
   at::Tensor padded = at::zeros({most, R + 1}, at::kFloat);  // column R: sequence index + 1
   for (size_t i = 0; i < mine.size(); ++i) {
@@ -85,7 +85,7 @@ at::Tensor gather_rows(const at::Tensor& local, const std::vector<int64_t>& mine
     padded[i][R] = static_cast<float>(mine[i] + 1);
   }
   at::Tensor all = at::empty({most * comm.size() * (R + 1)}, at::kFloat);
-  comm.all_gather(padded.reshape({-1}), all);
+  comm.all_gather_host(padded.reshape({-1}), all);
   all = all.view({most * comm.size(), R + 1});
   at::Tensor out = at::zeros({total, R}, at::kFloat);
   for (int64_t i = 0; i < all.size(0); ++i) {
@@ -210,7 +210,7 @@ absl::Status Learner::update(const Batch& batch, bool critic, Metrics* metrics) 
       const algos::AggCounts local =
           algos::local_counts(batch.local_mask.index_select(0, row_index));
       at::Tensor counts = at::tensor({local.tokens, local.sequences, local.rows}, at::kDouble);
-      comm_->all_reduce(counts, comm::ReduceOp::kSum);
+      comm_->all_reduce_host(counts, comm::ReduceOp::kSum);
       algos::AggCounts global{counts[0].item<double>(), counts[1].item<double>(),
                               counts[2].item<double>()};
       absl::StatusOr<BalancedMicroBatches> packed =
@@ -226,14 +226,18 @@ absl::Status Learner::update(const Batch& batch, bool critic, Metrics* metrics) 
           loss = (critic ? out.values : out.logprobs).sum() * 0;
         } else {
           at::Tensor r = packed->rows_of(mb);
-          at::Tensor mask = batch.local_mask.index_select(0, r);
+          // This micro-batch's rows of the step's per-token tensors, on the model's device.
+          auto rows_of = [&](const at::Tensor& t) {
+            return t.index_select(0, r).to(model.options().device);
+          };
+          at::Tensor mask = rows_of(batch.local_mask);
           const double tokens = mask.sum().item<double>();
           algos::LossResult result;
           if (critic) {
             algos::ValueLossInput in;
             in.values = unpack(mb, out.values);
-            in.old_values = batch.values.index_select(0, r);
-            in.returns = batch.returns.index_select(0, r);
+            in.old_values = rows_of(batch.values);
+            in.returns = rows_of(batch.returns);
             in.mask = mask;
             in.clip = options_.value_clip;
             in.agg = algorithm_.agg;
@@ -244,20 +248,19 @@ absl::Status Learner::update(const Batch& batch, bool critic, Metrics* metrics) 
             at::Tensor lp = unpack(mb, out.logprobs);
             algos::ActorLossInput in;
             in.policy.logprobs = lp;
-            in.policy.old_logprobs =
-                precomputed_old ? batch.old_logprobs.index_select(0, r) : lp.detach();
-            in.policy.advantages = batch.advantages.index_select(0, r);
+            in.policy.old_logprobs = precomputed_old ? rows_of(batch.old_logprobs) : lp.detach();
+            in.policy.advantages = rows_of(batch.advantages);
             in.policy.mask = mask;
             in.policy.agg = algorithm_.agg;
             in.policy.counts = global;
             in.policy.norm_constant = algorithm_.norm_constant;
             if (precomputed_old) {
               if (batch.is_weights.defined()) {
-                in.policy.is_weights = batch.is_weights.index_select(0, r);
+                in.policy.is_weights = rows_of(batch.is_weights);
               }
             } else {
-              absl::StatusOr<algos::IsResult> is = algorithm_.is_correction->compute(
-                  {lp.detach(), batch.behaviour.index_select(0, r), mask});
+              absl::StatusOr<algos::IsResult> is =
+                  algorithm_.is_correction->compute({lp.detach(), rows_of(batch.behaviour), mask});
               if (!is.ok()) return is.status();
               in.policy.is_weights = is->weights;
               for (const auto& [name, value] : is->diagnostics) {
@@ -267,7 +270,7 @@ absl::Status Learner::update(const Batch& batch, bool critic, Metrics* metrics) 
             in.entropy = unpack(mb, out.entropy);
             in.entropy_coef = options_.entropy_coef;
             if (reference_ && !options_.kl_in_reward) {
-              in.ref_logprobs = batch.ref_logprobs.index_select(0, r);
+              in.ref_logprobs = rows_of(batch.ref_logprobs);
               in.kl_coef = options_.kl_coef;
               in.kl_estimator = algorithm_.kl_estimator;
             }

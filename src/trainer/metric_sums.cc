@@ -18,12 +18,12 @@ std::vector<std::string> agree_on_names(comm::Communicator& comm,
                                         const std::set<std::string>& names) {
   const std::string mine = absl::StrJoin(names, "\n");
   at::Tensor length = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);
-  comm.all_reduce(length, comm::ReduceOp::kMax);
+  comm.all_reduce_host(length, comm::ReduceOp::kMax);
   const int64_t longest = length.item<int64_t>();
   at::Tensor bytes = at::zeros({longest + 1}, at::kByte);
   std::copy(mine.begin(), mine.end(), bytes.data_ptr<uint8_t>());
   at::Tensor all = at::empty({(longest + 1) * comm.size()}, at::kByte);
-  comm.all_gather(bytes, all);
+  comm.all_gather_host(bytes, all);
   std::set<std::string> together;
   for (int r = 0; r < comm.size(); ++r) {
     const char* text = reinterpret_cast<const char*>(all.data_ptr<uint8_t>()) + r * (longest + 1);
@@ -75,8 +75,8 @@ std::map<std::string, double> MetricSums::reduce(comm::Communicator& comm) const
     if (kind == '<' && mins_.count(n)) extreme[i] = -mins_.at(n);
     if (kind == '>' && maxs_.count(n)) extreme[i] = maxs_.at(n);
   }
-  comm.all_reduce(additive, comm::ReduceOp::kSum);
-  comm.all_reduce(extreme, comm::ReduceOp::kMax);
+  comm.all_reduce_host(additive, comm::ReduceOp::kSum);
+  comm.all_reduce_host(extreme, comm::ReduceOp::kMax);
   std::map<std::string, double> out;
   for (size_t i = 0; i < all.size(); ++i) {
     const char kind = all[i][0];

@@ -120,14 +120,14 @@ absl::StatusOr<BalancedMicroBatches> pack_balanced(const std::vector<SequenceTok
   absl::StatusOr<std::vector<MicroBatch>> mbs = pack_micro_batches(kept, max_tokens, max_response);
   // Every rank learns whether any failed, so that none is left waiting in a collective.
   at::Tensor failed = at::full({1}, mbs.ok() ? 0 : 1, at::kLong);
-  comm.all_reduce(failed, comm::ReduceOp::kMax);
+  comm.all_reduce_host(failed, comm::ReduceOp::kMax);
   if (!mbs.ok()) return mbs.status();
   if (failed.item<int64_t>() != 0) {
     return absl::InvalidArgumentError("another learner rank could not pack its micro-batches");
   }
   packed.micro_batches = std::move(*mbs);
   at::Tensor count = at::full({1}, static_cast<int64_t>(packed.micro_batches.size()), at::kLong);
-  comm.all_reduce(count, comm::ReduceOp::kMax);
+  comm.all_reduce_host(count, comm::ReduceOp::kMax);
   while (static_cast<int64_t>(packed.micro_batches.size()) < count.item<int64_t>()) {
     packed.micro_batches.push_back(empty_micro_batch(max_response));
   }

@@ -37,7 +37,7 @@ absl::StatusOr<std::pair<double, double>> SftTrainer::run(
     longest = std::max<int64_t>(longest, e->response.size());
   }
   at::Tensor widest = at::full({1}, longest, at::kLong);
-  comm_->all_reduce(widest, comm::ReduceOp::kMax);
+  comm_->all_reduce_host(widest, comm::ReduceOp::kMax);
   const int64_t R = widest.item<int64_t>();
   std::vector<SequenceTokens> tokens;
   std::vector<int64_t> ids;
@@ -66,7 +66,7 @@ absl::StatusOr<std::map<std::string, double>> SftTrainer::step(
     const std::vector<const SftExample*>& examples) {
   at::Tensor tokens = at::zeros({1}, at::kDouble);
   for (const SftExample* e : examples) tokens += static_cast<double>(e->response.size());
-  comm_->all_reduce(tokens, comm::ReduceOp::kSum);
+  comm_->all_reduce_host(tokens, comm::ReduceOp::kSum);
   const double total = std::max(1.0, tokens.item<double>());
   absl::StatusOr<std::pair<double, double>> sums = run(examples, /*train=*/true, total);
   if (!sums.ok()) return sums.status();
@@ -92,7 +92,7 @@ absl::StatusOr<double> SftTrainer::eval_loss(const std::vector<const SftExample*
   absl::StatusOr<std::pair<double, double>> sums = run(examples, /*train=*/false, 1.0);
   if (!sums.ok()) return sums.status();
   at::Tensor both = at::tensor({sums->first, sums->second}, at::kDouble);
-  comm_->all_reduce(both, comm::ReduceOp::kSum);
+  comm_->all_reduce_host(both, comm::ReduceOp::kSum);
   const double count = both[1].item<double>();
   return count > 0 ? -both[0].item<double>() / count : 0.0;
 }

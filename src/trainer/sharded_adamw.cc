@@ -61,7 +61,7 @@ ShardedAdamW::Update ShardedAdamW::finish_update(double local_loss, double lr,
                                                  double max_grad_norm) {
   Update update;
   at::Tensor total = at::full({1}, local_loss, at::kDouble);
-  comm_->all_reduce(total, comm::ReduceOp::kSum);
+  comm_->all_reduce_host(total, comm::ReduceOp::kSum);
   update.loss = total.item<double>();
   update.grad_norm = grad_norm();
   update.applied = std::isfinite(update.loss) && std::isfinite(update.grad_norm);

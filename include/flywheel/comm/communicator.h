@@ -18,6 +18,7 @@
 #include <string>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include "absl/status/statusor.h"
 
@@ -49,6 +50,8 @@ class Communicator {
   virtual const CommunicatorOptions& options() const = 0;
   // "mpi" or "nccl".
   virtual const char* backend() const = 0;
+  // Where the backend's tensors live: the CPU for MPI, the CUDA device for NCCL.
+  virtual at::Device device() const = 0;
 
   // In place: every rank ends with the reduction of all ranks' `tensor`. Floating-point sums of
   // bfloat16 / float16 tensors are computed in float32.
@@ -62,6 +65,11 @@ class Communicator {
   // `tensor` of rank `root` is copied into every rank's `tensor`.
   virtual void broadcast(at::Tensor& tensor, int root) = 0;
   virtual void barrier() = 0;
+
+  // all_reduce / all_gather of CPU tensors whatever the backend (moved to device() and back):
+  // for small bookkeeping tensors such as counts, flags and metrics.
+  void all_reduce_host(at::Tensor& cpu_tensor, ReduceOp op = ReduceOp::kSum);
+  void all_gather_host(const at::Tensor& cpu_shard, at::Tensor& cpu_full);
 
   // A communicator of the ranks that pass the same `color`, ordered by `key` (then by rank);
   // collective over this group. `name` names it in timeout messages.

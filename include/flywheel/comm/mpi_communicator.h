@@ -47,6 +47,7 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   const CommunicatorOptions& options() const override { return options_; }
   const char* backend() const override { return "mpi"; }
+  at::Device device() const override { return at::kCPU; }
 
   void all_reduce(at::Tensor& tensor, ReduceOp op) override;
   void all_gather(const at::Tensor& shard, at::Tensor& full) override;

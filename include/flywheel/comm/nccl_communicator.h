@@ -29,6 +29,7 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   const CommunicatorOptions& options() const override { return options_; }
   const char* backend() const override { return "nccl"; }
+  at::Device device() const override { return at::Device(at::kCUDA, device_); }
 
   void all_reduce(at::Tensor& tensor, ReduceOp op) override;
   void all_gather(const at::Tensor& shard, at::Tensor& full) override;
