@@ -130,9 +130,7 @@ absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const LearnerOptions& o
   auto policy = ShardedDecoder::create(model_config, comm, policy_options);
   if (!policy.ok()) return policy.status();
   learner->policy_ = std::move(*policy);
-  std::vector<FlatUnit*> units;
-  for (FlatUnit& u : learner->policy_->units()) units.push_back(&u);
-  learner->optimizer_ = std::make_unique<ShardedAdamW>(units, comm, options.adamw);
+  learner->optimizer_ = ShardedAdamW::for_model(*learner->policy_, options.adamw);
   absl::StatusOr<LrSchedule> schedule = LrSchedule::create(options.lr);
   if (!schedule.ok()) return schedule.status();
   learner->schedule_ = *schedule;
@@ -150,9 +148,7 @@ absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const LearnerOptions& o
     auto critic = ShardedDecoder::create(model_config, comm, critic_options);
     if (!critic.ok()) return critic.status();
     learner->critic_ = std::move(*critic);
-    std::vector<FlatUnit*> critic_units;
-    for (FlatUnit& u : learner->critic_->units()) critic_units.push_back(&u);
-    learner->critic_optimizer_ = std::make_unique<ShardedAdamW>(critic_units, comm, options.adamw);
+    learner->critic_optimizer_ = ShardedAdamW::for_model(*learner->critic_, options.adamw);
     LrScheduleOptions critic_lr = options.lr;
     critic_lr.lr = options.critic_lr;
     absl::StatusOr<LrSchedule> critic_schedule = LrSchedule::create(critic_lr);

@@ -21,9 +21,7 @@ absl::StatusOr<std::unique_ptr<SftTrainer>> SftTrainer::create(const SftOptions&
   auto model = ShardedDecoder::create(config, comm, sharding);
   if (!model.ok()) return model.status();
   sft->model_ = std::move(*model);
-  std::vector<FlatUnit*> units;
-  for (FlatUnit& u : sft->model_->units()) units.push_back(&u);
-  sft->optimizer_ = std::make_unique<ShardedAdamW>(units, comm, options.adamw);
+  sft->optimizer_ = ShardedAdamW::for_model(*sft->model_, options.adamw);
   absl::StatusOr<LrSchedule> schedule = LrSchedule::create(options.lr);
   if (!schedule.ok()) return schedule.status();
   sft->schedule_ = *schedule;

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 
 #include "flywheel/comm/communicator.h"
 #include "flywheel/trainer/flat_unit.h"
+#include "flywheel/trainer/sharded_decoder.h"
 
 namespace flywheel::trainer {
 
@@ -31,6 +33,8 @@ struct AdamWOptions {
 class ShardedAdamW {
  public:
   ShardedAdamW(std::vector<FlatUnit*> units, comm::Communicator* comm, const AdamWOptions& options);
+  // Over every unit of `model`, on its communicator.
+  static std::unique_ptr<ShardedAdamW> for_model(ShardedDecoder& model, const AdamWOptions& o);
 
   // The L2 norm of the whole model's gradient (all ranks' shards; all-reduced). Collective.
   // Non-finite when any gradient is.
