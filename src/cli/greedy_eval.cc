@@ -1,5 +1,6 @@
 #include "greedy_eval.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -7,13 +8,12 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/ascii.h"
-#include "flywheel/rollout/engine.h"
 
 namespace flywheel::cli {
 
 absl::StatusOr<std::unique_ptr<GreedyEvaluator>> GreedyEvaluator::create(
     const model::ModelConfig& config, const model::Tokenizer* tokenizer,
-    const GreedyEvalOptions& options) {
+    const GreedyEvalOptions& options, const std::vector<SftRecord>& records) {
   absl::StatusOr<std::unique_ptr<model::DecoderModel>> replica =
       model::DecoderModel::create(config, {});
   if (!replica.ok()) return replica.status();
@@ -21,6 +21,17 @@ absl::StatusOr<std::unique_ptr<GreedyEvaluator>> GreedyEvaluator::create(
   evaluator->replica_ = std::move(*replica);
   evaluator->tokenizer_ = tokenizer;
   evaluator->options_ = options;
+  int64_t longest = 1;
+  for (const SftRecord& r : records) {
+    if (r.has_answer) longest = std::max<int64_t>(longest, r.example.prompt.size());
+  }
+  rollout::EngineOptions engine_options;
+  engine_options.max_slots = options.max_slots;
+  engine_options.max_seq_len = std::max<int64_t>(
+      2, std::min(config.max_position_embeddings, longest + options.max_new_tokens + 1));
+  auto engine = rollout::GenerationEngine::create(evaluator->replica_, engine_options);
+  if (!engine.ok()) return engine.status();
+  evaluator->engine_ = std::move(*engine);
   return evaluator;
 }
 
@@ -34,12 +45,8 @@ absl::StatusOr<double> GreedyEvaluator::accuracy(trainer::ShardedDecoder& model,
                                at::NoGradGuard no_grad;
                                for (const auto& [name, t] : bucket) params.at(name).copy_(t);
                              });
-  rollout::EngineOptions engine_options;
-  engine_options.max_slots = options_.max_slots;
-  engine_options.max_seq_len = replica_->config().max_position_embeddings;
-  auto engine = rollout::GenerationEngine::create(replica_, engine_options);
-  if (!engine.ok()) return engine.status();
   std::map<std::string, const SftRecord*> mine;
+  int64_t refused = 0;
   int64_t index = 0;
   for (const SftRecord& r : records) {
     if (!r.has_answer) continue;
@@ -50,12 +57,16 @@ absl::StatusOr<double> GreedyEvaluator::accuracy(trainer::ShardedDecoder& model,
     request.sampling.temperature = 0;
     request.sampling.max_new_tokens = options_.max_new_tokens;
     request.sampling.stop_token_ids = options_.stop_ids;
-    absl::Status submitted = (*engine)->submit(std::move(request));
-    if (!submitted.ok()) return submitted;
-    mine[std::to_string(index)] = &r;
+    // A refused record (say a prompt longer than the model's context) counts as wrong: ranks
+    // must not leave the collective below.
+    if (engine_->submit(std::move(request)).ok()) {
+      mine[std::to_string(index)] = &r;
+    } else {
+      ++refused;
+    }
   }
   double correct = 0;
-  for (rollout::GroupResult& result : (*engine)->run_until_idle()) {
+  for (rollout::GroupResult& result : engine_->run_until_idle()) {
     std::vector<int64_t> ids = result.samples.at(0).token_ids;
     if (!ids.empty() && result.samples[0].finish_reason == rollout::FinishReason::kStop) {
       ids.pop_back();  // the eos
@@ -66,7 +77,8 @@ absl::StatusOr<double> GreedyEvaluator::accuracy(trainer::ShardedDecoder& model,
       ++correct;
     }
   }
-  at::Tensor counts = at::tensor({correct, static_cast<double>(mine.size())}, at::kDouble);
+  at::Tensor counts =
+      at::tensor({correct, static_cast<double>(mine.size() + refused)}, at::kDouble);
   comm.all_reduce_host(counts, comm::ReduceOp::kSum);
   const double total = counts[1].item<double>();
   return total > 0 ? counts[0].item<double>() / total : std::numeric_limits<double>::quiet_NaN();

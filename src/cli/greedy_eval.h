@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "flywheel/comm/communicator.h"
 #include "flywheel/model/tokenizer.h"
+#include "flywheel/rollout/engine.h"
 #include "flywheel/trainer/sharded_decoder.h"
 #include "sft_data.h"
 
@@ -25,10 +26,11 @@ struct GreedyEvalOptions {
 
 class GreedyEvaluator {
  public:
-  // The replica is allocated once (a full copy of the model on every rank).
-  static absl::StatusOr<std::unique_ptr<GreedyEvaluator>> create(const model::ModelConfig& config,
-                                                                 const model::Tokenizer* tokenizer,
-                                                                 const GreedyEvalOptions& options);
+  // The replica and the engine are allocated once (a full copy of the model on every rank); the
+  // engine's context fits the longest prompt of `records` plus max_new_tokens.
+  static absl::StatusOr<std::unique_ptr<GreedyEvaluator>> create(
+      const model::ModelConfig& config, const model::Tokenizer* tokenizer,
+      const GreedyEvalOptions& options, const std::vector<SftRecord>& records);
   // The fraction of `records` with an answer that greedy decoding gets exactly; NaN when none
   // has one. Collective over `comm`.
   absl::StatusOr<double> accuracy(trainer::ShardedDecoder& model,
@@ -37,6 +39,7 @@ class GreedyEvaluator {
  private:
   GreedyEvaluator() = default;
   std::shared_ptr<model::DecoderModel> replica_;
+  std::unique_ptr<rollout::GenerationEngine> engine_;
   const model::Tokenizer* tokenizer_ = nullptr;
   GreedyEvalOptions options_;
 };

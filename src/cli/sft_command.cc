@@ -43,7 +43,8 @@ struct SftArgs {
 };
 
 // SIGINT / SIGTERM, taken by a thread (sigwait) rather than a handler: the loop checks the flag
-// at step boundaries, all ranks agreeing, then checkpoints and stops.
+// at step boundaries, all ranks agreeing, then checkpoints and stops. A second signal exits at
+// once.
 class StopSignal {
  public:
   StopSignal() {
@@ -52,9 +53,16 @@ class StopSignal {
     sigaddset(&set_, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any other thread starts
     thread_ = std::thread([this] {
-      int signal_number = 0;
-      sigwait(&set_, &signal_number);
-      if (!done_.load()) stop_.store(true);
+      while (true) {
+        int signal_number = 0;
+        sigwait(&set_, &signal_number);
+        if (done_.load()) return;
+        if (stop_.exchange(true)) {  // a second signal: stop now, without a checkpoint
+          std::fprintf(stderr, "flywheel sft: second signal, exiting without a checkpoint\n");
+          std::_Exit(128 + signal_number);
+        }
+        std::fprintf(stderr, "flywheel sft: stopping after this step (again to stop at once)\n");
+      }
     });
   }
   ~StopSignal() {
@@ -92,7 +100,7 @@ std::vector<const trainer::SftExample*> next_batch(const SftData& data, DataCurs
   std::vector<int64_t> order = epoch_order(n, cursor->epoch, c.data);
   std::vector<const trainer::SftExample*> mine;
   for (int64_t j = 0; j < c.sft.batch_size; ++j) {
-    if (cursor->position == n) {
+    if (cursor->position >= n) {
       ++cursor->epoch;
       cursor->position = 0;
       order = epoch_order(n, cursor->epoch, c.data);
@@ -137,7 +145,11 @@ absl::Status run(const SftArgs& args) {
   if (c.tokenizer.chat_template != "none") {
     absl::StatusOr<model::ChatTemplate> resolved =
         model::ChatTemplate::resolve(c.tokenizer.chat_template, tokenizer_dir);
-    if (resolved.ok()) chat_template = *resolved;
+    if (resolved.ok()) {
+      chat_template = *resolved;
+    } else if (c.tokenizer.chat_template != "auto") {
+      return resolved.status();  // asked for by name: say why it is unavailable
+    }
   }
   SftDataOptions data_options;
   data_options.prompt_key = c.data.prompt_key;
@@ -209,24 +221,47 @@ absl::Status run(const SftArgs& args) {
     save_options.extra_files[fs::path(file).filename().string()] = *text;
   }
   DataCursor cursor;
+  int64_t last_saved = -1;
   auto save = [&](int64_t step) {
+    if (step == last_saved) return absl::OkStatus();  // the final save of a step just saved
     trainer::TrainingState state = (*sft)->training_state();
     state.scalars["data_epoch"] = static_cast<double>(cursor.epoch);
     state.scalars["data_position"] = static_cast<double>(cursor.position);
-    return trainer::save_checkpoint(state, **world, checkpoint_dir, step, save_options);
+    state.scalars["data_records"] = static_cast<double>(train->records.size());
+    absl::Status saved =
+        trainer::save_checkpoint(state, **world, checkpoint_dir, step, save_options);
+    if (saved.ok()) last_saved = step;
+    return saved;
   };
+  // Rank 0 decides where to resume from (ranks may see the filesystem at different times).
   std::string resume_from;
-  if (c.checkpoint.resume == "auto") {
-    absl::StatusOr<std::string> latest = trainer::latest_checkpoint(checkpoint_dir);
-    if (latest.ok()) resume_from = *latest;
-  } else if (c.checkpoint.resume != "never") {
-    resume_from = c.checkpoint.resume;
+  if (rank == 0) {
+    if (c.checkpoint.resume == "auto") {
+      absl::StatusOr<std::string> latest = trainer::latest_checkpoint(checkpoint_dir);
+      if (latest.ok()) resume_from = *latest;
+    } else if (c.checkpoint.resume != "never") {
+      resume_from = c.checkpoint.resume;
+    }
   }
+  at::Tensor size_of = at::full({1}, static_cast<int64_t>(resume_from.size()), at::kLong);
+  (*world)->all_reduce_host(size_of, comm::ReduceOp::kMax);
+  at::Tensor path = at::zeros({size_of.item<int64_t>()}, at::kByte);
+  std::copy(resume_from.begin(), resume_from.end(), path.data_ptr<uint8_t>());
+  (*world)->all_reduce_host(path, comm::ReduceOp::kMax);  // rank 0's bytes, zeros elsewhere
+  resume_from.assign(reinterpret_cast<const char*>(path.data_ptr<uint8_t>()), path.numel());
   if (!resume_from.empty()) {
     absl::StatusOr<std::map<std::string, double>> scalars =
         trainer::load_checkpoint((*sft)->training_state(), **world, resume_from);
     if (!scalars.ok()) return scalars.status();
+    if (scalars->count("data_records") &&
+        static_cast<size_t>(scalars->at("data_records")) != train->records.size()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s was trained on %d records of data.train_path; it now has %d: resume with the same "
+          "data (or checkpoint.resume: never)",
+          resume_from, static_cast<int64_t>(scalars->at("data_records")), train->records.size()));
+    }
     (*sft)->restore(*scalars);
+    last_saved = (*sft)->steps();
     cursor.epoch =
         static_cast<int64_t>(scalars->count("data_epoch") ? scalars->at("data_epoch") : 0);
     cursor.position =
@@ -258,7 +293,7 @@ absl::Status run(const SftArgs& args) {
     GreedyEvalOptions eo;
     eo.max_new_tokens = c.sft.eval_max_new_tokens;
     eo.stop_ids = model_config->eos_token_ids;
-    auto created = GreedyEvaluator::create(*model_config, tokenizer->get(), eo);
+    auto created = GreedyEvaluator::create(*model_config, tokenizer->get(), eo, eval->records);
     if (!created.ok()) return created.status();
     evaluator = std::move(*created);
   }
@@ -335,7 +370,7 @@ absl::Status run(const SftArgs& args) {
     exported = (fs::path(c.logging.run_dir) / "hf").string();
     absl::Status s = trainer::export_checkpoint(
         (fs::path(checkpoint_dir) / absl::StrCat("step_", step)).string(), "policy", exported,
-        *param_dtype == at::kFloat ? at::kFloat : *param_dtype);
+        *param_dtype);
     if (!s.ok()) return s;
   }
   if (rank == 0) {

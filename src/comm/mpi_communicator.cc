@@ -86,11 +86,10 @@ class DoneWork final : public Work {
 };
 
 // Runs a blocking MPI call under the communicator's deadline.
-#define FLYWHEEL_MPI_TIMED(what, call)        \
-  do {                                        \
-    watchdog_->arm(what, options_.timeout_s); \
-    call;                                     \
-    watchdog_->disarm();                      \
+#define FLYWHEEL_MPI_TIMED(what, call)                                 \
+  do {                                                                 \
+    const Watchdog::Armed armed(*watchdog_, what, options_.timeout_s); \
+    call;                                                              \
   } while (0)
 
 absl::StatusOr<std::unique_ptr<MpiRuntime>> MpiRuntime::init(int* argc, char*** argv) {

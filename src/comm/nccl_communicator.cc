@@ -52,6 +52,10 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
+bool is_half(const at::Tensor& t) {
+  return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
+}
+
 void check_cuda(const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.defined() && t.device().is_cuda() && t.is_contiguous(), "NCCL communicator: ", what,
               " needs a contiguous CUDA tensor");
@@ -154,6 +158,12 @@ void NcclCommunicator::wait(const char* what) {
 
 void NcclCommunicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
   check_cuda(tensor, "all_reduce");
+  if (op == ReduceOp::kSum && is_half(tensor)) {  // sums in float32, as communicator.h says
+    at::Tensor wide = tensor.to(at::kFloat);
+    all_reduce(wide, op);
+    tensor.copy_(wide);
+    return;
+  }
   cudaSetDevice(device_);
   check_nccl(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
                            nccl_type(tensor.scalar_type()), nccl_op(op), handle_->comm, kStream),
@@ -183,6 +193,12 @@ std::unique_ptr<Work> NcclCommunicator::all_gather_async(const at::Tensor& shard
 void NcclCommunicator::reduce_scatter(const at::Tensor& full, at::Tensor& shard, ReduceOp op) {
   check_cuda(full, "reduce_scatter");
   check_cuda(shard, "reduce_scatter");
+  if (op == ReduceOp::kSum && is_half(full)) {  // sums in float32, as communicator.h says
+    at::Tensor wide = at::empty({shard.numel()}, shard.options().dtype(at::kFloat));
+    reduce_scatter(full.to(at::kFloat), wide, op);
+    shard.copy_(wide.view(shard.sizes()));
+    return;
+  }
   TORCH_CHECK(full.numel() == shard.numel() * size_ && full.scalar_type() == shard.scalar_type(),
               "reduce_scatter: full needs ", size_, " x ", shard.numel(),
               " elements of the shard's dtype");

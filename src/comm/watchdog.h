@@ -45,6 +45,18 @@ class Watchdog {
     armed_ = false;
   }
 
+  // Armed for the scope; disarmed on the way out, exceptions included.
+  class Armed {
+   public:
+    Armed(Watchdog& w, const char* what, double timeout_s) : w_(w) { w_.arm(what, timeout_s); }
+    ~Armed() { w_.disarm(); }
+    Armed(const Armed&) = delete;
+    Armed& operator=(const Armed&) = delete;
+
+   private:
+    Watchdog& w_;
+  };
+
  private:
   void run() {
     absl::MutexLock lock(&mu_);

@@ -64,6 +64,11 @@ absl::StatusOr<std::unique_ptr<ShardedDecoder>> ShardedDecoder::create(
                                                      " is not one of float32, bfloat16, float16"));
     }
   }
+  if (options.param_dtype == at::kHalf && options.device.is_cpu()) {
+    return absl::InvalidArgumentError(
+        "sharded decoder: float16 compute is for GPUs (LibTorch's CPU kernels lack float16 "
+        "matmuls); use bfloat16 or float32 on CPU");
+  }
   std::unique_ptr<ShardedDecoder> model(new ShardedDecoder(config, comm, options));
   const std::vector<model::ParamSpec> specs =
       options.value_head ? critic_parameter_specs(config) : model::decoder_parameter_specs(config);
@@ -91,7 +96,7 @@ absl::Status ShardedDecoder::load(const model::DecoderModel::TensorLookup& looku
             absl::StrCat("tensor '", p.name, "' has shape [", absl::StrJoin(source->sizes(), ", "),
                          "] but the config needs [", absl::StrJoin(p.shape, ", "), "]"));
       }
-      unit.set_param(p, source->to(at::kFloat));
+      unit.set_param(p, *source);  // copies (and converts) only this rank's slice
     }
   }
   if (!missing.empty()) {

@@ -164,6 +164,34 @@ TEST(ShardedDecoderTest, FullWeightsComeBackInBuckets) {
   }
 }
 
+TEST(ShardedDecoderTest, LoadsBfloat16CheckpointTensorsAndRefusesFloat16OnCpu) {
+  auto world = testing::world_communicator();
+  const model::ModelConfig config = model::testing::tiny_config("qwen2");
+  auto reference = std::move(*model::DecoderModel::create(config, {}));
+  reference->init_random(3);
+  std::map<std::string, at::Tensor> stored;  // as a bf16 checkpoint holds them
+  for (const auto& [name, p] : reference->named_parameters()) stored[name] = p.to(at::kBFloat16);
+  auto sharded = std::move(*ShardedDecoder::create(config, world.get(), {}));
+  ASSERT_TRUE(sharded
+                  ->load([&](const std::string& name) -> absl::StatusOr<at::Tensor> {
+                    if (!stored.count(name)) return absl::NotFoundError(name);
+                    return stored.at(name);
+                  })
+                  .ok());
+  sharded->for_each_full_bucket(
+      1 << 20, at::kFloat, [&](const std::vector<std::pair<std::string, at::Tensor>>& bucket) {
+        for (const auto& [name, t] : bucket) {
+          EXPECT_TRUE(at::equal(t, stored.at(name).to(at::kFloat))) << name;
+        }
+      });
+
+  ShardingOptions half;
+  half.param_dtype = at::kHalf;
+  auto refused = ShardedDecoder::create(config, world.get(), half);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("float16"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace flywheel::trainer
 

@@ -175,7 +175,8 @@ bool PushStream::acknowledge(const Pending& pending) {
     next = next_locked();
   }
   start(next);
-  return next.finish;
+  // A cancel (shutdown) may have ended the call inline, like a finish: `this` may be gone.
+  return next.finish || next.cancel;
 }
 
 void PushStream::OnWriteDone(bool ok) {
