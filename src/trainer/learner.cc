@@ -260,7 +260,7 @@ absl::Status Learner::update(const Batch& batch, bool critic, Metrics* metrics) 
               if (!is.ok()) return is.status();
               in.policy.is_weights = is->weights;
               for (const auto& [name, value] : is->diagnostics) {
-                sums.add_mean("rollout_corr/" + name, value, tokens);
+                sums.add_diagnostic("rollout_corr/" + name, value, tokens);
               }
             }
             in.entropy = unpack(mb, out.entropy);
@@ -278,13 +278,7 @@ absl::Status Learner::update(const Batch& batch, bool critic, Metrics* metrics) 
           loss = result.loss;
           for (const auto& [name, value] : result.diagnostics) {
             if (is_additive(name)) continue;  // summed below from the loss parts
-            if (name.size() > 4 && name.compare(name.size() - 4, 4, "_min") == 0) {
-              sums.add_min(prefix + name, value);
-            } else if (name.size() > 4 && name.compare(name.size() - 4, 4, "_max") == 0) {
-              sums.add_max(prefix + name, value);
-            } else {
-              sums.add_mean(prefix + name, value, tokens);
-            }
+            sums.add_diagnostic(prefix + name, value, tokens);
           }
           for (const auto& [name, value] : result.diagnostics) {
             if (is_additive(name))
@@ -433,7 +427,7 @@ absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>
     batch.is_weights = is->weights;
     const double tokens = batch.local_mask.sum().item<double>();
     for (const auto& [name, value] : is->diagnostics) {
-      is_sums.add_mean("rollout_corr/" + name, value, tokens);
+      is_sums.add_diagnostic("rollout_corr/" + name, value, tokens);
     }
   }
   for (const auto& [name, value] : is_sums.reduce(*comm_)) metrics[name] = value;

@@ -52,6 +52,19 @@ void MetricSums::add_max(const std::string& name, double value) {
   maxs_[name] = it == maxs_.end() ? value : std::max(it->second, value);
 }
 
+void MetricSums::add_diagnostic(const std::string& name, double value, double weight) {
+  auto ends_with = [&](const char* suffix) {
+    return name.size() > 4 && name.compare(name.size() - 4, 4, suffix) == 0;
+  };
+  if (ends_with("_min")) {
+    add_min(name, value);
+  } else if (ends_with("_max")) {
+    add_max(name, value);
+  } else {
+    add_mean(name, value, weight);
+  }
+}
+
 std::map<std::string, double> MetricSums::reduce(comm::Communicator& comm) const {
   // Names are prefixed by kind so that one name can be, say, both a mean and a sum.
   std::set<std::string> names;

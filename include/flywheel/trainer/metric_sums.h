@@ -17,6 +17,9 @@ class MetricSums {
   void add_mean(const std::string& name, double value, double weight);
   void add_min(const std::string& name, double value);
   void add_max(const std::string& name, double value);
+  // By the name's suffix: `*_min` a minimum, `*_max` a maximum, anything else a weighted mean
+  // (the convention of the algorithms' diagnostics).
+  void add_diagnostic(const std::string& name, double value, double weight);
 
   // Over every rank: sums, weighted means (0 when no rank had weight), minima and maxima, by
   // name. Collective.
