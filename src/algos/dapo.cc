@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "flywheel/rewards/overlong.h"
 
 namespace flywheel::algos {
 namespace {
@@ -33,9 +34,7 @@ absl::StatusOr<std::unique_ptr<GroupFilter>> make_nonzero_reward_std(const Group
 }
 
 double overlong_penalty(int64_t length, int64_t max_len, int64_t buffer_len, double factor) {
-  if (buffer_len <= 0) return 0.0;
-  const double expected = static_cast<double>(max_len - buffer_len);
-  return std::min(-(static_cast<double>(length) - expected) / buffer_len * factor, 0.0);
+  return rewards::overlong_penalty(length, max_len, buffer_len, factor);  // one implementation
 }
 
 }  // namespace flywheel::algos

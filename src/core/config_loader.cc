@@ -342,6 +342,12 @@ absl::Status check_registered_names(const LoadedConfig& loaded, const PluginRegi
     if (name->empty() || registry.names(kind).empty()) continue;
     check(path, kind, *name);
   }
+  if (!registry.names("reward").empty()) {
+    const std::vector<RewardFunctionOptions>& functions = loaded.config.rewards.functions;
+    for (size_t i = 0; i < functions.size(); ++i) {
+      check(absl::StrCat("rewards.functions[", i, "].name"), "reward", functions[i].name);
+    }
+  }
   if (problems.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
 }

@@ -1,0 +1,506 @@
+#include "sandbox/sandbox.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "flywheel/core/logging.h"
+#include "sandbox/sandbox_child.h"
+
+namespace flywheel::rewards {
+namespace {
+
+using sandbox_internal::ChildPlan;
+using sandbox_internal::PlannedFile;
+using sandbox_internal::RecordHeader;
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kReadChunk = 64 << 10;
+
+std::string errno_text(int error) {
+  char buffer[256];
+  return strerror_r(error, buffer, sizeof buffer);  // GNU strerror_r: returns the text
+}
+
+absl::Status os_error(absl::string_view what, int error = errno) {
+  return absl::InternalError(absl::StrCat("sandbox: ", what, ": ", errno_text(error)));
+}
+
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    reset(other.release());
+    return *this;
+  }
+  ~UniqueFd() { reset(); }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset(int fd = -1) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+absl::Status make_pipe(UniqueFd* read_end, UniqueFd* write_end) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return os_error("pipe2");
+  read_end->reset(fds[0]);
+  write_end->reset(fds[1]);
+  return absl::OkStatus();
+}
+
+bool write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    ssize_t n = write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+absl::Status write_proc_file(pid_t pid, const char* name, const std::string& text) {
+  std::string path = absl::StrCat("/proc/", pid, "/", name);
+  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (fd.get() < 0 || !write_all(fd.get(), text.data(), text.size())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sandbox: writing ", path, ": ", errno_text(errno)));
+  }
+  return absl::OkStatus();
+}
+
+bool is_plain_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
+}
+
+absl::Status validate_request(const SandboxRequest& request) {
+  if (request.argv.empty() || request.argv[0].empty()) {
+    return absl::InvalidArgumentError("sandbox: argv is empty");
+  }
+  if (request.argv[0].find('/') == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("sandbox: argv[0] '", request.argv[0],
+                                                   "' must be a path (PATH is not searched)"));
+  }
+  for (const std::string& arg : request.argv) {
+    if (arg.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError("sandbox: an argument holds a NUL byte");
+    }
+  }
+  for (const SandboxFile& file : request.files) {
+    if (!is_plain_name(file.name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sandbox: file name '", file.name, "' is not a plain name"));
+    }
+  }
+  for (const std::string& name : request.output_files) {
+    if (!is_plain_name(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sandbox: output file name '", name, "' is not a plain name"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Reads what is available from `fd` into `out` (up to `cap` bytes; the rest is discarded).
+// Returns false at end of file or on an error other than EAGAIN / EINTR.
+bool drain(int fd, std::string* out, int64_t cap, bool* overflow) {
+  char buffer[kReadChunk];
+  for (;;) {
+    ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n < 0) return errno == EAGAIN || errno == EINTR;
+    if (n == 0) return false;
+    int64_t room = cap - static_cast<int64_t>(out->size());
+    if (room > 0) out->append(buffer, static_cast<size_t>(std::min<int64_t>(room, n)));
+    if (n > room) *overflow = true;
+    if (static_cast<size_t>(n) < sizeof buffer) return true;  // pipe emptied: back to poll
+  }
+}
+
+struct Report {
+  bool has_status = false;
+  int status = 0;
+  std::string setup_error;
+  std::map<std::string, std::string> files;
+};
+
+Report parse_report(const std::string& bytes, const SandboxRequest& request) {
+  Report out;
+  size_t pos = 0;
+  while (pos + sizeof(RecordHeader) <= bytes.size()) {
+    RecordHeader header;
+    std::memcpy(&header, bytes.data() + pos, sizeof header);
+    pos += sizeof header;
+    if (header.length > bytes.size() - pos) break;  // cut off by the cap
+    switch (header.type) {
+      case sandbox_internal::kSetupError:
+        if (out.setup_error.empty()) {
+          out.setup_error = absl::StrCat(sandbox_internal::setup_stage_name(header.arg), ": ",
+                                         errno_text(static_cast<int>(header.value)));
+        }
+        break;
+      case sandbox_internal::kProgramStatus:
+        out.has_status = true;
+        out.status = static_cast<int>(header.value);
+        break;
+      case sandbox_internal::kOutputFile:
+        if (header.arg < request.output_files.size()) {
+          out.files[request.output_files[header.arg]] = bytes.substr(pos, header.length);
+        }
+        break;
+      default:
+        break;
+    }
+    pos += header.length;
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::Status SandboxOptions::validate() const {
+  if (!(wall_timeout_s > 0) || wall_timeout_s > 86400) {
+    return absl::InvalidArgumentError("sandbox: wall_timeout_s must be in (0, 86400]");
+  }
+  if (cpu_s != kAuto && !(cpu_s >= 1)) {
+    return absl::InvalidArgumentError("sandbox: cpu_s must be >= 1 (or kAuto)");
+  }
+  if (memory_bytes < (int64_t{16} << 20)) {
+    return absl::InvalidArgumentError("sandbox: memory_bytes must be >= 16 MiB");
+  }
+  if (max_processes < 2) return absl::InvalidArgumentError("sandbox: max_processes must be >= 2");
+  if (max_open_files < 8) return absl::InvalidArgumentError("sandbox: max_open_files must be >= 8");
+  if (max_file_bytes < 0 || max_stdout_bytes < 0 || max_stderr_bytes < 0 ||
+      max_output_file_bytes < 0) {
+    return absl::InvalidArgumentError("sandbox: byte limits must be >= 0");
+  }
+  if (tmpfs_bytes < (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError("sandbox: tmpfs_bytes must be >= 1 MiB");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::create(const SandboxOptions& options) {
+  if (absl::Status s = options.validate(); !s.ok()) return s;
+  const bool root = geteuid() == 0;
+  std::vector<Mode> candidates;
+  if (!options.simulate_namespace_refusal) {
+    candidates.push_back({/*user_namespace=*/true, /*namespaces=*/true, /*network=*/true});
+    if (root) candidates.push_back({false, true, true});
+    if (options.allow_network_fallback) {
+      candidates.push_back({true, true, false});
+      if (root) candidates.push_back({false, true, false});
+    }
+  }
+  if (options.allow_network_fallback) candidates.push_back({false, false, false});
+
+  std::vector<std::string> refused;
+  if (options.simulate_namespace_refusal) refused.push_back("namespaces: refused (simulated)");
+  SandboxRequest probe;
+  probe.argv = {"/bin/true"};
+  for (const Mode& mode : candidates) {
+    std::unique_ptr<Sandbox> sandbox(new Sandbox(options, mode));
+    absl::StatusOr<SandboxResult> result = sandbox->run_in_mode(probe, mode, /*probe=*/true);
+    if (result.ok() && result->success()) {
+      if (!mode.network_namespace) {
+        FLYWHEEL_LOG_WARN(
+            "code sandbox: the kernel refused the namespaces (%s); running with %s as "
+            "allow_network_fallback permits: programs can reach the network",
+            absl::StrJoin(refused, "; "), sandbox->isolation());
+      }
+      return sandbox;
+    }
+    refused.push_back(absl::StrCat(Sandbox(options, mode).isolation(), ": ",
+                                   result.ok() ? "probe failed" : result.status().message()));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "code sandbox: the kernel refused the namespaces it needs (", absl::StrJoin(refused, "; "),
+      "); set allow_network_fallback: true to run untrusted code without a network namespace "
+      "(and, if those are refused too, without any namespace: weaker containment)"));
+}
+
+std::string Sandbox::isolation() const {
+  if (!mode_.namespaces) return "no namespaces (process group and rlimits only)";
+  std::string out = mode_.user_namespace ? "user+pid" : "pid";
+  absl::StrAppend(&out, "+mount", mode_.network_namespace ? "+net" : "",
+                  "+ipc+uts+cgroup namespaces");
+  if (!mode_.user_namespace) absl::StrAppend(&out, ", uid ", options_.unprivileged_uid);
+  return out;
+}
+
+absl::StatusOr<SandboxResult> Sandbox::run(const SandboxRequest& request) const {
+  return run_in_mode(request, mode_, /*probe=*/false);
+}
+
+absl::StatusOr<SandboxResult> Sandbox::run_in_mode(const SandboxRequest& request, Mode mode,
+                                                   bool probe) const {
+  if (absl::Status s = validate_request(request); !s.ok()) return s;
+  const bool root = geteuid() == 0;
+
+  // The host directory gives the run a unique name; with a mount namespace the program sees a
+  // directory of that name in its private /tmp instead.
+  char workdir_template[] = "/tmp/flywheel-sbx-XXXXXX";
+  if (mkdtemp(workdir_template) == nullptr) return os_error("mkdtemp /tmp/flywheel-sbx-XXXXXX");
+  const std::string workdir = workdir_template;
+  struct WorkdirRemover {
+    const std::string& path;
+    ~WorkdirRemover() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  } remover{workdir};
+  if (!mode.namespaces && root &&
+      chown(workdir.c_str(), options_.unprivileged_uid, options_.unprivileged_gid) != 0) {
+    return os_error("chown " + workdir);
+  }
+
+  // stdin is a memfd: no writer to keep up with the program, any size, never SIGPIPE. The
+  // program gets a read-only descriptor of it.
+  UniqueFd stdin_fd;
+  {
+    UniqueFd memfd(static_cast<int>(syscall(SYS_memfd_create, "sandbox-stdin", MFD_CLOEXEC)));
+    if (memfd.get() < 0) return os_error("memfd_create");
+    if (!write_all(memfd.get(), request.stdin_data.data(), request.stdin_data.size())) {
+      return os_error("writing stdin");
+    }
+    stdin_fd.reset(open(absl::StrCat("/proc/self/fd/", memfd.get()).c_str(), O_RDONLY | O_CLOEXEC));
+    if (stdin_fd.get() < 0) return os_error("reopening stdin read-only");
+  }
+  UniqueFd out_r, out_w, err_r, err_w, report_r, report_w, sync_r, sync_w;
+  for (auto [r, w] :
+       {std::pair{&out_r, &out_w}, std::pair{&err_r, &err_w}, std::pair{&report_r, &report_w}}) {
+    if (absl::Status s = make_pipe(r, w); !s.ok()) return s;
+  }
+  // A socket, so that the go-ahead is sent with MSG_NOSIGNAL: an init that died early must not
+  // SIGPIPE the caller.
+  int sync_pair[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sync_pair) != 0) {
+    return os_error("socketpair");
+  }
+  sync_r.reset(sync_pair[0]);
+  sync_w.reset(sync_pair[1]);
+
+  // Everything the child needs, prepared before clone() (see sandbox_child.h).
+  std::vector<std::string> env = {"PATH=/usr/bin:/bin", "HOME=" + workdir, "LANG=C.UTF-8"};
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = request.argv;
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<PlannedFile> files;
+  for (const SandboxFile& f : request.files) {
+    files.push_back(
+        {f.name.c_str(), f.contents.data(), f.contents.size(), f.executable ? 0755u : 0644u});
+  }
+  std::vector<const char*> outputs;
+  for (const std::string& name : request.output_files) outputs.push_back(name.c_str());
+  const std::string tmpfs_data =
+      absl::StrCat("size=", options_.tmpfs_bytes, ",nr_inodes=4096,mode=1777");
+  const double cpu_s = options_.cpu_s == SandboxOptions::kAuto
+                           ? std::ceil(options_.wall_timeout_s) + 1
+                           : options_.cpu_s;
+  const rlim_t cpu = static_cast<rlim_t>(std::ceil(cpu_s));
+
+  ChildPlan plan;
+  plan.user_namespace = mode.user_namespace;
+  plan.namespaces = mode.namespaces;
+  plan.allow_setgroups = mode.user_namespace && root;
+  plan.drop_to_uid = root && !mode.user_namespace;
+  plan.uid = options_.unprivileged_uid;
+  plan.gid = options_.unprivileged_gid;
+  plan.probe = probe;
+  plan.stdin_fd = stdin_fd.get();
+  plan.stdout_fd = out_w.get();
+  plan.stderr_fd = err_w.get();
+  plan.report_fd = report_w.get();
+  plan.sync_fd = sync_r.get();
+  plan.workdir = workdir.c_str();
+  plan.tmpfs_data = tmpfs_data.c_str();
+  plan.files = files.data();
+  plan.num_files = files.size();
+  plan.output_files = outputs.data();
+  plan.num_output_files = outputs.size();
+  plan.max_output_file_bytes = options_.max_output_file_bytes;
+  const int resources[ChildPlan::kNumLimits] = {RLIMIT_AS,    RLIMIT_CPU,    RLIMIT_NPROC,
+                                                RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_CORE};
+  const rlim_t values[ChildPlan::kNumLimits] = {
+      static_cast<rlim_t>(options_.memory_bytes),   cpu,
+      static_cast<rlim_t>(options_.max_processes),  static_cast<rlim_t>(options_.max_file_bytes),
+      static_cast<rlim_t>(options_.max_open_files), 0};
+  for (int i = 0; i < ChildPlan::kNumLimits; ++i) {
+    plan.limit_resources[i] = resources[i];
+    // CPU: SIGXCPU at the soft limit, SIGKILL a second later.
+    plan.limits[i] = {values[i], resources[i] == RLIMIT_CPU ? values[i] + 1 : values[i]};
+  }
+  plan.exec_path = argv[0];
+  plan.argv = argv.data();
+  plan.envp = envp.data();
+
+  unsigned long flags = SIGCHLD | CLONE_PIDFD;
+  if (mode.user_namespace) flags |= CLONE_NEWUSER;
+  if (mode.namespaces) {
+    flags |= CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
+  }
+  if (mode.network_namespace) flags |= CLONE_NEWNET;
+
+  const Clock::time_point start = Clock::now();
+  int pidfd_value = -1;
+  // A raw clone() acts as fork() here: the child continues below on a copy of this stack.
+  long pid = syscall(SYS_clone, flags, nullptr, &pidfd_value, nullptr, nullptr);
+  if (pid < 0 && errno == EINVAL) {  // before Linux 5.2: no CLONE_PIDFD; poll waitpid instead
+    flags &= ~static_cast<unsigned long>(CLONE_PIDFD);
+    pidfd_value = -1;
+    pid = syscall(SYS_clone, flags, nullptr, nullptr, nullptr, nullptr);
+  }
+  if (pid == 0) sandbox_internal::run_sandbox_init(plan);
+  if (pid < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sandbox: clone(", isolation(), "): ", errno_text(errno)));
+  }
+  UniqueFd pidfd(pidfd_value);
+  stdin_fd.reset();
+  out_w.reset();
+  err_w.reset();
+  report_w.reset();
+  sync_r.reset();
+
+  bool reaped = false;
+  auto kill_all = [&] {
+    if (!mode.namespaces) kill(-static_cast<pid_t>(pid), SIGKILL);  // its process group
+    kill(static_cast<pid_t>(pid), SIGKILL);  // pid 1 of a namespace: the kernel ends the rest
+  };
+  auto abandon = [&](absl::Status status) {
+    kill_all();
+    if (!reaped) waitpid(static_cast<pid_t>(pid), nullptr, 0);
+    return status;
+  };
+
+  if (mode.user_namespace) {
+    const uint32_t uid = root ? options_.unprivileged_uid : getuid();
+    const uint32_t gid = root ? options_.unprivileged_gid : getgid();
+    absl::Status s = root ? absl::OkStatus() : write_proc_file(pid, "setgroups", "deny");
+    if (s.ok()) s = write_proc_file(pid, "uid_map", absl::StrCat("0 ", uid, " 1\n"));
+    if (s.ok()) s = write_proc_file(pid, "gid_map", absl::StrCat("0 ", gid, " 1\n"));
+    if (!s.ok()) return abandon(s);
+  }
+  if (send(sync_w.get(), "x", 1, MSG_NOSIGNAL) != 1) {
+    return abandon(os_error("starting the sandbox"));
+  }
+  sync_w.reset();
+
+  // Read stdout, stderr and the report while waiting for the end or the deadline.
+  SandboxResult result;
+  std::string report_bytes;
+  const int64_t report_cap =
+      options_.max_output_file_bytes * static_cast<int64_t>(request.output_files.size()) +
+      (int64_t{1} << 16);
+  bool report_overflow = false;
+  const Clock::time_point deadline =
+      start + std::chrono::duration_cast<Clock::duration>(
+                  std::chrono::duration<double>(options_.wall_timeout_s));
+  for (UniqueFd* fd : {&out_r, &err_r, &report_r}) fcntl(fd->get(), F_SETFL, O_NONBLOCK);
+  bool killed = false;
+  int init_status = 0;
+  for (;;) {
+    pollfd fds[4] = {{out_r.get(), POLLIN, 0},
+                     {err_r.get(), POLLIN, 0},
+                     {report_r.get(), POLLIN, 0},
+                     {pidfd.get(), POLLIN, 0}};
+    int timeout_ms = -1;
+    if (!killed) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      timeout_ms = static_cast<int>(std::max<int64_t>(0, left.count() + 1));
+    }
+    if (pidfd.get() < 0) timeout_ms = timeout_ms < 0 ? 5 : std::min(timeout_ms, 5);
+    int ready = poll(fds, 4, timeout_ms);
+    if (ready < 0 && errno != EINTR) return abandon(os_error("poll"));
+    bool exited = false;
+    if (pidfd.get() >= 0) {
+      exited = fds[3].revents != 0;
+    } else if (waitpid(static_cast<pid_t>(pid), &init_status, WNOHANG) == pid) {
+      exited = reaped = true;
+    }
+    for (int i = 0; i < 3 && ready > 0; ++i) {
+      if (fds[i].revents == 0) continue;
+      UniqueFd& fd = i == 0 ? out_r : i == 1 ? err_r : report_r;
+      std::string& buffer = i == 0   ? result.stdout_data
+                            : i == 1 ? result.stderr_data
+                                     : report_bytes;
+      const int64_t cap = i == 0   ? options_.max_stdout_bytes
+                          : i == 1 ? options_.max_stderr_bytes
+                                   : report_cap;
+      bool& overflow = i == 0   ? result.stdout_truncated
+                       : i == 1 ? result.stderr_truncated
+                                : report_overflow;
+      if (!drain(fd.get(), &buffer, cap, &overflow)) fd.reset();
+    }
+    if (exited) break;
+    if (!killed && result.stdout_truncated && options_.kill_on_stdout_overflow) {
+      kill_all();
+      killed = true;
+    }
+    if (!killed && Clock::now() >= deadline) {
+      kill_all();
+      killed = true;
+      result.timed_out = true;
+    }
+  }
+  // Without namespaces, a program that left a child in its group would keep the pipes open.
+  if (!mode.namespaces) kill(-static_cast<pid_t>(pid), SIGKILL);
+  if (!reaped && waitpid(static_cast<pid_t>(pid), &init_status, 0) < 0 && errno != ECHILD) {
+    return os_error("waitpid");
+  }
+  result.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+  // Everything that could write is gone (with namespaces); take what is left in the pipes.
+  drain(out_r.get(), &result.stdout_data, options_.max_stdout_bytes, &result.stdout_truncated);
+  drain(err_r.get(), &result.stderr_data, options_.max_stderr_bytes, &result.stderr_truncated);
+  drain(report_r.get(), &report_bytes, report_cap, &report_overflow);
+
+  Report report = parse_report(report_bytes, request);
+  if (!report.setup_error.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sandbox (", isolation(), "): ", report.setup_error,
+                     probe ? "" : absl::StrCat(" (argv[0] '", request.argv[0], "')")));
+  }
+  if (report.has_status) {
+    if (WIFEXITED(report.status)) result.exit_code = WEXITSTATUS(report.status);
+    if (WIFSIGNALED(report.status)) result.signal = WTERMSIG(report.status);
+  } else if (killed || WIFSIGNALED(init_status)) {
+    result.signal = SIGKILL;  // killed before the program ended (timeout, stdout cap, or by it)
+  } else {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sandbox (", isolation(), "): the sandbox init exited with status ",
+        WIFEXITED(init_status) ? WEXITSTATUS(init_status) : -1, " before the program ended"));
+  }
+  result.output_files = std::move(report.files);
+  return result;
+}
+
+}  // namespace flywheel::rewards
