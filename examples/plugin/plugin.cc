@@ -3,6 +3,7 @@
 #include "csv_metrics_sink.h"
 #include "flywheel/core/plugin_registry.h"
 #include "median_baseline.h"
+#include "short_answer_reward.h"
 
 FLYWHEEL_PLUGIN_ABI()
 
@@ -19,4 +20,8 @@ extern "C" void flywheel_register_plugin(flywheel::PluginRegistry& registry) {
       "cispo", &flywheel_example::CispoLoss::create);
   (void)registry.get<AdvantageEstimator, const EstimatorOptions&>().add(
       "median_baseline", &flywheel_example::MedianBaseline::create);
+  using flywheel::rewards::RewardFunction;
+  using flywheel::rewards::RewardSpec;
+  (void)registry.get<RewardFunction, const RewardSpec&>().add(
+      "short_answer", &flywheel_example::ShortAnswerReward::create);
 }

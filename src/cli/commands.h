@@ -23,5 +23,6 @@ void add_init_model_command(CLI::App& app, int* exit_code);
 void add_generate_command(CLI::App& app, int* exit_code);
 void add_buffer_command(CLI::App& app, int* exit_code);
 void add_sft_command(CLI::App& app, int* exit_code);
+void add_reward_command(CLI::App& app, int* exit_code);
 
 }  // namespace flywheel::cli

@@ -5,6 +5,8 @@
 #include "flywheel/algos/presets.h"
 #include "flywheel/core/builtins.h"
 #include "flywheel/core/status_macros.h"
+#include "flywheel/rewards/builtins.h"
+#include "flywheel/rewards/reward_model.h"
 #include "flywheel/rollout/logits_processor.h"
 
 namespace flywheel::cli {
@@ -20,6 +22,8 @@ absl::StatusOr<JobSetup> set_up_job(const std::string& config_path,
   FLYWHEEL_RETURN_IF_ERROR(core::register_core_builtins(*job.registry));
   FLYWHEEL_RETURN_IF_ERROR(rollout::register_rollout_builtins(*job.registry));
   FLYWHEEL_RETURN_IF_ERROR(algos::register_algos_builtins(*job.registry));
+  FLYWHEEL_RETURN_IF_ERROR(rewards::register_rewards_builtins(*job.registry));
+  FLYWHEEL_RETURN_IF_ERROR(rewards::register_reward_model(*job.registry));
   if (load_plugins) {
     absl::Status status = job.registry->load_plugins(job.loaded.config.plugins);
     if (!status.ok()) {

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   add_generate_command(app, &exit_code);
   add_buffer_command(app, &exit_code);
   add_sft_command(app, &exit_code);
+  add_reward_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

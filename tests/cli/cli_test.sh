@@ -24,7 +24,8 @@ case "$case_name" in
     done ;;
   help)
     expect_exit 0 "$flywheel" --help
-    subs=(version validate-config config-doc plot tokenize score export init-model generate buffer)
+    subs=(version validate-config config-doc plot tokenize score export init-model generate buffer
+          sft reward)
     for sub in "${subs[@]}"; do expect_output "$sub"; done
     for sub in "${subs[@]}"; do
       expect_exit 0 "$flywheel" "$sub" --help
@@ -199,6 +200,41 @@ JSON
       for (const [i, n] of [[1, 2], [2, 3], [4, 5]]) {
         if (!lines[i].error.includes("p.jsonl:" + n + ": ") || "completions" in lines[i]) throw new Error("line " + i);
       }' "$work/g.jsonl" || fail "--skip-invalid output is wrong: $(cat "$work/g.jsonl")" ;;
+  reward)
+    # The example of docs/rewards.md: math + format_regex + repetition_penalty.
+    expect_exit 0 "$flywheel" reward "$src/examples/rewards/rewards.yaml" \
+      -i "$src/examples/rewards/completions.jsonl" -o "$work/s.jsonl"
+    expect_output "6 record(s) in"
+    expect_output "reward: mean 0.5000"
+    expect_output "errors: 1 call(s) (1 record(s)); timeouts: 0; invalid lines: 0"
+    node -e '
+      const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map(JSON.parse);
+      const want = [1.1, 1.1, 1.0, 0.1, -0.3, 0];
+      if (lines.length !== 6) throw new Error("6 records expected");
+      lines.forEach((l, i) => {
+        if (Math.abs(l.reward - want[i]) > 1e-9) throw new Error("record " + i + ": " + JSON.stringify(l));
+      });
+      if (!lines[5].reward_errors[0].includes("needs the key \x27answer\x27")) throw new Error("error text");
+      if (lines[0].rewards["math/format"] !== 1 || lines[4].rewards["math/format"] !== 0) throw new Error("format");
+    ' "$work/s.jsonl" || fail "scores are wrong: $(cat "$work/s.jsonl")"
+    # Bad lines keep their place as errors; the rest is scored; exit 1.
+    printf '%s\n' '{"completion": "\\boxed{2}", "answer": "2"}' 'not json' '{"answer": "2"}' \
+      '{"completion": "#### 3", "answer": "3"}' > "$work/bad.jsonl"
+    expect_exit 1 "$flywheel" reward "$src/examples/rewards/rewards.yaml" -i "$work/bad.jsonl" \
+      -o "$work/bad_out.jsonl"
+    expect_output "bad.jsonl:3: needs \"completion\": a string"
+    expect_output "2 invalid line(s)"
+    [[ $(wc -l < "$work/bad_out.jsonl") -eq 4 ]] || fail "4 output lines expected"
+    grep -q '"error"' <(sed -n 2p "$work/bad_out.jsonl") || fail "line 2 is not an error record"
+    # An unknown function option is a config error naming the function.
+    printf 'rewards:\n  functions:\n    - {name: math, params: {tolerence: 0.1}}\n' > "$work/typo.yaml"
+    expect_exit 1 "$flywheel" reward "$work/typo.yaml" -i "$work/bad.jsonl" -o "$work/x.jsonl"
+    expect_output "rewards.functions[0] (math): reward 'math': unknown option 'tolerence'"
+    expect_output "did you mean 'tolerance'?"
+    printf 'rewards:\n  functions:\n    - name: mth\n' > "$work/name.yaml"
+    expect_exit 2 "$flywheel" validate-config "$work/name.yaml"
+    expect_output "name.yaml:3:13: rewards.functions[0].name: unknown reward 'mth'"
+    expect_output "did you mean 'math'?" ;;
   buffer)
     printf '{"model_type": "llama", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4}' > "$work/c.json"
     expect_exit 0 "$flywheel" init-model --config "$work/c.json" --out "$work/m"

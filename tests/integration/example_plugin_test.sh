@@ -40,5 +40,25 @@ if "$work/prefix/bin/flywheel" validate-config "$work/no_plugin.yaml" 2> "$work/
 fi
 grep -qF "unknown metrics_sink 'csv'" "$work/err.txt"
 
+# The plugin's reward, through `flywheel reward`: 1 for completions of at most 5 characters.
+cat > "$work/reward.yaml" <<YAML
+plugins: [$plugin]
+rewards:
+  functions:
+    - name: short_answer
+      params: {max_chars: 5}
+YAML
+printf '%s\n' '{"completion": "12345"}' '{"completion": "123456"}' > "$work/c.jsonl"
+"$work/prefix/bin/flywheel" reward "$work/reward.yaml" -i "$work/c.jsonl" -o "$work/s.jsonl" 2> "$work/reward.log" ||
+  { cat "$work/reward.log"; exit 1; }
+grep -qF '"reward":1,' <(sed -n 1p "$work/s.jsonl") || { echo "FAIL: $(cat "$work/s.jsonl")"; exit 1; }
+grep -qF '"reward":0,' <(sed -n 2p "$work/s.jsonl") || { echo "FAIL: $(cat "$work/s.jsonl")"; exit 1; }
+printf 'plugins: [%s]\nrewards:\n  functions: [{name: short_answer, params: {max_char: 5}}]\n' \
+  "$plugin" > "$work/typo.yaml"
+if "$work/prefix/bin/flywheel" reward "$work/typo.yaml" -i "$work/c.jsonl" -o "$work/s.jsonl" 2> "$work/err.txt"; then
+  echo "FAIL: unknown reward option accepted"; exit 1
+fi
+grep -qF "did you mean 'max_chars'?" "$work/err.txt" || { cat "$work/err.txt"; exit 1; }
+
 FLYWHEEL_EXAMPLE_PLUGIN="$plugin" FLYWHEEL_EXAMPLE_CONFIG="$work/config.yaml" "$driver"
 echo "PASS: example plugin built out of tree and loaded"

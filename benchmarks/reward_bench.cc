@@ -1,0 +1,289 @@
+// reward_bench: the scorers' speed beside what bounds it, measured in the same run.
+//   math          scores/s on one core, for GSM8K- and MATH-style completions of ~300 tokens
+//                 (target >= 20,000);
+//   code_exec     latency of a trivial program through the sandbox (p50 / p99) beside a bare
+//                 `python3 -c pass` start-up (fork + exec + wait) (target: p50 <= 1.5x bare);
+//   reward_model  samples/s of a ~25M-parameter Qwen2-shaped reward model on ~300-token inputs
+//                 beside the same decoder's plain forward tokens/s.
+// Usage: reward_bench [--only math|code|rm] [--runs N]
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "bench_util.h"
+#include "flywheel/core/file_io.h"
+#include "flywheel/model/cpu_allocator.h"
+#include "flywheel/model/hf_checkpoint.h"
+#include "flywheel/model/tokenizer.h"
+#include "flywheel/rewards/builtins.h"
+#include "flywheel/rewards/reward_model.h"
+
+extern char** environ;
+
+namespace flywheel::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using rewards::RewardFunction;
+using rewards::RewardInput;
+using rewards::RewardSpec;
+
+std::unique_ptr<RewardFunction> make(core::PluginRegistry& registry, const std::string& name,
+                                     std::map<std::string, std::string> params = {}) {
+  RewardSpec spec;
+  spec.name = name;
+  spec.params = std::move(params);
+  auto made = registry.get<RewardFunction, const RewardSpec&>().create(name, spec);
+  if (!made.ok()) {
+    std::fprintf(stderr, "reward_bench: %s: %s\n", name.c_str(),
+                 std::string(made.status().message()).c_str());
+    std::exit(1);
+  }
+  return std::move(*made);
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
+}
+
+// ~1,200 characters of chain of thought ending in a final answer: GSM8K-style ("#### N") or
+// MATH-style (\boxed{...} with a fraction, a radical or an integer).
+std::vector<std::pair<std::string, std::string>> math_completions(int n) {
+  std::mt19937 rng(7);
+  auto num = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<std::pair<std::string, std::string>> out;
+  for (int i = 0; i < n; ++i) {
+    std::string text = "Let's think step by step. ";
+    while (text.size() < 1100) {
+      const int a = num(2, 999), b = num(2, 99);
+      absl::StrAppend(&text, "First we have ", a, " items and each costs $", b,
+                      ", so the total is ", a, " \\times ", b, " = ", a * b, ". Then we subtract ",
+                      num(1, 50), " and divide by ", num(2, 9), ", which gives about ",
+                      num(10, 9999), ". ");
+    }
+    const int kind = i % 3;
+    std::string answer;
+    if (kind == 0) {
+      answer = absl::StrCat(num(1, 100000));
+      absl::StrAppend(&text, "\n#### ", answer);
+    } else if (kind == 1) {
+      const int p = num(1, 50), q = num(51, 99);
+      answer = absl::StrCat(p, "/", q);
+      absl::StrAppend(&text, "So the probability is $\\boxed{\\dfrac{", p, "}{", q, "}}$.");
+    } else {
+      const int k = num(2, 9);
+      answer = absl::StrCat(k, "\\sqrt{3}");
+      absl::StrAppend(&text, "Hence the side is $\\boxed{", k, "\\sqrt{3}}$ units.");
+    }
+    out.emplace_back(text, i % 4 == 3 ? "1" : answer);  // a quarter are wrong
+  }
+  return out;
+}
+
+void bench_math(core::PluginRegistry& registry) {
+  std::unique_ptr<RewardFunction> math = make(registry, "math");
+  const auto cases = math_completions(300);
+  std::vector<std::shared_ptr<core::Json>> records;
+  size_t chars = 0;
+  for (const auto& [text, answer] : cases) {
+    records.push_back(std::make_shared<core::Json>(core::Json::object({{"answer", answer}})));
+    chars += text.size();
+  }
+  double correct = 0;
+  int64_t scored = 0;
+  const auto start = Clock::now();
+  while (seconds_since(start) < 2.0) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      RewardInput in;
+      in.record = records[i].get();
+      in.record_name = "bench";
+      in.completion = cases[i].first;
+      auto out = math->score(in);
+      correct += out.ok() ? out->score : 0;
+      ++scored;
+    }
+  }
+  const double rate = scored / seconds_since(start);
+  std::printf(
+      "math          %8.0f scores/s on 1 core (target >= 20000: %s); completions of %zu chars "
+      "(~%zu tokens) on average, %.0f%% scored correct\n",
+      rate, rate >= 20000 ? "met" : "NOT met", chars / cases.size(), chars / cases.size() / 4,
+      100.0 * correct / scored);
+}
+
+// Wall time of fork + exec + wait of `argv` (a bare interpreter start).
+double spawn_seconds(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const auto start = Clock::now();
+  pid_t pid = 0;
+  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return seconds_since(start);
+}
+
+void bench_code(core::PluginRegistry& registry, int runs) {
+  std::unique_ptr<RewardFunction> code = make(registry, "code_exec");
+  auto record = core::Json::parse(R"({"tests": [{"input": "", "output": "1"}]})");
+  const std::string completion = "```python\nprint(1)\n```";
+  std::vector<double> sandboxed, bare;
+  double passed = 0;
+  for (int i = 0; i < runs + 3; ++i) {
+    RewardInput in;
+    in.record = &*record;
+    in.record_name = "bench";
+    in.completion = completion;
+    const auto start = Clock::now();
+    auto out = code->score(in);
+    const double t = seconds_since(start);
+    const double b = spawn_seconds({"/usr/bin/python3", "-c", "pass"});
+    if (i < 3) continue;  // warm-up
+    sandboxed.push_back(t);
+    bare.push_back(b);
+    passed += out.ok() ? out->score : 0;
+  }
+  const double ratio = percentile(sandboxed, 0.5) / percentile(bare, 0.5);
+  std::printf(
+      "code_exec     print(1) in the sandbox: p50 %.1f ms, p99 %.1f ms (%d runs, %.0f%% passed); "
+      "bare `python3 -c pass`: p50 %.1f ms, p99 %.1f ms; sandbox p50 / bare p50 = %.2fx "
+      "(target <= 1.5x: %s)\n",
+      1e3 * percentile(sandboxed, 0.5), 1e3 * percentile(sandboxed, 0.99), runs,
+      100.0 * passed / runs, 1e3 * percentile(bare, 0.5), 1e3 * percentile(bare, 0.99), ratio,
+      ratio <= 1.5 ? "met" : "NOT met");
+}
+
+// A random ~25M-parameter Qwen2-shaped sequence classifier with the character tokenizer.
+std::string write_reward_model(const fs::path& dir, model::ModelConfig* config) {
+  config->model_type = "qwen2";
+  config->vocab_size = 100;
+  config->hidden_size = 512;
+  config->intermediate_size = 1536;
+  config->num_hidden_layers = 8;
+  config->num_attention_heads = 8;
+  config->num_key_value_heads = 2;
+  config->head_dim = 64;
+  config->max_position_embeddings = 1024;
+  config->qkv_bias = true;  // Qwen2
+  auto decoder = model::DecoderModel::create(*config, {});
+  if (!decoder.ok()) return std::string(decoder.status().message());
+  (*decoder)->init_random(1);
+  auto writer = model::HfWriter::create(dir.string(), *config, at::kFloat);
+  if (!writer.ok()) return std::string(writer.status().message());
+  for (const auto& [name, p] : (*decoder)->named_parameters()) {
+    if (name != "lm_head.weight") (void)(*writer)->add(name, p);
+  }
+  (void)(*writer)->add("score.weight", at::randn({1, config->hidden_size}) * 0.02);
+  if (absl::Status s = (*writer)->finish(); !s.ok()) return std::string(s.message());
+  if (absl::Status s = model::save_default_char_tokenizer(dir.string()); !s.ok()) {
+    return std::string(s.message());
+  }
+  auto json = core::read_json_file((dir / "config.json").string());
+  if (!json.ok()) return std::string(json.status().message());
+  json->set("architectures", core::Json::array({core::Json("Qwen2ForSequenceClassification")}));
+  json->set("num_labels", core::Json(1));
+  json->set("pad_token_id", core::Json(0));
+  return std::string(
+      core::write_file_atomically((dir / "config.json").string(), json->dump()).message());
+}
+
+void bench_reward_model() {
+  const fs::path dir = fs::temp_directory_path() / absl::StrCat("reward_bench_rm_", getpid());
+  fs::create_directories(dir);
+  model::ModelConfig config;
+  const std::string error = write_reward_model(dir, &config);
+  if (!error.empty()) {
+    std::fprintf(stderr, "reward_bench: writing the reward model: %s\n", error.c_str());
+    fs::remove_all(dir);
+    return;
+  }
+  RewardSpec spec;
+  spec.name = "reward_model";
+  spec.params = {{"path", dir.string()}, {"batch_size", "8"}};
+  auto rm = rewards::make_reward_model(spec);
+  if (!rm.ok()) {
+    std::fprintf(stderr, "reward_bench: %s\n", std::string(rm.status().message()).c_str());
+    fs::remove_all(dir);
+    return;
+  }
+  const int64_t n = 32, chars = 300;  // the character tokenizer: one token per character
+  std::mt19937 rng(3);
+  std::vector<std::string> texts;
+  for (int64_t i = 0; i < n; ++i) {
+    std::string t;
+    for (int64_t k = 0; k < chars; ++k) t.push_back(static_cast<char>('a' + rng() % 26));
+    texts.push_back(t);
+  }
+  core::Json record = core::Json::object();
+  std::vector<RewardInput> inputs(n);
+  for (int64_t i = 0; i < n; ++i) {
+    inputs[i].record = &record;
+    inputs[i].record_name = "bench";
+    inputs[i].completion = texts[i];
+  }
+  // The plain forward of the same decoder on the same shapes (batch 8 x 300 tokens), timed
+  // interleaved with scoring (best of 3 each) so that both see the same machine.
+  auto* reward_model = dynamic_cast<rewards::RewardModel*>(rm->get());
+  model::ForwardBatch batch;
+  batch.tokens = at::randint(config.vocab_size, {8, chars}, at::kLong);
+  batch.positions = at::arange(chars).repeat({8, 1});
+  auto forward = [&] {
+    at::NoGradGuard no_grad;
+    reward_model->decoder().forward(batch);
+  };
+  auto score = [&] { (*rm)->score_batch(inputs); };
+  forward();
+  score();
+  double t_score = 1e30, t_forward = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto start = Clock::now();
+    score();
+    t_score = std::min(t_score, seconds_since(start) / (n / 8.0));  // per batch of 8
+    start = Clock::now();
+    forward();
+    t_forward = std::min(t_forward, seconds_since(start));
+  }
+  const double samples_per_s = 8.0 / t_score;
+  const double forward_tokens = 8.0 * chars / t_forward;
+  int64_t params = 0;
+  for (const auto& [name, p] : reward_model->decoder().named_parameters()) params += p.numel();
+  std::printf(
+      "reward_model  %.1fM-parameter Qwen2-shaped, %lld x %lld-token inputs, batch 8: %.1f "
+      "samples/s = %.0f tokens/s, beside the decoder's plain forward %.0f tokens/s (%.0f%%)\n",
+      params / 1e6, static_cast<long long>(n), static_cast<long long>(chars), samples_per_s,
+      samples_per_s * chars, forward_tokens, 100.0 * samples_per_s * chars / forward_tokens);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace flywheel::bench
+
+int main(int argc, char** argv) {
+  using namespace flywheel;
+  std::string only;
+  int runs = 50;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::string(argv[i]) == "--only") only = argv[i + 1];
+    if (std::string(argv[i]) == "--runs") runs = std::max(1, std::atoi(argv[i + 1]));
+  }
+  model::use_huge_pages_for_large_cpu_tensors();  // as the flywheel binary does
+  core::PluginRegistry registry;
+  if (absl::Status s = rewards::register_rewards_builtins(registry); !s.ok()) return 1;
+  std::printf("reward_bench: %d core(s), %d LibTorch thread(s)\n",
+              static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), at::get_num_threads());
+  if (only.empty() || only == "math") bench::bench_math(registry);
+  if (only.empty() || only == "code") bench::bench_code(registry, runs);
+  if (only.empty() || only == "rm") bench::bench_reward_model();
+  return 0;
+}
