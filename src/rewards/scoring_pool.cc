@@ -281,7 +281,6 @@ void ScoringPool::watch() {
     // Replace the stuck thread; it keeps only its call (shared), never the pool.
     expired->thread.detach();
     workers_.erase(expired);
-    --running_;
     ++counters_.abandoned_threads;
     if (!stopping_ || !queue_.empty()) {
       try {
@@ -294,11 +293,12 @@ void ScoringPool::watch() {
         }
       }
     }
-    idle_.notify_all();
     lock.unlock();
     const size_t n = call->sample >= 0 ? 1 : call->batch->samples.size();
     finish(call, std::vector<PartResult>(n), /*timed_out=*/true);
     lock.lock();
+    --running_;  // only now: the destructor waits until every running call is recorded
+    idle_.notify_all();
   }
 }
 
