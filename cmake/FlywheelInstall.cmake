@@ -8,6 +8,8 @@ install(TARGETS ${_components} flywheel_warnings EXPORT flywheelTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS flywheel RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The code sandbox's launcher: Sandbox looks for it next to libflywheel_rewards.so.
+install(TARGETS flywheel_sandbox_init RUNTIME DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY include/flywheel DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_BINARY_DIR}/include/flywheel DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 

@@ -1,11 +1,11 @@
 #include "sandbox/sandbox.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -23,11 +23,15 @@
 #include "flywheel/core/logging.h"
 #include "sandbox/sandbox_child.h"
 
+#ifndef SYS_close_range  // older headers (Linux 5.9)
+#define SYS_close_range 436
+#endif
+
 namespace flywheel::rewards {
 namespace {
 
 using sandbox_internal::ChildPlan;
-using sandbox_internal::PlannedFile;
+using sandbox_internal::LaunchHeader;
 using sandbox_internal::RecordHeader;
 using Clock = std::chrono::steady_clock;
 
@@ -82,16 +86,6 @@ bool write_all(int fd, const char* data, size_t size) {
     size -= static_cast<size_t>(n);
   }
   return true;
-}
-
-absl::Status write_proc_file(pid_t pid, const char* name, const std::string& text) {
-  std::string path = absl::StrCat("/proc/", pid, "/", name);
-  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
-  if (fd.get() < 0 || !write_all(fd.get(), text.data(), text.size())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("sandbox: writing ", path, ": ", errno_text(errno)));
-  }
-  return absl::OkStatus();
 }
 
 bool is_plain_name(const std::string& name) {
@@ -181,6 +175,78 @@ Report parse_report(const std::string& bytes, const SandboxRequest& request) {
   return out;
 }
 
+// The launcher executable: $FLYWHEEL_SANDBOX_INIT when set, else flywheel_sandbox_init next to
+// the library holding this code (build tree and install alike).
+std::string launcher_path() {
+  if (const char* env = getenv("FLYWHEEL_SANDBOX_INIT"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  static const std::string beside_library = [] {
+    Dl_info info = {};
+    std::string dir = ".";
+    if (dladdr(reinterpret_cast<void*>(&launcher_path), &info) != 0 && info.dli_fname != nullptr) {
+      std::error_code ignored;
+      std::filesystem::path lib = std::filesystem::canonical(info.dli_fname, ignored);
+      if (lib.empty()) lib = info.dli_fname;
+      dir = lib.parent_path().string();
+    }
+    return absl::StrCat(dir, "/", sandbox_internal::kLauncherName);
+  }();
+  return beside_library;
+}
+
+void append_item(std::string* out, const char* data, size_t size) {
+  const uint64_t n = size;
+  out->append(reinterpret_cast<const char*>(&n), sizeof n);
+  out->append(data, size);
+  out->push_back('\0');
+}
+void append_item(std::string* out, const std::string& s) { append_item(out, s.data(), s.size()); }
+
+// What the vfork-style child of the caller does before execve() of the launcher. It shares the
+// caller's memory (CLONE_VM) but not its descriptors or signal handlers.
+struct SpawnArgs {
+  const char* path;
+  int fds[5];  // become 0-4 of the launcher
+  int exec_errno = 0;
+};
+
+int spawn_main(void* arg) {
+  SpawnArgs* args = static_cast<SpawnArgs*>(arg);
+  // Handlers of the caller must not run on this shared memory: back to the defaults (ignored
+  // signals stay ignored until the launcher resets them), then unblock.
+  struct sigaction action = {};
+  action.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction old = {};
+    if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, nullptr, &old) != 0) continue;
+    if (old.sa_handler != SIG_IGN) sigaction(sig, &action, nullptr);
+  }
+  int moved[5];
+  for (int i = 0; i < 5; ++i) {
+    moved[i] = fcntl(args->fds[i], F_DUPFD_CLOEXEC, 16);
+    if (moved[i] < 0) {
+      args->exec_errno = errno;
+      _exit(127);
+    }
+  }
+  for (int i = 0; i < 5; ++i) {
+    if (dup2(moved[i], i) < 0) {  // dup2 clears close-on-exec
+      args->exec_errno = errno;
+      _exit(127);
+    }
+  }
+  syscall(SYS_close_range, 5, ~0U, 0);  // best effort (Linux 5.9); the init closes them anyway
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  char* const argv[] = {const_cast<char*>(args->path), nullptr};
+  char* const envp[] = {nullptr};
+  execve(args->path, argv, envp);  // every other descriptor of the caller is close-on-exec...
+  args->exec_errno = errno;        // ...or closed by the init (close_range) before the program
+  _exit(127);
+}
+
 }  // namespace
 
 absl::Status SandboxOptions::validate() const {
@@ -207,6 +273,12 @@ absl::Status SandboxOptions::validate() const {
 
 absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::create(const SandboxOptions& options) {
   if (absl::Status s = options.validate(); !s.ok()) return s;
+  if (access(launcher_path().c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "code sandbox: its launcher ", launcher_path(), " is missing or not executable (",
+        errno_text(errno), "); install ", sandbox_internal::kLauncherName,
+        " next to libflywheel_rewards.so or set FLYWHEEL_SANDBOX_INIT to its path"));
+  }
   const bool root = geteuid() == 0;
   std::vector<Mode> candidates;
   if (!options.simulate_namespace_refusal) {
@@ -291,36 +363,14 @@ absl::StatusOr<SandboxResult> Sandbox::run_in_mode(const SandboxRequest& request
     stdin_fd.reset(open(absl::StrCat("/proc/self/fd/", memfd.get()).c_str(), O_RDONLY | O_CLOEXEC));
     if (stdin_fd.get() < 0) return os_error("reopening stdin read-only");
   }
-  UniqueFd out_r, out_w, err_r, err_w, report_r, report_w, sync_r, sync_w;
+  UniqueFd out_r, out_w, err_r, err_w, report_r, report_w;
   for (auto [r, w] :
        {std::pair{&out_r, &out_w}, std::pair{&err_r, &err_w}, std::pair{&report_r, &report_w}}) {
     if (absl::Status s = make_pipe(r, w); !s.ok()) return s;
   }
-  // A socket, so that the go-ahead is sent with MSG_NOSIGNAL: an init that died early must not
-  // SIGPIPE the caller.
-  int sync_pair[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sync_pair) != 0) {
-    return os_error("socketpair");
-  }
-  sync_r.reset(sync_pair[0]);
-  sync_w.reset(sync_pair[1]);
 
-  // Everything the child needs, prepared before clone() (see sandbox_child.h).
-  std::vector<std::string> env = {"PATH=/usr/bin:/bin", "HOME=" + workdir, "LANG=C.UTF-8"};
-  std::vector<char*> envp;
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args = request.argv;
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<PlannedFile> files;
-  for (const SandboxFile& f : request.files) {
-    files.push_back(
-        {f.name.c_str(), f.contents.data(), f.contents.size(), f.executable ? 0755u : 0644u});
-  }
-  std::vector<const char*> outputs;
-  for (const std::string& name : request.output_files) outputs.push_back(name.c_str());
+  // Everything the launcher needs (sandbox_child.h, LaunchHeader), in a memfd.
+  const std::vector<std::string> env = {"PATH=/usr/bin:/bin", "HOME=" + workdir, "LANG=C.UTF-8"};
   const std::string tmpfs_data =
       absl::StrCat("size=", options_.tmpfs_bytes, ",nr_inodes=4096,mode=1777");
   const double cpu_s = options_.cpu_s == SandboxOptions::kAuto
@@ -328,26 +378,18 @@ absl::StatusOr<SandboxResult> Sandbox::run_in_mode(const SandboxRequest& request
                            : options_.cpu_s;
   const rlim_t cpu = static_cast<rlim_t>(std::ceil(cpu_s));
 
-  ChildPlan plan;
-  plan.user_namespace = mode.user_namespace;
-  plan.namespaces = mode.namespaces;
-  plan.allow_setgroups = mode.user_namespace && root;
-  plan.drop_to_uid = root && !mode.user_namespace;
-  plan.uid = options_.unprivileged_uid;
-  plan.gid = options_.unprivileged_gid;
-  plan.probe = probe;
-  plan.stdin_fd = stdin_fd.get();
-  plan.stdout_fd = out_w.get();
-  plan.stderr_fd = err_w.get();
-  plan.report_fd = report_w.get();
-  plan.sync_fd = sync_r.get();
-  plan.workdir = workdir.c_str();
-  plan.tmpfs_data = tmpfs_data.c_str();
-  plan.files = files.data();
-  plan.num_files = files.size();
-  plan.output_files = outputs.data();
-  plan.num_output_files = outputs.size();
-  plan.max_output_file_bytes = options_.max_output_file_bytes;
+  LaunchHeader header;
+  header.user_namespace = mode.user_namespace;
+  header.namespaces = mode.namespaces;
+  header.allow_setgroups = mode.user_namespace && root;
+  header.drop_to_uid = root && !mode.user_namespace;
+  header.uid = options_.unprivileged_uid;
+  header.gid = options_.unprivileged_gid;
+  header.probe = probe;
+  header.deny_setgroups = mode.user_namespace && !root;
+  header.map_uid = root ? options_.unprivileged_uid : getuid();
+  header.map_gid = root ? options_.unprivileged_gid : getgid();
+  header.max_output_file_bytes = options_.max_output_file_bytes;
   const int resources[ChildPlan::kNumLimits] = {RLIMIT_AS,    RLIMIT_CPU,    RLIMIT_NPROC,
                                                 RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_CORE};
   const rlim_t values[ChildPlan::kNumLimits] = {
@@ -355,65 +397,89 @@ absl::StatusOr<SandboxResult> Sandbox::run_in_mode(const SandboxRequest& request
       static_cast<rlim_t>(options_.max_processes),  static_cast<rlim_t>(options_.max_file_bytes),
       static_cast<rlim_t>(options_.max_open_files), 0};
   for (int i = 0; i < ChildPlan::kNumLimits; ++i) {
-    plan.limit_resources[i] = resources[i];
+    header.limit_resources[i] = resources[i];
     // CPU: SIGXCPU at the soft limit, SIGKILL a second later.
-    plan.limits[i] = {values[i], resources[i] == RLIMIT_CPU ? values[i] + 1 : values[i]};
+    header.limit_cur[i] = values[i];
+    header.limit_max[i] = resources[i] == RLIMIT_CPU ? values[i] + 1 : values[i];
   }
-  plan.exec_path = argv[0];
-  plan.argv = argv.data();
-  plan.envp = envp.data();
-
-  unsigned long flags = SIGCHLD | CLONE_PIDFD;
+  uint64_t flags = 0;
   if (mode.user_namespace) flags |= CLONE_NEWUSER;
   if (mode.namespaces) {
     flags |= CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
   }
   if (mode.network_namespace) flags |= CLONE_NEWNET;
+  header.clone_flags = flags;
+  header.num_args = request.argv.size();
+  header.num_env = env.size();
+  header.num_files = request.files.size();
+  header.num_outputs = request.output_files.size();
+  std::string plan(reinterpret_cast<const char*>(&header), sizeof header);
+  append_item(&plan, workdir);
+  append_item(&plan, tmpfs_data);
+  for (const std::string& a : request.argv) append_item(&plan, a);
+  for (const std::string& e : env) append_item(&plan, e);
+  for (const SandboxFile& f : request.files) {
+    append_item(&plan, f.name);
+    const uint32_t file_mode = f.executable ? 0755u : 0644u;
+    append_item(&plan, reinterpret_cast<const char*>(&file_mode), sizeof file_mode);
+    append_item(&plan, f.contents);
+  }
+  for (const std::string& name : request.output_files) append_item(&plan, name);
+  UniqueFd plan_fd(static_cast<int>(syscall(SYS_memfd_create, "sandbox-plan", MFD_CLOEXEC)));
+  if (plan_fd.get() < 0) return os_error("memfd_create");
+  if (!write_all(plan_fd.get(), plan.data(), plan.size())) return os_error("writing the plan");
 
+  // Start the launcher without copying this (possibly large) process: the child shares its
+  // memory and this thread waits (CLONE_VFORK) until it has called execve(). Signals stay
+  // blocked meanwhile so that none of the caller's handlers runs on the child's stack.
+  const std::string launcher = launcher_path();
+  SpawnArgs spawn{launcher.c_str(),
+                  {stdin_fd.get(), out_w.get(), err_w.get(), report_w.get(), plan_fd.get()}};
+  constexpr size_t kSpawnStackBytes = 64 << 10;
+  std::unique_ptr<char[]> spawn_stack(new char[kSpawnStackBytes]);
+  sigset_t all, old_mask;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old_mask);
   const Clock::time_point start = Clock::now();
   int pidfd_value = -1;
-  // A raw clone() acts as fork() here: the child continues below on a copy of this stack.
-  long pid = syscall(SYS_clone, flags, nullptr, &pidfd_value, nullptr, nullptr);
+  int clone_flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD;
+  long pid =
+      clone(spawn_main, spawn_stack.get() + kSpawnStackBytes, clone_flags, &spawn, &pidfd_value);
   if (pid < 0 && errno == EINVAL) {  // before Linux 5.2: no CLONE_PIDFD; poll waitpid instead
-    flags &= ~static_cast<unsigned long>(CLONE_PIDFD);
+    clone_flags &= ~CLONE_PIDFD;
     pidfd_value = -1;
-    pid = syscall(SYS_clone, flags, nullptr, nullptr, nullptr, nullptr);
+    pid = clone(spawn_main, spawn_stack.get() + kSpawnStackBytes, clone_flags, &spawn);
   }
-  if (pid == 0) sandbox_internal::run_sandbox_init(plan);
+  const int clone_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   if (pid < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("sandbox: clone(", isolation(), "): ", errno_text(errno)));
+    return absl::InternalError(
+        absl::StrCat("sandbox: starting ", launcher, ": clone: ", errno_text(clone_errno)));
   }
   UniqueFd pidfd(pidfd_value);
   stdin_fd.reset();
   out_w.reset();
   err_w.reset();
   report_w.reset();
-  sync_r.reset();
+  plan_fd.reset();
+  if (spawn.exec_errno != 0) {
+    waitpid(static_cast<pid_t>(pid), nullptr, 0);
+    return absl::FailedPreconditionError(absl::StrCat("sandbox: executing the launcher ", launcher,
+                                                      ": ", errno_text(spawn.exec_errno)));
+  }
 
   bool reaped = false;
   auto kill_all = [&] {
     if (!mode.namespaces) kill(-static_cast<pid_t>(pid), SIGKILL);  // its process group
-    kill(static_cast<pid_t>(pid), SIGKILL);  // pid 1 of a namespace: the kernel ends the rest
+    // With namespaces, SIGTERM makes the launcher kill pid 1 of the namespace (the kernel ends
+    // the rest) and exit once all of it is gone. Without, the launcher is the init itself.
+    kill(static_cast<pid_t>(pid), mode.namespaces ? SIGTERM : SIGKILL);
   };
   auto abandon = [&](absl::Status status) {
     kill_all();
     if (!reaped) waitpid(static_cast<pid_t>(pid), nullptr, 0);
     return status;
   };
-
-  if (mode.user_namespace) {
-    const uint32_t uid = root ? options_.unprivileged_uid : getuid();
-    const uint32_t gid = root ? options_.unprivileged_gid : getgid();
-    absl::Status s = root ? absl::OkStatus() : write_proc_file(pid, "setgroups", "deny");
-    if (s.ok()) s = write_proc_file(pid, "uid_map", absl::StrCat("0 ", uid, " 1\n"));
-    if (s.ok()) s = write_proc_file(pid, "gid_map", absl::StrCat("0 ", gid, " 1\n"));
-    if (!s.ok()) return abandon(s);
-  }
-  if (send(sync_w.get(), "x", 1, MSG_NOSIGNAL) != 1) {
-    return abandon(os_error("starting the sandbox"));
-  }
-  sync_w.reset();
 
   // Read stdout, stderr and the report while waiting for the end or the deadline.
   SandboxResult result;

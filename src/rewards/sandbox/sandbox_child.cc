@@ -245,6 +245,12 @@ const char* setup_stage_name(uint32_t stage) {
       return "dropping privileges";
     case kStageExec:
       return "executing the program";
+    case kStageLauncher:
+      return "reading the launcher's plan";
+    case kStageClone:
+      return "creating the namespaces (clone)";
+    case kStageIdMaps:
+      return "writing the uid / gid maps";
     default:
       return "setting up";
   }

@@ -42,6 +42,9 @@ enum SetupStage : uint32_t {
   kStageRlimits,
   kStageDropPrivileges,
   kStageExec,
+  kStageLauncher,  // the launcher could not read its plan
+  kStageClone,     // the launcher's clone() with the namespace flags
+  kStageIdMaps,    // the launcher writing the init's uid_map / gid_map
 };
 
 // "making the filesystem read-only" style text for errors.
@@ -86,6 +89,41 @@ struct ChildPlan {
   const char* exec_path = nullptr;
   char* const* argv = nullptr;
   char* const* envp = nullptr;
+};
+
+// How Sandbox::run() hands a plan to the launcher executable (flywheel_sandbox_init), which it
+// starts with a vfork-style clone + execve (no copy of the caller's page tables). The launcher
+// gets stdin, stdout, stderr and the report pipe as 0-3 and the plan as a memfd on 4: a
+// LaunchHeader, then strings, each a uint64_t length, the bytes and a NUL: workdir, tmpfs_data,
+// num_args arguments, num_env environment entries, num_files x (name, mode as a 4-byte string
+// of the uint32_t, contents), num_outputs output file names. The launcher is a fresh
+// single-threaded process: it needs no async-signal-safe discipline before its own clone().
+constexpr char kLauncherName[] = "flywheel_sandbox_init";
+constexpr int kLauncherPlanFd = 4;
+constexpr uint32_t kLaunchMagic = 0x46574c31;  // "FWL1"
+
+struct LaunchHeader {
+  uint32_t magic = kLaunchMagic;
+  uint32_t size = sizeof(LaunchHeader);
+  uint64_t clone_flags = 0;  // namespace flags for the init; unused without namespaces
+  uint8_t user_namespace = 0;
+  uint8_t namespaces = 0;
+  uint8_t allow_setgroups = 0;
+  uint8_t drop_to_uid = 0;
+  uint8_t probe = 0;
+  uint8_t deny_setgroups = 0;  // write "deny" to the init's setgroups before the maps
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t map_uid = 0;  // uid_map "0 <map_uid> 1" (with a user namespace)
+  uint32_t map_gid = 0;
+  int64_t max_output_file_bytes = 0;
+  int32_t limit_resources[ChildPlan::kNumLimits] = {};
+  uint64_t limit_cur[ChildPlan::kNumLimits] = {};
+  uint64_t limit_max[ChildPlan::kNumLimits] = {};
+  uint64_t num_args = 0;
+  uint64_t num_env = 0;
+  uint64_t num_files = 0;
+  uint64_t num_outputs = 0;
 };
 
 // The body of the cloned child: arranges descriptors, waits for the parent, sets up the

@@ -201,6 +201,29 @@ TEST(SandboxTest, RunsConcurrentlyFromManyThreads) {
   EXPECT_EQ(correct.load(), 18);
 }
 
+TEST(SandboxTest, NamesAMissingLauncher) {
+  setenv("FLYWHEEL_SANDBOX_INIT", "/nonexistent/flywheel_sandbox_init", 1);
+  absl::StatusOr<std::unique_ptr<Sandbox>> missing = Sandbox::create(SandboxOptions{});
+  unsetenv("FLYWHEEL_SANDBOX_INIT");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(missing.status().message()),
+              HasSubstr("/nonexistent/flywheel_sandbox_init is missing"));
+}
+
+TEST(SandboxTest, RunsWhenTheCallerIgnoresSigchldAndSigpipe) {
+  auto sandbox = make_sandbox(SandboxOptions{});
+  ASSERT_NE(sandbox, nullptr);
+  struct sigaction ignore = {}, old_chld = {}, old_pipe = {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGCHLD, &ignore, &old_chld);
+  sigaction(SIGPIPE, &ignore, &old_pipe);
+  SandboxResult r = run_python(*sandbox, "print(6 * 7)\n");
+  sigaction(SIGCHLD, &old_chld, nullptr);
+  sigaction(SIGPIPE, &old_pipe, nullptr);
+  EXPECT_TRUE(r.success()) << r.stderr_data;
+  EXPECT_EQ(r.stdout_data, "42\n");
+}
+
 TEST(SandboxTest, RefusesToRunWithoutNamespacesUnlessAllowed) {
   SandboxOptions options;
   options.simulate_namespace_refusal = true;
