@@ -78,7 +78,8 @@ void close_from(int first) {
   for (rlim_t fd = static_cast<rlim_t>(first); fd < last; ++fd) close(static_cast<int>(fd));
 }
 
-// The caller may ignore or block signals (SIGPIPE, SIGCHLD); neither must reach the program.
+}  // namespace
+
 void reset_signals() {
   struct sigaction action = {};
   action.sa_handler = SIG_DFL;
@@ -89,6 +90,8 @@ void reset_signals() {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
 }
+
+namespace {
 
 // Moves the parent's descriptors to 0-4 and closes every other one (other threads of the
 // parent may have opened descriptors without O_CLOEXEC).

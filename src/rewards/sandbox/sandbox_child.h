@@ -126,6 +126,11 @@ struct LaunchHeader {
   uint64_t num_outputs = 0;
 };
 
+// Every signal back to its default action and unblocked: the caller may ignore or block signals
+// (SIGPIPE, SIGCHLD), which survive execve(); neither must reach the program (an ignored SIGCHLD
+// would also reap the init before waitpid() sees it). Async-signal-safe.
+void reset_signals();
+
 // The body of the cloned child: arranges descriptors, waits for the parent, sets up the
 // namespaces, starts the program, reaps, reports its status and output files, exits.
 [[noreturn]] void run_sandbox_init(const ChildPlan& plan);

@@ -90,16 +90,7 @@ bool write_file(pid_t pid, const char* name, const char* text) {
 int main() {
   // The caller dying (or killing us at its timeout) ends the init, hence the namespace.
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-  // The caller's ignored signals survive execve(); an ignored SIGCHLD would reap the init
-  // before waitpid() sees it.
-  struct sigaction action = {};
-  action.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &action, nullptr);
-  }
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
+  flywheel::rewards::sandbox_internal::reset_signals();  // the caller's ignored signals
 
   struct stat st = {};
   if (fstat(flywheel::rewards::sandbox_internal::kLauncherPlanFd, &st) != 0 ||
