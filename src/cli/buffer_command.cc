@@ -153,7 +153,8 @@ void add_buffer_command(CLI::App& app, int* exit_code) {
       "Run the controller (prompt leases, staleness-bounded trajectory buffer) as a "
       "standalone gRPC server until SIGINT/SIGTERM");
   command->add_option("config", args->config_path, "YAML config file")->required();
-  command->add_option("--set", args->overrides, "Override a key (repeatable)");
+  command->add_option("--set", args->overrides, "Override a key (repeatable)")
+      ->allow_extra_args(false);  // one key=value per --set: a positional after it stays one
   command->add_option("--snapshot", args->snapshot,
                       "Controller state file: restored at start if present, written on exit");
   command->callback([args, exit_code] {

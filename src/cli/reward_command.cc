@@ -232,7 +232,8 @@ void add_reward_command(CLI::App& app, int* exit_code) {
   command->add_option("config", args->config, "YAML config with a rewards: section")->required();
   command->add_option("-i,--input", args->input, "JSONL records ('-' = stdin)");
   command->add_option("-o,--output", args->output, "JSONL output ('-' = stdout)");
-  command->add_option("--set", args->overrides, "Override a config key: --set key=value");
+  command->add_option("--set", args->overrides, "Override a config key: --set key=value")
+      ->allow_extra_args(false);  // one key=value per --set: a positional after it stays one
   command->add_option("--tokenizer", args->tokenizer_dir,
                       "Tokenizer directory, to count completion tokens for records without "
                       "\"completion_ids\" (length and repetition penalties)");

@@ -391,7 +391,8 @@ void add_sft_command(CLI::App& app, int* exit_code) {
       "Supervised fine-tuning on {\"prompt\", \"response\"} or {\"messages\": [...]} records, "
       "sharded over the ranks of `mpirun -np N flywheel sft ...`");
   command->add_option("config", args->config_path, "YAML config file")->required();
-  command->add_option("--set", args->overrides, "Override a key (repeatable)");
+  command->add_option("--set", args->overrides, "Override a key (repeatable)")
+      ->allow_extra_args(false);  // one key=value per --set: a positional after it stays one
   command->callback([args, exit_code] {
     absl::Status status = run(*args);
     if (!status.ok()) std::cerr << "flywheel sft: " << status.message() << "\n";

@@ -45,8 +45,10 @@ void add_validate_config_command(CLI::App& app, int* exit_code) {
       "Check a config file (includes, --set overrides, plugins and the names they register) and "
       "print the fully resolved config, algorithm preset expanded; exit code 2 on errors");
   command->add_option("config", args->config_path, "YAML config file")->required();
-  command->add_option("--set", args->overrides,
-                      "Override a key: --set trainer.lr=1e-5 (repeatable; value is YAML)");
+  command
+      ->add_option("--set", args->overrides,
+                   "Override a key: --set trainer.lr=1e-5 (repeatable; value is YAML)")
+      ->allow_extra_args(false);  // one key=value per --set: a positional after it stays one
   command->add_flag("-q,--quiet", args->quiet, "Print nothing but errors");
   command->add_flag("--no-plugins", args->no_plugins,
                     "Do not load the config's plugins (and do not check the names they provide)");
