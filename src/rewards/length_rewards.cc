@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "builtin_factories.h"
 #include "flywheel/rewards/overlong.h"
 #include "flywheel/rewards/params.h"
@@ -61,26 +63,17 @@ class LengthPenalty : public RewardFunction {
   double per_token_, max_penalty_;
 };
 
-// Units of text as 64-bit ids: token ids, or words (whitespace-separated) hashed.
-std::vector<uint64_t> units(const RewardInput& input, bool words) {
-  std::vector<uint64_t> out;
-  if (!words) {
-    out.assign(input.completion_ids.begin(), input.completion_ids.end());
-    return out;
+// The completion as a sequence of unit ids: its token ids, or (unit: words) its
+// whitespace-separated words numbered by first appearance.
+std::vector<int64_t> units(const RewardInput& input, bool words) {
+  if (!words) return std::vector<int64_t>(input.completion_ids.begin(), input.completion_ids.end());
+  std::vector<int64_t> out;
+  std::unordered_map<std::string_view, int64_t> ids;
+  for (absl::string_view word :
+       absl::StrSplit(input.completion, absl::ByAnyChar(" \t\n\v\f\r"), absl::SkipEmpty())) {
+    const std::string_view key(word.data(), word.size());
+    out.push_back(ids.try_emplace(key, static_cast<int64_t>(ids.size())).first->second);
   }
-  uint64_t h = 1469598103934665603ull;  // FNV-1a of the current word
-  bool in_word = false;
-  for (char c : input.completion) {
-    if (absl::ascii_isspace(static_cast<unsigned char>(c))) {
-      if (in_word) out.push_back(h);
-      h = 1469598103934665603ull;
-      in_word = false;
-    } else {
-      h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-      in_word = true;
-    }
-  }
-  if (in_word) out.push_back(h);
   return out;
 }
 
@@ -92,21 +85,21 @@ class RepetitionPenalty : public RewardFunction {
       absl::StatusOr<int64_t> count = token_count(input, "repetition_penalty");
       if (!count.ok()) return count.status();
     }
-    const std::vector<uint64_t> u = units(input, words_);
+    const std::vector<int64_t> u = units(input, words_);
     RewardOutput out;
     const int64_t total = static_cast<int64_t>(u.size()) - n_ + 1;
     if (total <= 0) {
       out.components["repeated_ratio"] = 0;
       return out;
     }
-    std::unordered_set<uint64_t> seen;
+    // An n-gram is the bytes of its n unit ids: compared exactly, not by a hash of them.
+    std::unordered_set<std::string_view> seen;
     seen.reserve(static_cast<size_t>(total));
     int64_t repeated = 0;
     for (int64_t i = 0; i < total; ++i) {
-      uint64_t h = 1469598103934665603ull;
-      for (int64_t k = 0; k < n_; ++k)
-        h = (h ^ u[i + k]) * 1099511628211ull + 0x9e3779b97f4a7c15ull;
-      if (!seen.insert(h).second) ++repeated;
+      const std::string_view ngram(reinterpret_cast<const char*>(u.data() + i),
+                                   static_cast<size_t>(n_) * sizeof(int64_t));
+      if (!seen.insert(ngram).second) ++repeated;
     }
     const double ratio = static_cast<double>(repeated) / static_cast<double>(total);
     out.components["repeated_ratio"] = ratio;

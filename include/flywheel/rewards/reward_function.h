@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "flywheel/core/json.h"
 
 namespace flywheel::rewards {
@@ -25,10 +26,10 @@ struct RewardInput {
   const core::Json* record = nullptr;
   // Names the record in errors, e.g. "line 12" or the prompt id.
   absl::string_view record_name;
-  absl::string_view prompt;             // the prompt text as the model saw it ("" when unknown)
-  absl::string_view completion;         // the decoded completion (may hold any bytes)
-  std::vector<int32_t> completion_ids;  // its token ids
-  bool truncated = false;               // stopped by max_new_tokens, not by a stop rule
+  absl::string_view prompt;      // the prompt text as the model saw it ("" when unknown)
+  absl::string_view completion;  // the decoded completion (may hold any bytes)
+  absl::Span<const int32_t> completion_ids;  // its token ids
+  bool truncated = false;                    // stopped by max_new_tokens, not by a stop rule
 };
 
 // A score plus named components (each reported as a metric `reward/<function>/<component>`).
