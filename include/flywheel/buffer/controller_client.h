@@ -7,8 +7,12 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "flywheel/buffer/trajectory.h"
+#include "flywheel/buffer/weight_store.h"
 #include "flywheel/v1/controller.pb.h"
 
 namespace grpc {
@@ -37,6 +42,9 @@ struct ControllerClientOptions {
   int max_attempts = 6;  // per call, for UNAVAILABLE
   double backoff_initial_s = 0.05;
   double backoff_max_s = 2;
+  // Test only: fetch_weights() calls it on every received bucket's bytes (at `offset` in the
+  // payload) before checking them, e.g. to corrupt them or to be slow.
+  std::function<void(uint64_t offset, char* data, size_t size)> corrupt_bucket_for_test;
 };
 
 class ControllerClient {
@@ -56,6 +64,27 @@ class ControllerClient {
   absl::StatusOr<std::vector<v1::PushAck>> push_groups(const std::vector<TrajectoryGroup>& groups);
   absl::Status release_lease(uint64_t lease_id);
   absl::StatusOr<v1::StatusReply> status();
+
+  // The newest published weights if newer than `newer_than`; std::nullopt when the newest
+  // published is not newer (or none is published yet). Every bucket's crc32c is checked, a bad
+  // bucket is re-requested (up to 3 times, then DataLoss); the whole payload's crc32c is checked
+  // against the manifest (DataLoss). When the version is dropped from the store mid-transfer
+  // (NOT_FOUND), starts over with the then-newest version. A broken stream (UNAVAILABLE) resumes
+  // where it broke. `timeout_s` bounds the whole transfer (DeadlineExceeded), never a hang.
+  // The result's crc32c and bucket_crc32c are the verified checksums.
+  absl::StatusOr<std::optional<PublishedWeights>> fetch_weights(int64_t newer_than,
+                                                                double timeout_s);
+  // fetch_weights() into `*weights`, reusing its payload's memory: true when it now holds the
+  // newest version, false (and `*weights` unchanged) when nothing newer is published. On an
+  // error `*weights` holds a partial transfer. Worth it for a worker that fetches every version:
+  // first-touching a fresh 400 MB costs 25 ms of page faults on bare metal and over a second on
+  // some VMs (this benchmark's, docs/controller.md "Weights").
+  absl::StatusOr<bool> fetch_weights_into(int64_t newer_than, double timeout_s,
+                                          PublishedWeights* weights);
+  // Tells the controller this worker applied `version`, whose payload hashes to `crc32c`:
+  // DataLoss when that differs from the published crc32c, FailedPrecondition when the version
+  // was never published.
+  absl::Status ack_weights(int64_t version, uint32_t crc32c);
 
   // Sends Heartbeat every `interval_s` from a background thread until destruction.
   void start_heartbeats(double interval_s);

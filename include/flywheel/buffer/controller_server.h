@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "flywheel/buffer/controller_core.h"
 #include "flywheel/buffer/prompt_dataset.h"
+#include "flywheel/buffer/weight_store.h"
 
 namespace grpc {
 class Channel;
@@ -51,11 +52,13 @@ class ControllerServer {
  public:
   // Starts serving `core` (and `dataset`, whose size must match the core's). `clock` gives
   // seconds on a monotonic clock (default: monotonic_seconds(); a core restored from a snapshot
-  // must be given a time on the same clock). Unavailable when the address cannot be bound;
-  // InvalidArgument when a prompt line cannot fit in one reply.
+  // must be given a time on the same clock). `weights` (optional, must outlive the server) is
+  // served by GetWeightsManifest / StreamWeights / AckWeights; without it they answer
+  // UNIMPLEMENTED. Unavailable when the address cannot be bound; InvalidArgument when a prompt
+  // line cannot fit in one reply.
   static absl::StatusOr<std::unique_ptr<ControllerServer>> start(
       ControllerCore* core, const PromptDataset* dataset, const ControllerServerOptions& options,
-      std::function<double()> clock = nullptr);
+      std::function<double()> clock = nullptr, WeightStore* weights = nullptr);
   ~ControllerServer();  // shuts down
 
   // Seconds on std::chrono::steady_clock: the server's default clock.

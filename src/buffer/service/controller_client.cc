@@ -8,17 +8,35 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "flywheel/v1/controller.grpc.pb.h"
 #include "push_call.h"
 #include "transport_args.h"
+#include "weight_wire.h"
+#include "weights_call.h"
 
 namespace flywheel::buffer {
 namespace {
 
 absl::Status from_grpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+using SystemClock = std::chrono::system_clock;
+
+SystemClock::time_point after_seconds(double s) {
+  return SystemClock::now() + std::chrono::microseconds(static_cast<int64_t>(s * 1e6));
+}
+
+// Times fetch_weights() re-requests a bucket whose checksum failed.
+constexpr int kBucketRetries = 3;
+
+bool no_weights_yet(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable &&
+         absl::StrContains(s.message(), kNoWeightsYet);
 }
 
 grpc::ChannelArguments channel_arguments(const ControllerClientOptions& o) {
@@ -34,9 +52,10 @@ grpc::ChannelArguments channel_arguments(const ControllerClientOptions& o) {
 
 struct ControllerClient::Stub {
   explicit Stub(const std::shared_ptr<grpc::Channel>& channel)
-      : stub(v1::Controller::NewStub(channel)), generic(channel) {}
+      : stub(v1::Controller::NewStub(channel)), generic(channel), weights(channel) {}
   std::unique_ptr<v1::Controller::Stub> stub;
-  PushStub generic;  // PushGroups, whose requests wire_codec writes
+  PushStub generic;     // PushGroups, whose requests wire_codec writes
+  WeightsStub weights;  // StreamWeights, whose replies weights_call reads
 };
 
 absl::StatusOr<std::unique_ptr<ControllerClient>> ControllerClient::connect(
@@ -160,6 +179,140 @@ absl::StatusOr<std::vector<v1::PushAck>> ControllerClient::push_groups(
   std::vector<v1::PushAck> ordered;
   for (std::optional<v1::PushAck>& ack : acks) ordered.push_back(std::move(*ack));
   return ordered;
+}
+
+absl::StatusOr<std::optional<PublishedWeights>> ControllerClient::fetch_weights(int64_t newer_than,
+                                                                                double timeout_s) {
+  PublishedWeights weights;
+  absl::StatusOr<bool> fetched = fetch_weights_into(newer_than, timeout_s, &weights);
+  if (!fetched.ok()) return fetched.status();
+  if (!*fetched) return std::nullopt;
+  return std::optional<PublishedWeights>(std::move(weights));
+}
+
+absl::StatusOr<bool> ControllerClient::fetch_weights_into(int64_t newer_than, double timeout_s,
+                                                          PublishedWeights* out) {
+  const SystemClock::time_point deadline = after_seconds(timeout_s);
+  const auto timed_out = [&] {
+    return absl::DeadlineExceededError(
+        absl::StrCat("fetching weights took longer than ", timeout_s, " s"));
+  };
+  // Runs `call(context)` with the token and the transfer's deadline (and, for unary calls, the
+  // per-call one), again after UNAVAILABLE with backoff while attempts and time remain.
+  const auto attempt = [&](bool unary, auto&& call) {
+    double backoff = options_.backoff_initial_s;
+    absl::Status s;
+    for (int i = 0; i < options_.max_attempts; ++i) {
+      if (SystemClock::now() >= deadline) return timed_out();
+      grpc::ClientContext context;
+      context.set_deadline(unary ? std::min(deadline, after_seconds(options_.deadline_s))
+                                 : deadline);
+      if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
+      s = call(&context);
+      if (s.code() == absl::StatusCode::kDeadlineExceeded && SystemClock::now() >= deadline) {
+        return timed_out();
+      }
+      if (s.code() != absl::StatusCode::kUnavailable || no_weights_yet(s)) return s;
+      ++reconnects_;
+      const double wait =
+          std::min(backoff, std::chrono::duration<double>(deadline - SystemClock::now()).count());
+      if (wait <= 0) return timed_out();
+      if (stop_.WaitForNotificationWithTimeout(absl::Seconds(wait))) break;
+      backoff = std::min(backoff * 2, options_.backoff_max_s);
+    }
+    return s;
+  };
+
+  v1::WeightsRequest request;
+  request.set_max_bucket_bytes(max_bucket_for(options_.max_message_bytes));
+  while (true) {             // once more each time the version being fetched is dropped (NOT_FOUND)
+    request.set_version(0);  // the latest
+    request.clear_offset();
+    request.clear_length();
+    v1::WeightsManifest manifest;
+    absl::Status s = attempt(true, [&](grpc::ClientContext* c) {
+      manifest.Clear();
+      return from_grpc(stub_->stub->GetWeightsManifest(c, request, &manifest));
+    });
+    if (no_weights_yet(s)) return false;
+    if (!s.ok()) return s;
+    if (manifest.version() <= newer_than) return false;
+
+    PublishedWeights& weights = *out;
+    weights.version = manifest.version();
+    weights.bucket_bytes = manifest.bucket_bytes();
+    weights.tensors.clear();
+    weights.tensors.reserve(manifest.tensors_size());
+    for (const v1::TensorEntry& e : manifest.tensors()) {
+      weights.tensors.push_back(
+          {e.name(), e.dtype(), {e.shape().begin(), e.shape().end()}, e.offset(), e.size()});
+    }
+    const uint64_t total = manifest.total_bytes();
+    if (weights.bucket_bytes < 1) return absl::DataLossError("weights manifest: bucket_bytes 0");
+    if (absl::Status v = validate_tensors(weights.tensors, total); !v.ok()) {
+      return absl::DataLossError(absl::StrCat("weights manifest: ", v.message()));
+    }
+    weights.payload.resize(total);  // in place when the capacity suffices: no page faults
+    WeightsTransfer transfer;
+    transfer.version = weights.version;
+    transfer.bucket_bytes = weights.bucket_bytes;
+    transfer.payload = &weights.payload;
+    const uint64_t buckets = (total + weights.bucket_bytes - 1) / weights.bucket_bytes;
+    transfer.crcs.assign(buckets, 0);
+    transfer.bad.assign(buckets, 0);
+    transfer.corrupt = &options_.corrupt_bucket_for_test;
+    request.set_version(weights.version);
+
+    // Every bucket, resuming after the last one received when the stream breaks.
+    uint64_t next = 0;
+    s = attempt(false, [&](grpc::ClientContext* c) {
+      request.set_offset(next);
+      return stream_weights_once(&stub_->weights, c, request, &transfer, &next);
+    });
+    // The buckets whose checksum failed, again.
+    for (uint64_t i = 0; s.ok() && i < buckets; ++i) {
+      const uint64_t at = i * weights.bucket_bytes;
+      request.set_offset(at);
+      request.set_length(std::min(weights.bucket_bytes, total - at));
+      for (int retry = 0; s.ok() && transfer.bad[i] && retry < kBucketRetries; ++retry) {
+        s = attempt(false, [&](grpc::ClientContext* c) {
+          uint64_t received_to = 0;
+          return stream_weights_once(&stub_->weights, c, request, &transfer, &received_to);
+        });
+      }
+      if (s.ok() && transfer.bad[i]) {
+        return absl::DataLossError(absl::StrCat("weights version ", weights.version, ": bucket ", i,
+                                                " failed its crc32c ", 1 + kBucketRetries,
+                                                " times"));
+      }
+    }
+    if (s.code() == absl::StatusCode::kNotFound) continue;  // dropped: fetch the newest
+    if (!s.ok()) return s;
+
+    uint32_t crc = 0;
+    for (uint64_t i = 0; i < buckets; ++i) {
+      const uint64_t at = i * weights.bucket_bytes;
+      crc = crc32c_combine(crc, transfer.crcs[i], std::min(weights.bucket_bytes, total - at));
+    }
+    if (crc != manifest.crc32c()) {
+      return absl::DataLossError(absl::StrFormat(
+          "weights version %d: the payload's crc32c %08x differs from the manifest's %08x",
+          weights.version, crc, manifest.crc32c()));
+    }
+    weights.crc32c = crc;
+    weights.bucket_crc32c = std::move(transfer.crcs);
+    return true;
+  }
+}
+
+absl::Status ControllerClient::ack_weights(int64_t version, uint32_t crc32c) {
+  v1::AckWeightsRequest request;
+  request.set_worker_id(options_.worker_id);
+  request.set_version(version);
+  request.set_crc32c(crc32c);
+  v1::AckWeightsReply reply;
+  return with_retries(
+      [&](grpc::ClientContext* c) { return stub_->stub->AckWeights(c, request, &reply); });
 }
 
 void ControllerClient::start_heartbeats(double interval_s) {

@@ -1,7 +1,9 @@
 #include "flywheel/buffer/controller_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <utility>
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/resource_quota.h>
@@ -10,10 +12,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "flywheel/core/file_io.h"
+#include "flywheel/core/logging.h"
 #include "flywheel/v1/controller.grpc.pb.h"
 #include "push_stream.h"
 #include "retry_timer.h"
 #include "transport_args.h"
+#include "weight_wire.h"
 
 namespace flywheel::buffer {
 namespace {
@@ -39,6 +43,85 @@ grpc::Status to_grpc(const absl::Status& s) {
 constexpr int64_t kLeaseOverheadBytes = 6 + 3 * 11 + 6;
 // The reply's own fields (kind, version).
 constexpr int64_t kReplyOverheadBytes = 32;
+
+void put_varint(uint64_t v, std::string* out) {
+  for (; v >= 0x80; v >>= 7) out->push_back(static_cast<char>((v & 0x7F) | 0x80));
+  out->push_back(static_cast<char>(v));
+}
+
+void release_weights(void* held) {
+  delete static_cast<std::shared_ptr<const PublishedWeights>*>(held);
+}
+
+// One WeightsBucket holding payload bytes [at, at + size): a small slice with the other fields
+// (protobuf's wire format, data last) and the payload's bytes in place, not copied. The data
+// slice holds its own reference to the weights, so they outlive every write gRPC still has.
+grpc::ByteBuffer encode_bucket(const std::shared_ptr<const PublishedWeights>& weights, uint64_t at,
+                               uint64_t size, uint32_t crc) {
+  std::string header;
+  header.push_back(0x08);  // 1: version
+  put_varint(static_cast<uint64_t>(weights->version), &header);
+  header.push_back(0x10);  // 2: offset
+  put_varint(at, &header);
+  header.push_back(0x20);  // 4: crc32c
+  put_varint(crc, &header);
+  header.push_back(0x1A);  // 3: data
+  put_varint(size, &header);
+  grpc::Slice slices[2] = {
+      grpc::Slice(header),
+      grpc::Slice(const_cast<char*>(weights->payload.data() + at), size, &release_weights,
+                  new std::shared_ptr<const PublishedWeights>(weights))};
+  return grpc::ByteBuffer(slices, size > 0 ? 2 : 1);
+}
+
+// Writes payload bytes [begin, end) of one version in buckets, one write in flight (gRPC's flow
+// control paces it). Holds the version, so a newer publication does not free it mid-stream.
+class WeightsWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  WeightsWriter(std::shared_ptr<const PublishedWeights> weights, uint64_t begin, uint64_t end,
+                uint64_t bucket_bytes)
+      : weights_(std::move(weights)), next_(begin), end_(end), bucket_bytes_(bucket_bytes) {
+    write_next();
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) {  // the client went away or the call was cancelled
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "weights stream broken"));
+      return;
+    }
+    write_next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void write_next() {
+    if (next_ >= end_) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    const uint64_t size = std::min(bucket_bytes_, end_ - next_);
+    buffer_ = encode_bucket(weights_, next_, size, bucket_crc(next_, size));
+    next_ += size;
+    StartWrite(&buffer_);
+  }
+
+  // The publication's checksum of this piece when it is one of its buckets; else computed.
+  uint32_t bucket_crc(uint64_t at, uint64_t size) const {
+    const PublishedWeights& w = *weights_;
+    const uint64_t index = at / w.bucket_bytes;
+    if (bucket_bytes_ == w.bucket_bytes && at % w.bucket_bytes == 0 &&
+        index < w.bucket_crc32c.size() &&
+        (size == w.bucket_bytes || at + size == w.payload.size())) {
+      return w.bucket_crc32c[index];
+    }
+    return crc32c_extend(0, w.payload.data() + at, size);
+  }
+
+  const std::shared_ptr<const PublishedWeights> weights_;
+  uint64_t next_;
+  const uint64_t end_;
+  const uint64_t bucket_bytes_;
+  grpc::ByteBuffer buffer_;  // the write in flight
+};
 
 }  // namespace
 
@@ -70,14 +153,15 @@ using CallbackBase = v1::Controller::WithCallbackMethod_Register<
             v1::Controller::WithCallbackMethod_ReleaseLease<
                 v1::Controller::WithCallbackMethod_GetStatus<
                     v1::Controller::WithCallbackMethod_GetWeightsManifest<
-                        v1::Controller::WithCallbackMethod_StreamWeights<
-                            v1::Controller::Service>>>>>>>>;
+                        v1::Controller::WithRawCallbackMethod_StreamWeights<
+                            v1::Controller::WithCallbackMethod_AckWeights<
+                                v1::Controller::Service>>>>>>>>>;
 
 class ControllerServer::Service final : public CallbackBase {
  public:
   Service(ControllerCore* core, const PromptDataset* dataset, const ControllerServerOptions& o,
-          std::function<double()> clock)
-      : core_(core), dataset_(dataset), options_(o), clock_(std::move(clock)) {}
+          std::function<double()> clock, WeightStore* weights)
+      : core_(core), dataset_(dataset), options_(o), clock_(std::move(clock)), weights_(weights) {}
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
                                      const v1::RegisterRequest* req,
@@ -163,41 +247,129 @@ class ControllerServer::Service final : public CallbackBase {
       for (const auto& [name, value] : core_->counters().entries()) {
         (*reply->mutable_counters())[name] = value;
       }
+      if (weights_ != nullptr) {
+        const WeightStore::AckCounters acks = weights_->ack_counters();
+        auto& counters = *reply->mutable_counters();
+        counters["weight_acks"] = acks.acks;
+        counters["weight_ack_mismatches"] = acks.mismatches;
+        counters["weight_acks_rejected"] = acks.rejected;
+        counters["weights_version"] = weights_->latest_version();
+      }
     }
     return finish(ctx, s);
   }
 
   grpc::ServerUnaryReactor* GetWeightsManifest(grpc::CallbackServerContext* ctx,
-                                               const v1::WeightsRequest*,
-                                               v1::WeightsManifest*) override {
+                                               const v1::WeightsRequest* req,
+                                               v1::WeightsManifest* reply) override {
     grpc::Status s = authorize(ctx);
-    return finish(ctx, s.ok() ? weights_unimplemented() : s);
+    std::shared_ptr<const PublishedWeights> w;
+    if (s.ok()) s = find_weights(req->version(), &w);
+    if (s.ok()) {
+      reply->set_version(w->version);
+      for (const WeightTensor& t : w->tensors) {
+        v1::TensorEntry* e = reply->add_tensors();
+        e->set_name(t.name);
+        e->set_dtype(t.dtype);
+        for (int64_t d : t.shape) e->add_shape(d);
+        e->set_offset(t.offset);
+        e->set_size(t.size);
+      }
+      reply->set_total_bytes(w->payload.size());
+      reply->set_bucket_bytes(bucket_bytes_for(*w, req->max_bucket_bytes()));
+      reply->set_crc32c(w->crc32c);
+    }
+    return finish(ctx, s);
   }
 
-  grpc::ServerWriteReactor<v1::WeightsBucket>* StreamWeights(grpc::CallbackServerContext* ctx,
-                                                             const v1::WeightsRequest*) override {
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* StreamWeights(
+      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) override {
     grpc::Status s = authorize(ctx);
-    return new FinishedWriter(s.ok() ? weights_unimplemented() : s);
+    v1::WeightsRequest req;
+    if (s.ok()) {
+      grpc::ByteBuffer bytes(*request);  // Deserialize consumes its input; this shares the slices
+      if (!grpc::SerializationTraits<v1::WeightsRequest>::Deserialize(&bytes, &req).ok()) {
+        s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "malformed WeightsRequest");
+      }
+    }
+    std::shared_ptr<const PublishedWeights> w;
+    if (s.ok()) s = find_weights(req.version(), &w);
+    if (s.ok()) {
+      const uint64_t total = w->payload.size();
+      if (req.offset() > total || req.length() > total - req.offset()) {
+        s = grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
+                         absl::StrCat("bytes [", req.offset(), ", ", req.offset() + req.length(),
+                                      ") are past version ", w->version, "'s ", total, " bytes"));
+      }
+    }
+    if (!s.ok()) return new FinishedWriter(s);
+    const uint64_t bucket = bucket_bytes_for(*w, req.max_bucket_bytes());
+    const uint64_t end = req.length() == 0 ? w->payload.size() : req.offset() + req.length();
+    return new WeightsWriter(std::move(w), req.offset(), end, bucket);
+  }
+
+  grpc::ServerUnaryReactor* AckWeights(grpc::CallbackServerContext* ctx,
+                                       const v1::AckWeightsRequest* req,
+                                       v1::AckWeightsReply*) override {
+    grpc::Status s = authorize(ctx);
+    if (s.ok() && weights_ == nullptr) s = no_weight_store();
+    if (s.ok() && req->worker_id().empty()) {
+      s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id must not be empty");
+    }
+    if (s.ok()) {
+      const absl::Status acked =
+          weights_->acknowledge(req->worker_id(), req->version(), req->crc32c());
+      if (!acked.ok()) {
+        FLYWHEEL_LOG_WARN("weights: worker '%s' acknowledged version %d: rejected (%s)",
+                          req->worker_id(), req->version(), acked.ToString());
+        s = to_grpc(acked);
+      }
+    }
+    return finish(ctx, s);
   }
 
  private:
   // A server stream that ends at once with a status.
-  class FinishedWriter final : public grpc::ServerWriteReactor<v1::WeightsBucket> {
+  class FinishedWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
    public:
     explicit FinishedWriter(const grpc::Status& status) { Finish(status); }
     void OnDone() override { delete this; }
   };
+
+  static grpc::Status no_weight_store() {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "this controller publishes no weights (weight_sync.transport is not grpc)");
+  }
+
+  // `version` <= 0: the latest; else that version if it is still held.
+  grpc::Status find_weights(int64_t version, std::shared_ptr<const PublishedWeights>* out) const {
+    if (weights_ == nullptr) return no_weight_store();
+    if (version <= 0) {
+      *out = weights_->latest();
+      if (*out == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, kNoWeightsYet);
+      return grpc::Status::OK;
+    }
+    *out = weights_->get(version);
+    if (*out == nullptr) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          absl::StrCat("weights version ", version, " is no longer held (latest ",
+                                       weights_->latest_version(), ")"));
+    }
+    return grpc::Status::OK;
+  }
+
+  // The publication's bucket size, no larger than a message (or than the client's limit).
+  uint64_t bucket_bytes_for(const PublishedWeights& w, uint64_t client_max) const {
+    uint64_t bucket = std::min(w.bucket_bytes, max_bucket_for(options_.max_message_bytes));
+    if (client_max > 0) bucket = std::min(bucket, client_max);
+    return std::max<uint64_t>(bucket, 1);
+  }
 
   static grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* ctx,
                                           const grpc::Status& status) {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     reactor->Finish(status);
     return reactor;
-  }
-
-  static grpc::Status weights_unimplemented() {
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        "weight publication is not implemented yet (it arrives with the trainer)");
   }
 
   grpc::Status authorize(grpc::CallbackServerContext* ctx) const {
@@ -220,13 +392,14 @@ class ControllerServer::Service final : public CallbackBase {
   const PromptDataset* dataset_;
   ControllerServerOptions options_;
   std::function<double()> clock_;
+  WeightStore* weights_;  // null: no weight publication
   RetryTimer timer_;
   StreamRegistry<PushStream> streams_;
 };
 
 absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::start(
     ControllerCore* core, const PromptDataset* dataset, const ControllerServerOptions& options,
-    std::function<double()> clock) {
+    std::function<double()> clock, WeightStore* weights) {
   if (core == nullptr || dataset == nullptr) {
     return absl::InvalidArgumentError("controller server needs a core and a dataset");
   }
@@ -244,8 +417,8 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::start(
   }
   std::unique_ptr<ControllerServer> server(new ControllerServer());
   server->shutdown_timeout_s_ = options.shutdown_timeout_s;
-  server->service_ = std::make_unique<Service>(core, dataset, options,
-                                               clock ? std::move(clock) : &monotonic_seconds);
+  server->service_ = std::make_unique<Service>(
+      core, dataset, options, clock ? std::move(clock) : &monotonic_seconds, weights);
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (!options.tls_cert_pem.empty()) {
     grpc::SslServerCredentialsOptions ssl(

@@ -1,0 +1,389 @@
+// Weight publication over the controller's gRPC service: WeightStore, GetWeightsManifest /
+// StreamWeights / AckWeights, and ControllerClient::fetch_weights / ack_weights over loopback TCP.
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "crc32c.h"
+#include "flywheel/buffer/weight_store.h"
+#include "flywheel/v1/controller.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "service_fixture.h"
+
+namespace flywheel::buffer {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string random_bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+// Three tensors (F32, BF16, F16) over 10,006 of `payload_bytes` >= 10,006 bytes.
+PublishedWeights small_weights(int64_t version, uint64_t bucket_bytes = 1000,
+                               size_t payload_bytes = 10007) {
+  PublishedWeights w;
+  w.version = version;
+  w.bucket_bytes = bucket_bytes;
+  w.tensors = {{"a", "F32", {10, 100}, 0, 4000},
+               {"b", "BF16", {3000}, 4000, 6000},
+               {"c", "F16", {3}, 10000, 6}};
+  w.payload = random_bytes(payload_bytes, static_cast<uint32_t>(version));
+  return w;
+}
+
+// One F32 tensor over the whole payload.
+PublishedWeights flat_weights(int64_t version, size_t bytes, uint64_t bucket_bytes) {
+  PublishedWeights w;
+  w.version = version;
+  w.bucket_bytes = bucket_bytes;
+  w.tensors = {{"flat", "F32", {static_cast<int64_t>(bytes / 4)}, 0, bytes / 4 * 4}};
+  w.payload = random_bytes(bytes, static_cast<uint32_t>(version) + 7);
+  return w;
+}
+
+// A controller on loopback TCP that serves `store`.
+struct WeightsFixture {
+  explicit WeightsFixture(ControllerServerOptions server_options = {}, int keep_versions = 2)
+      : store(keep_versions) {
+    core = std::move(*ControllerCore::create(core_options(8)));
+    data = dataset(8);
+    auto started = ControllerServer::start(core.get(), data.get(), server_options, nullptr, &store);
+    EXPECT_TRUE(started.ok()) << started.status();
+    server = std::move(*started);
+  }
+  std::unique_ptr<ControllerClient> client(ControllerClientOptions o = {}) {
+    o.address = "127.0.0.1:" + std::to_string(server->port());
+    if (o.worker_id.empty()) o.worker_id = "w";
+    return std::move(*ControllerClient::connect(o));
+  }
+  WeightStore store;
+  std::unique_ptr<ControllerCore> core;
+  std::unique_ptr<PromptDataset> data;
+  std::unique_ptr<ControllerServer> server;
+};
+
+TEST(WeightCrcTest, MatchesTheTableCrcExtendsAndCombines) {
+  EXPECT_EQ(crc32c_extend(0, "123456789", 9), 0xE3069283u);
+  const std::string bytes = random_bytes(100003, 1);
+  for (size_t n : {0, 1, 7, 8, 9, 31, 32, 33, 1000, 100003}) {
+    EXPECT_EQ(crc32c_extend(0, bytes.data(), n), core::crc32c(bytes.data(), n)) << n;
+  }
+  for (size_t split : {0, 1, 13, 4096, 99999}) {
+    const uint32_t a = crc32c_extend(0, bytes.data(), split);
+    const uint32_t b = crc32c_extend(0, bytes.data() + split, bytes.size() - split);
+    const uint32_t whole = core::crc32c(bytes.data(), bytes.size());
+    EXPECT_EQ(crc32c_extend(a, bytes.data() + split, bytes.size() - split), whole) << split;
+    EXPECT_EQ(crc32c_combine(a, b, bytes.size() - split), whole) << split;
+  }
+}
+
+TEST(WeightStoreTest, PublishComputesChecksumsAndKeepsTheNewestVersions) {
+  WeightStore store(2);
+  EXPECT_EQ(store.latest(), nullptr);
+  EXPECT_EQ(store.latest_version(), -1);
+  for (int64_t v = 1; v <= 3; ++v) ASSERT_TRUE(store.publish(small_weights(v)).ok());
+  EXPECT_EQ(store.latest_version(), 3);
+  EXPECT_EQ(store.get(1), nullptr);  // beyond keep_versions
+  ASSERT_NE(store.get(2), nullptr);
+  auto latest = store.latest();
+  ASSERT_NE(latest, nullptr);
+  EXPECT_EQ(latest->version, 3);
+  EXPECT_EQ(latest->crc32c, core::crc32c(latest->payload.data(), latest->payload.size()));
+  ASSERT_EQ(latest->bucket_crc32c.size(), 11u);  // 10,007 bytes in 1,000-byte buckets
+  EXPECT_EQ(latest->bucket_crc32c[10], core::crc32c(latest->payload.data() + 10000, 7));
+}
+
+TEST(WeightStoreTest, PublishRejectsBadManifestsNamingTheTensor) {
+  WeightStore store;
+  auto rejected = [&](PublishedWeights w, const std::string& what) {
+    absl::Status s = store.publish(std::move(w));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << what;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(what));
+  };
+  PublishedWeights overlap = small_weights(1);
+  overlap.tensors[1].offset = 3996;
+  rejected(overlap, "'b': offset 3996 overlaps");
+  PublishedWeights dtype = small_weights(1);
+  dtype.tensors[2].dtype = "F64";
+  rejected(dtype, "'c': unknown dtype 'F64'");
+  PublishedWeights size = small_weights(1);
+  size.tensors[0].shape = {10, 99};
+  rejected(size, "'a': size 4000 bytes != 3960");
+  PublishedWeights past = small_weights(1);
+  past.payload.resize(10005);
+  rejected(past, "'c': bytes [10000, 10006) are past the payload");
+  PublishedWeights unnamed = small_weights(1);
+  unnamed.tensors[0].name = "";
+  rejected(unnamed, "tensor 0: no name");
+  PublishedWeights twice = small_weights(1);
+  twice.tensors[2].name = "a";
+  rejected(twice, "duplicate name");
+  PublishedWeights no_buckets = small_weights(1);
+  no_buckets.bucket_bytes = 0;
+  rejected(no_buckets, "bucket_bytes");
+  ASSERT_TRUE(store.publish(small_weights(5)).ok());
+  rejected(small_weights(5), "version 5 is not newer than the latest published (5)");
+  rejected(small_weights(4), "not newer");
+  EXPECT_EQ(store.latest_version(), 5);
+}
+
+TEST(WeightStoreTest, AcknowledgeChecksTheVersionAndCrc) {
+  WeightStore store(1);
+  ASSERT_TRUE(store.publish(small_weights(1)).ok());
+  const uint32_t crc1 = store.latest()->crc32c;
+  ASSERT_TRUE(store.publish(small_weights(2)).ok());
+  EXPECT_TRUE(store.acknowledge("w1", 1, crc1).ok());  // dropped from the store, still known
+  EXPECT_EQ(store.acknowledge("w1", 2, crc1).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(store.acknowledge("w2", 3, crc1).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store.acknowledge("w2", 0, crc1).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(store.acknowledge("w2", 2, store.latest()->crc32c).ok());
+  const WeightStore::AckCounters c = store.ack_counters();
+  EXPECT_EQ(c.acks, 2);
+  EXPECT_EQ(c.mismatches, 1);
+  EXPECT_EQ(c.rejected, 2);
+  EXPECT_EQ(store.worker_versions(), (std::map<std::string, int64_t>{{"w1", 1}, {"w2", 2}}));
+}
+
+TEST(WeightSyncTest, FetchIsByteIdenticalAcrossBucketsAndNothingNewerIsNullopt) {
+  WeightsFixture f;
+  ASSERT_TRUE(f.store.publish(small_weights(3)).ok());
+  auto client = f.client();
+  auto fetched = client->fetch_weights(-1, 10);
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  ASSERT_TRUE(fetched->has_value());
+  const PublishedWeights& w = **fetched;
+  const auto published = f.store.latest();
+  EXPECT_EQ(w.version, 3);
+  EXPECT_EQ(w.payload, published->payload);
+  EXPECT_EQ(w.crc32c, published->crc32c);
+  EXPECT_EQ(w.bucket_bytes, 1000u);
+  EXPECT_EQ(w.bucket_crc32c, published->bucket_crc32c);
+  ASSERT_EQ(w.tensors.size(), 3u);
+  EXPECT_EQ(w.tensors[1].name, "b");
+  EXPECT_EQ(w.tensors[1].dtype, "BF16");
+  EXPECT_EQ(w.tensors[1].shape, std::vector<int64_t>{3000});
+  EXPECT_EQ(w.tensors[1].offset, 4000u);
+  EXPECT_EQ(w.tensors[1].size, 6000u);
+  auto same = client->fetch_weights(3, 10);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_FALSE(same->has_value());
+}
+
+TEST(WeightSyncTest, NothingPublishedIsNulloptAtOnce) {
+  WeightsFixture f;
+  const auto start = std::chrono::steady_clock::now();
+  auto fetched = f.client()->fetch_weights(-1, 10);
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  EXPECT_FALSE(fetched->has_value());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));  // no retries
+}
+
+TEST(WeightSyncTest, ServerWithoutAStoreSaysUnimplemented) {
+  Fixture f;
+  auto fetched = f.tcp_client()->fetch_weights(-1, 10);
+  EXPECT_EQ(fetched.status().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(WeightSyncTest, ACorruptedBucketIsRequestedAgain) {
+  WeightsFixture f;
+  ASSERT_TRUE(f.store.publish(small_weights(1)).ok());
+  std::atomic<int> calls{0}, corrupted{0};
+  ControllerClientOptions o;
+  o.corrupt_bucket_for_test = [&](uint64_t offset, char* data, size_t) {
+    ++calls;
+    if (offset == 3000 && corrupted++ < 2) data[17] ^= 1;  // twice: two re-requests
+  };
+  auto fetched = f.client(o)->fetch_weights(0, 10);
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  ASSERT_TRUE(fetched->has_value());
+  EXPECT_EQ((*fetched)->payload, f.store.latest()->payload);
+  EXPECT_EQ(calls.load(), 11 + 2);
+}
+
+TEST(WeightSyncTest, ABucketCorruptedEveryTimeIsDataLoss) {
+  WeightsFixture f;
+  ASSERT_TRUE(f.store.publish(small_weights(1)).ok());
+  ControllerClientOptions o;
+  o.corrupt_bucket_for_test = [](uint64_t offset, char* data, size_t size) {
+    if (offset == 10000) data[size - 1] ^= 0x40;
+  };
+  auto fetched = f.client(o)->fetch_weights(0, 10);
+  EXPECT_EQ(fetched.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(fetched.status().message()), HasSubstr("bucket 10"));
+}
+
+TEST(WeightSyncTest, AVersionDroppedMidTransferIsReplacedByTheNewest) {
+  WeightsFixture f({}, /*keep_versions=*/1);
+  ASSERT_TRUE(f.store.publish(small_weights(1)).ok());
+  std::atomic<bool> published{false};
+  ControllerClientOptions o;
+  // The first bucket of version 1 arrives corrupted and, before it is requested again, versions
+  // 2 and 3 replace version 1 in the store.
+  o.corrupt_bucket_for_test = [&](uint64_t offset, char* data, size_t) {
+    if (offset == 0 && !published.exchange(true)) {
+      data[0] ^= 1;
+      ASSERT_TRUE(f.store.publish(small_weights(2)).ok());
+      ASSERT_TRUE(f.store.publish(small_weights(3)).ok());
+    }
+  };
+  auto fetched = f.client(o)->fetch_weights(0, 10);
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  ASSERT_TRUE(fetched->has_value());
+  EXPECT_EQ((*fetched)->version, 3);
+  EXPECT_EQ((*fetched)->payload, f.store.latest()->payload);
+}
+
+TEST(WeightSyncTest, BucketsFitTheSmallerMessageLimit) {
+  ControllerServerOptions so;
+  so.max_message_bytes = 1 << 20;
+  WeightsFixture f(so);
+  ASSERT_TRUE(f.store.publish(flat_weights(1, 5 << 20, 64 << 20)).ok());
+  ControllerClientOptions o;
+  o.max_message_bytes = 300 << 10;  // the client's limit is smaller still
+  auto fetched = f.client(o)->fetch_weights(0, 10);
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  EXPECT_EQ((*fetched)->bucket_bytes, (300u << 10) - 1024);
+  EXPECT_EQ((*fetched)->payload, f.store.latest()->payload);
+  // Served from a server limit below the publication's bucket size.
+  auto server_limited = f.client()->fetch_weights(0, 10);
+  ASSERT_TRUE(server_limited.ok()) << server_limited.status();
+  EXPECT_EQ((*server_limited)->bucket_bytes, (1u << 20) - 1024);
+  EXPECT_EQ((*server_limited)->crc32c, f.store.latest()->crc32c);
+}
+
+// The hand-written buckets parse with protobuf's generated classes; ranges and versions are
+// checked.
+TEST(WeightSyncTest, GeneratedClientsReadRangesAndMissingVersionsAreNotFound) {
+  WeightsFixture f;
+  ASSERT_TRUE(f.store.publish(small_weights(4)).ok());
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(f.server->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Controller::NewStub(channel);
+  const std::string& payload = f.store.latest()->payload;
+  {
+    grpc::ClientContext context;
+    v1::WeightsRequest request;
+    request.set_version(4);
+    request.set_offset(2500);
+    request.set_length(1700);
+    auto reader = stub->StreamWeights(&context, request);
+    v1::WeightsBucket bucket;
+    std::string got;
+    std::vector<uint64_t> offsets;
+    while (reader->Read(&bucket)) {
+      EXPECT_EQ(bucket.version(), 4);
+      EXPECT_EQ(bucket.crc32c(), core::crc32c(bucket.data().data(), bucket.data().size()));
+      offsets.push_back(bucket.offset());
+      got += bucket.data();
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+    EXPECT_EQ(offsets, (std::vector<uint64_t>{2500, 3500}));
+    EXPECT_EQ(got, payload.substr(2500, 1700));
+  }
+  {
+    grpc::ClientContext context;
+    v1::WeightsRequest request;
+    request.set_offset(10000);
+    request.set_length(8);
+    auto reader = stub->StreamWeights(&context, request);
+    v1::WeightsBucket bucket;
+    while (reader->Read(&bucket)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  }
+  {
+    grpc::ClientContext context;
+    v1::WeightsRequest request;
+    request.set_version(3);
+    v1::WeightsManifest manifest;
+    EXPECT_EQ(stub->GetWeightsManifest(&context, request, &manifest).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext context;
+    v1::WeightsRequest request;
+    request.set_version(3);
+    auto reader = stub->StreamWeights(&context, request);
+    v1::WeightsBucket bucket;
+    EXPECT_FALSE(reader->Read(&bucket));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+}
+
+TEST(WeightSyncTest, AcksOverTheRpcAreCheckedAndCounted) {
+  WeightsFixture f;
+  ASSERT_TRUE(f.store.publish(small_weights(2)).ok());
+  ControllerClientOptions o;
+  o.worker_id = "acker";
+  auto client = f.client(o);
+  auto fetched = client->fetch_weights(-1, 10);
+  ASSERT_TRUE(fetched.ok() && fetched->has_value()) << fetched.status();
+  EXPECT_TRUE(client->ack_weights(2, (*fetched)->crc32c).ok());
+  EXPECT_EQ(client->ack_weights(2, (*fetched)->crc32c ^ 1).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(client->ack_weights(9, (*fetched)->crc32c).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(f.store.worker_versions().at("acker"), 2);
+  auto status = client->status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->counters().at("weight_acks"), 1);
+  EXPECT_EQ(status->counters().at("weight_ack_mismatches"), 1);
+  EXPECT_EQ(status->counters().at("weight_acks_rejected"), 1);
+  EXPECT_EQ(status->counters().at("weights_version"), 2);
+}
+
+TEST(WeightSyncTest, TheWeightRpcsNeedTheToken) {
+  ControllerServerOptions so;
+  so.token = "sesame";
+  WeightsFixture f(so);
+  ASSERT_TRUE(f.store.publish(small_weights(1)).ok());
+  auto anonymous = f.client();
+  EXPECT_EQ(anonymous->fetch_weights(-1, 10).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(anonymous->ack_weights(1, f.store.latest()->crc32c).code(),
+            absl::StatusCode::kUnauthenticated);
+  auto stub = v1::Controller::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(f.server->port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  auto reader = stub->StreamWeights(&context, v1::WeightsRequest());
+  v1::WeightsBucket bucket;
+  EXPECT_FALSE(reader->Read(&bucket));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(f.store.ack_counters().rejected, 0);
+
+  ControllerClientOptions o;
+  o.token = "sesame";
+  auto client = f.client(o);
+  auto fetched = client->fetch_weights(-1, 10);
+  ASSERT_TRUE(fetched.ok() && fetched->has_value()) << fetched.status();
+  EXPECT_TRUE(client->ack_weights(1, (*fetched)->crc32c).ok());
+}
+
+TEST(WeightSyncTest, ASlowTransferEndsWithDeadlineExceeded) {
+  WeightsFixture f;
+  ASSERT_TRUE(f.store.publish(flat_weights(1, 1 << 20, 16 << 10)).ok());  // 64 buckets
+  ControllerClientOptions o;
+  o.corrupt_bucket_for_test = [](uint64_t, char*, size_t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  const auto start = std::chrono::steady_clock::now();
+  auto fetched = f.client(o)->fetch_weights(-1, 0.3);
+  EXPECT_EQ(fetched.status().code(), absl::StatusCode::kDeadlineExceeded) << fetched.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+TEST(WeightSyncTest, ATinyTimeoutOnALargePayloadIsDeadlineExceeded) {
+  WeightsFixture f;
+  ASSERT_TRUE(f.store.publish(flat_weights(1, 32 << 20, 1 << 20)).ok());
+  auto fetched = f.client()->fetch_weights(-1, 0.002);
+  EXPECT_EQ(fetched.status().code(), absl::StatusCode::kDeadlineExceeded) << fetched.status();
+}
+
+}  // namespace
+}  // namespace flywheel::buffer
