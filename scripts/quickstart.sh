@@ -1,10 +1,52 @@
 #!/usr/bin/env bash
-# Bootstrap (packages + build), then run the quickstart job. Today the job checks the toolchain
-# and the quickstart config; training arrives with the end-to-end issue.
+# The quickstart: RL that visibly raises held-out accuracy on a laptop CPU in minutes.
+#   scripts/quickstart.sh            # seed 7, everything under runs/quickstart/
+#   SEED=11 scripts/quickstart.sh    # another seed, under runs/quickstart-seed11/
+# Steps: bootstrap (packages + build, skipped when built), the synthetic task (3-digit addition,
+# generated from the seed), a small random Qwen2-architecture model, a short SFT warm-up that
+# stops at >= 25% held-out accuracy (cached: reused when present), then `flywheel train
+# configs/quickstart.yaml`: DAPO with 2 learner ranks and 1 rollout worker, asynchronous.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-scripts/bootstrap.sh
 build_dir=${FLYWHEEL_BUILD_DIR:-build}
-"$build_dir/flywheel" version
-"$build_dir/flywheel" validate-config configs/quickstart.yaml
+if [[ ! -x "$build_dir/flywheel" || "${FLYWHEEL_BOOTSTRAP:-0}" == 1 ]]; then
+  scripts/bootstrap.sh
+fi
+flywheel="$build_dir/flywheel"
+seed=${SEED:-7}
+run=runs/quickstart
+[[ "$seed" == 7 ]] || run=runs/quickstart-seed$seed
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+if [[ $(id -u) == 0 ]]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+start=$(date +%s)
+paths=(--set "model.path=$run/sft/hf" --set "data.train_path=$run/data/train.jsonl"
+       --set "data.eval_path=$run/data/eval.jsonl" --set "data.seed=$seed"
+       --set "trainer.seed=$seed" --set "rollout.seed=$seed")
+
+"$flywheel" version
+if [[ ! -f "$run/sft/hf/model.safetensors" ]]; then
+  "$flywheel" make-data addition --digits 3 --train 20000 --eval 200 --seed "$seed" \
+    --out "$run/data"
+  mkdir -p "$run/init"
+  cat > "$run/init/config.json" <<'JSON'
+{"model_type": "qwen2", "vocab_size": 100, "hidden_size": 128, "intermediate_size": 512,
+ "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "eos_token_id": 2, "max_position_embeddings": 64, "tie_word_embeddings": true}
+JSON
+  "$flywheel" init-model --config "$run/init/config.json" --out "$run/init" --char-tokenizer \
+    --seed "$seed"
+  echo "== SFT warm-up (stops at 25% held-out accuracy) =="
+  mpirun -np 2 --oversubscribe --bind-to none "$flywheel" sft configs/quickstart.yaml \
+    "${paths[@]}" --set "model.path=$run/init" --set "logging.run_dir=$run/sft" \
+    --set trainer.lr=1e-3 --set trainer.warmup_steps=10 --set trainer.total_steps=3000 \
+    --set checkpoint.every_steps=0 --set checkpoint.resume=never \
+    --set logging.console_interval_s=10
+else
+  echo "== SFT warm-up: reusing $run/sft/hf =="
+fi
+echo "== RL: flywheel train configs/quickstart.yaml =="
+"$flywheel" train configs/quickstart.yaml "${paths[@]}" --set "logging.run_dir=$run/rl" --overwrite
+echo "quickstart finished in $(( $(date +%s) - start )) s; plot: $run/rl/plot.png"

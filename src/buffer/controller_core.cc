@@ -118,6 +118,11 @@ void ControllerCore::requeue_locked(int64_t epoch, int64_t prompt) {
   requeued_.emplace_back(epoch, prompt);
 }
 
+bool ControllerCore::drained() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_ >= options_.epochs && requeued_.empty() && leases_.empty();
+}
+
 int64_t ControllerCore::budget_limit() const {
   absl::MutexLock lock(&mu_);
   return (options_.max_staleness + version_ + 1) * options_.groups_per_step;
@@ -215,7 +220,8 @@ absl::StatusOr<PushOutcome> ControllerCore::push(TrajectoryGroup&& group, double
   return PushOutcome::kAccepted;
 }
 
-absl::StatusOr<std::vector<TrajectoryGroup>> ControllerCore::take_batch(int64_t n) {
+absl::StatusOr<std::vector<TrajectoryGroup>> ControllerCore::take_batch(
+    int64_t n, std::vector<PromptRef>* prompts) {
   absl::MutexLock lock(&mu_);
   evict_stale_locked();
   if (n < 1 || static_cast<int64_t>(buffer_.size()) < n) {
@@ -229,6 +235,7 @@ absl::StatusOr<std::vector<TrajectoryGroup>> ControllerCore::take_batch(int64_t 
   std::vector<TrajectoryGroup> batch;
   for (int64_t i = 0; i < n; ++i) {
     buffered_bytes_ -= buffer_.front().bytes;
+    if (prompts != nullptr) prompts->push_back({buffer_.front().epoch, buffer_.front().prompt});
     batch.push_back(std::move(buffer_.front().group));
     buffer_.pop_front();
   }
@@ -317,6 +324,18 @@ absl::Status ControllerCore::release(uint64_t lease_id) {
   ++counters_.released;
   remove_lease_locked(lease_id);
   return absl::OkStatus();
+}
+
+int64_t ControllerCore::release_all() {
+  absl::MutexLock lock(&mu_);
+  const int64_t n = static_cast<int64_t>(leases_.size());
+  while (!leases_.empty()) {
+    const Lease& lease = leases_.begin()->second;
+    requeue_locked(lease.epoch, lease.prompt);
+    ++counters_.released;
+    remove_lease_locked(lease.id);
+  }
+  return n;
 }
 
 int64_t ControllerCore::version() const {

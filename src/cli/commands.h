@@ -24,5 +24,10 @@ void add_generate_command(CLI::App& app, int* exit_code);
 void add_buffer_command(CLI::App& app, int* exit_code);
 void add_sft_command(CLI::App& app, int* exit_code);
 void add_reward_command(CLI::App& app, int* exit_code);
+void add_learner_command(CLI::App& app, int* exit_code);
+void add_rollout_command(CLI::App& app, int* exit_code);
+void add_train_command(CLI::App& app, int* exit_code);
+void add_make_data_command(CLI::App& app, int* exit_code);
+void add_eval_command(CLI::App& app, int* exit_code);
 
 }  // namespace flywheel::cli

@@ -14,6 +14,7 @@
 #include "flywheel/model/tokenizer.h"
 #include "flywheel/rollout/engine.h"
 #include "flywheel/trainer/sharded_decoder.h"
+#include "prompt_encoder.h"
 #include "sft_data.h"
 
 namespace flywheel::cli {
@@ -24,6 +25,23 @@ struct GreedyEvalOptions {
   int64_t max_slots = 16;
 };
 
+struct GreedyEvalResult {
+  double accuracy = 0;     // NaN when no record has an answer
+  double mean_length = 0;  // generated tokens per completion (the eos included)
+  int64_t records = 0;     // records with an answer, all ranks
+};
+
+// The held-out records of `path` ({"prompt" or "messages", "answer"}; a response is not
+// needed), the first eval.max_prompts of them when that is set.
+absl::StatusOr<SftData> load_eval_data(const core::Config& config, const TokenizerSetup& tokenizers,
+                                       int64_t vocab_size, const std::string& path);
+
+// An evaluator for `records` with the config's eval options (max_new_tokens, else
+// rollout.max_new_tokens) and the model's eos ids.
+absl::StatusOr<std::unique_ptr<class GreedyEvaluator>> make_greedy_evaluator(
+    const core::Config& config, const model::ModelConfig& model_config,
+    const model::Tokenizer* tokenizer, const std::vector<SftRecord>& records);
+
 class GreedyEvaluator {
  public:
   // The replica and the engine are allocated once (a full copy of the model on every rank); the
@@ -31,10 +49,15 @@ class GreedyEvaluator {
   static absl::StatusOr<std::unique_ptr<GreedyEvaluator>> create(
       const model::ModelConfig& config, const model::Tokenizer* tokenizer,
       const GreedyEvalOptions& options, const std::vector<SftRecord>& records);
-  // The fraction of `records` with an answer that greedy decoding gets exactly; NaN when none
-  // has one. Collective over `comm`.
-  absl::StatusOr<double> accuracy(trainer::ShardedDecoder& model,
-                                  const std::vector<SftRecord>& records, comm::Communicator& comm);
+  // The fraction of `records` with an answer that greedy decoding gets exactly, and the mean
+  // completion length, for the sharded `model`'s full weights. Collective over `comm`.
+  absl::StatusOr<GreedyEvalResult> evaluate(trainer::ShardedDecoder& model,
+                                            const std::vector<SftRecord>& records,
+                                            comm::Communicator& comm);
+  // The same for weights loaded by name (a Hugging Face directory): `flywheel eval`.
+  absl::Status load(const model::DecoderModel::TensorLookup& lookup);
+  absl::StatusOr<GreedyEvalResult> evaluate_loaded(const std::vector<SftRecord>& records,
+                                                   comm::Communicator& comm);
 
  private:
   GreedyEvaluator() = default;

@@ -16,18 +16,23 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "flywheel " FLYWHEEL_VERSION_STRING);
   int exit_code = kExitOk;
-  add_version_command(app, &exit_code);
+  add_train_command(app, &exit_code);
+  add_eval_command(app, &exit_code);
+  add_sft_command(app, &exit_code);
+  add_make_data_command(app, &exit_code);
+  add_learner_command(app, &exit_code);
+  add_rollout_command(app, &exit_code);
+  add_generate_command(app, &exit_code);
+  add_reward_command(app, &exit_code);
+  add_score_command(app, &exit_code);
+  add_buffer_command(app, &exit_code);
+  add_tokenize_command(app, &exit_code);
+  add_init_model_command(app, &exit_code);
+  add_export_command(app, &exit_code);
+  add_plot_command(app, &exit_code);
   add_validate_config_command(app, &exit_code);
   add_config_doc_command(app, &exit_code);
-  add_plot_command(app, &exit_code);
-  add_tokenize_command(app, &exit_code);
-  add_score_command(app, &exit_code);
-  add_export_command(app, &exit_code);
-  add_init_model_command(app, &exit_code);
-  add_generate_command(app, &exit_code);
-  add_buffer_command(app, &exit_code);
-  add_sft_command(app, &exit_code);
-  add_reward_command(app, &exit_code);
+  add_version_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

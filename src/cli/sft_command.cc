@@ -1,21 +1,17 @@
 // `flywheel sft CONFIG`: supervised fine-tuning on the sharded learners (run it under mpirun for
 // several ranks): masked NLL on response tokens, held-out loss and exact-match accuracy, an
 // optional stop on accuracy, checkpoints and resume, and a Hugging Face export at the end.
-#include <pthread.h>
-#include <signal.h>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <numeric>
 #include <random>
-#include <thread>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -30,7 +26,9 @@
 #include "flywheel/trainer/sft_trainer.h"
 #include "greedy_eval.h"
 #include "job_setup.h"
+#include "learner_job.h"
 #include "sft_data.h"
+#include "stop_signal.h"
 
 namespace flywheel::cli {
 namespace {
@@ -40,42 +38,6 @@ namespace fs = std::filesystem;
 struct SftArgs {
   std::string config_path;
   std::vector<std::string> overrides;
-};
-
-// SIGINT / SIGTERM, taken by a thread (sigwait) rather than a handler: the loop checks the flag
-// at step boundaries, all ranks agreeing, then checkpoints and stops. A second signal exits at
-// once.
-class StopSignal {
- public:
-  StopSignal() {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGINT);
-    sigaddset(&set_, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any other thread starts
-    thread_ = std::thread([this] {
-      while (true) {
-        int signal_number = 0;
-        sigwait(&set_, &signal_number);
-        if (done_.load()) return;
-        if (stop_.exchange(true)) {  // a second signal: stop now, without a checkpoint
-          std::fprintf(stderr, "flywheel sft: second signal, exiting without a checkpoint\n");
-          std::_Exit(128 + signal_number);
-        }
-        std::fprintf(stderr, "flywheel sft: stopping after this step (again to stop at once)\n");
-      }
-    });
-  }
-  ~StopSignal() {
-    done_.store(true);
-    pthread_kill(thread_.native_handle(), SIGTERM);  // wakes sigwait
-    thread_.join();
-  }
-  bool requested() const { return stop_.load(); }
-
- private:
-  sigset_t set_;
-  std::atomic<bool> stop_{false}, done_{false};
-  std::thread thread_;
 };
 
 // Where the next batch starts: a shuffled order per epoch.
@@ -120,7 +82,7 @@ std::vector<const trainer::SftExample*> share(const SftData& data, int rank, int
 }
 
 absl::Status run(const SftArgs& args) {
-  StopSignal stop;
+  StopSignal stop("flywheel sft");
   absl::StatusOr<JobSetup> job = set_up_job(args.config_path, args.overrides);
   if (!job.ok()) return job.status();
   const core::Config& c = job->loaded.config;
@@ -208,18 +170,13 @@ absl::Status run(const SftArgs& args) {
   }
 
   // Checkpoints: the tokenizer and generation files travel with them (for export).
-  const std::string checkpoint_dir = c.checkpoint.dir.empty()
-                                         ? (fs::path(c.logging.run_dir) / "checkpoints").string()
-                                         : c.checkpoint.dir;
+  const std::string checkpoints = checkpoint_dir(c);
   trainer::CheckpointSaveOptions save_options;
   save_options.keep_last = c.checkpoint.keep_last;
-  absl::StatusOr<std::vector<std::string>> side_files = model::hf_side_files(tokenizer_dir);
+  absl::StatusOr<std::map<std::string, std::string>> side_files =
+      checkpoint_side_files(tokenizer_dir);
   if (!side_files.ok()) return side_files.status();
-  for (const std::string& file : *side_files) {
-    absl::StatusOr<std::string> text = core::read_file(file);
-    if (!text.ok()) return text.status();
-    save_options.extra_files[fs::path(file).filename().string()] = *text;
-  }
+  save_options.extra_files = std::move(*side_files);
   DataCursor cursor;
   int64_t last_saved = -1;
   auto save = [&](int64_t step) {
@@ -228,27 +185,11 @@ absl::Status run(const SftArgs& args) {
     state.scalars["data_epoch"] = static_cast<double>(cursor.epoch);
     state.scalars["data_position"] = static_cast<double>(cursor.position);
     state.scalars["data_records"] = static_cast<double>(train->records.size());
-    absl::Status saved =
-        trainer::save_checkpoint(state, **world, checkpoint_dir, step, save_options);
+    absl::Status saved = trainer::save_checkpoint(state, **world, checkpoints, step, save_options);
     if (saved.ok()) last_saved = step;
     return saved;
   };
-  // Rank 0 decides where to resume from (ranks may see the filesystem at different times).
-  std::string resume_from;
-  if (rank == 0) {
-    if (c.checkpoint.resume == "auto") {
-      absl::StatusOr<std::string> latest = trainer::latest_checkpoint(checkpoint_dir);
-      if (latest.ok()) resume_from = *latest;
-    } else if (c.checkpoint.resume != "never") {
-      resume_from = c.checkpoint.resume;
-    }
-  }
-  at::Tensor size_of = at::full({1}, static_cast<int64_t>(resume_from.size()), at::kLong);
-  (*world)->all_reduce_host(size_of, comm::ReduceOp::kMax);
-  at::Tensor path = at::zeros({size_of.item<int64_t>()}, at::kByte);
-  std::copy(resume_from.begin(), resume_from.end(), path.data_ptr<uint8_t>());
-  (*world)->all_reduce_host(path, comm::ReduceOp::kMax);  // rank 0's bytes, zeros elsewhere
-  resume_from.assign(reinterpret_cast<const char*>(path.data_ptr<uint8_t>()), path.numel());
+  const std::string resume_from = resume_path(c, **world);
   if (!resume_from.empty()) {
     absl::StatusOr<std::map<std::string, double>> scalars =
         trainer::load_checkpoint((*sft)->training_state(), **world, resume_from);
@@ -273,12 +214,7 @@ absl::Status run(const SftArgs& args) {
 
   std::unique_ptr<core::MetricsLogger> metrics;
   if (rank == 0) {
-    core::MetricsLoggerOptions mo;
-    mo.sinks = c.logging.sinks;
-    mo.sink_options.run_dir = c.logging.run_dir;
-    mo.sink_options.total_steps = c.trainer.total_steps;
-    mo.sink_options.console_interval_s = c.logging.console_interval_s;
-    auto created = core::MetricsLogger::create(mo, *job->registry);
+    auto created = make_metrics_logger(c, *job->registry, c.trainer.total_steps);
     if (!created.ok()) return created.status();
     metrics = std::move(*created);
   }
@@ -308,10 +244,10 @@ absl::Status run(const SftArgs& args) {
     r.loss = *loss;
     log("eval/loss", r.loss, step);
     if (evaluator) {
-      absl::StatusOr<double> accuracy =
-          evaluator->accuracy((*sft)->model(), eval->records, **world);
-      if (!accuracy.ok()) return accuracy.status();
-      r.accuracy = *accuracy;
+      absl::StatusOr<GreedyEvalResult> greedy =
+          evaluator->evaluate((*sft)->model(), eval->records, **world);
+      if (!greedy.ok()) return greedy.status();
+      r.accuracy = greedy->accuracy;
       log("eval/accuracy", r.accuracy, step);
     }
     return r;
@@ -368,9 +304,9 @@ absl::Status run(const SftArgs& args) {
   std::string exported;
   if (c.checkpoint.export_hf && rank == 0) {
     exported = (fs::path(c.logging.run_dir) / "hf").string();
-    absl::Status s = trainer::export_checkpoint(
-        (fs::path(checkpoint_dir) / absl::StrCat("step_", step)).string(), "policy", exported,
-        *param_dtype);
+    absl::Status s =
+        trainer::export_checkpoint((fs::path(checkpoints) / absl::StrCat("step_", step)).string(),
+                                   "policy", exported, *param_dtype);
     if (!s.ok()) return s;
   }
   if (rank == 0) {

@@ -60,13 +60,14 @@ absl::StatusOr<SftData> load_sft_data(const std::string& path, const SftDataOpti
     } else {
       const core::Json* prompt = record.find(options.prompt_key);
       const core::Json* response = record.find(options.response_key);
-      if (prompt == nullptr || !prompt->is_string() || response == nullptr ||
-          !response->is_string()) {
+      const bool response_ok =
+          response != nullptr ? response->is_string() : !options.require_response;
+      if (prompt == nullptr || !prompt->is_string() || !response_ok) {
         return bad(absl::StrCat("expected string \"", options.prompt_key, "\" and \"",
                                 options.response_key, "\", or \"", options.messages_key, "\""));
       }
       prompt_text = prompt->as_string();
-      response_text = response->as_string();
+      if (response != nullptr) response_text = response->as_string();
     }
     SftRecord r;
     // A rendered chat carries its own special tokens; a plain prompt gets the tokenizer's.
@@ -80,7 +81,9 @@ absl::StatusOr<SftData> load_sft_data(const std::string& path, const SftDataOpti
     r.example.prompt = std::move(*prompt);
     r.example.response = std::move(*response);
     if (options.eos_id >= 0) r.example.response.push_back(static_cast<int32_t>(options.eos_id));
-    if (r.example.response.empty()) return bad("the response is empty");
+    if (r.example.response.empty() && options.require_response) {
+      return bad("the response is empty");
+    }
     if (static_cast<int64_t>(r.example.prompt.size() + r.example.response.size()) >
         options.max_tokens) {
       ++data.skipped_too_long;

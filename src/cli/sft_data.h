@@ -34,6 +34,8 @@ struct SftDataOptions {
   int64_t max_tokens = 4096;  // prompt + response; longer records are skipped and counted
   int64_t eos_id = -1;        // appended to every response; -1 = none
   int64_t vocab_size = 0;     // every id must be below it
+  // false: a plain record may lack the response (held-out prompts with only an answer).
+  bool require_response = true;
 };
 
 // Reads and tokenizes `path`. InvalidArgument naming path:line for a malformed record, ids

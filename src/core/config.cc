@@ -17,6 +17,7 @@ void bind_options(FieldBinder& b, Config& c) {
   b.section("environment", &c.environment, "Multi-turn environment (agentic episodes).");
   b.section("trainer", &c.trainer, "Learner optimisation.");
   b.section("sft", &c.sft, "Supervised fine-tuning (flywheel sft).");
+  b.section("eval", &c.eval, "Held-out evaluation during RL training and `flywheel eval`.");
   b.section("buffer", &c.buffer,
             "The controller: trajectory buffer, staleness budget, prompt leases, gRPC server.");
   b.section("cluster", &c.cluster, "Processes, threads and collective backends.");
@@ -60,6 +61,15 @@ std::vector<ConfigIssue> collect_config_issues(const Config& config) {
   add_section_issue("trainer", config.trainer.validate(), &issues);
   add_section_issue("buffer", config.buffer.validate(), &issues);
   add_section_issue("logging", config.logging.validate(), &issues);
+  // Weights published every k steps make rollout tokens up to k - 1 versions old on their own.
+  if (config.weight_sync.every_steps - 1 > config.buffer.max_staleness) {
+    issues.push_back(
+        {"weight_sync.every_steps",
+         absl::StrCat("publishing every ", config.weight_sync.every_steps,
+                      " steps makes rollouts up to ", config.weight_sync.every_steps - 1,
+                      " versions old: buffer.max_staleness (", config.buffer.max_staleness,
+                      ") must be at least that")});
+  }
   for (size_t i = 0; i < config.plugins.size(); ++i) {
     if (config.plugins[i].empty()) {
       issues.push_back({absl::StrCat("plugins[", i, "]"), "must not be empty"});

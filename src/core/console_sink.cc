@@ -30,7 +30,8 @@ absl::StatusOr<std::unique_ptr<MetricsSink>> ConsoleSink::create(
 ConsoleSink::ConsoleSink(const MetricsSinkOptions& options)
     : out_(options.console ? options.console : &std::cerr),
       total_steps_(options.total_steps),
-      interval_s_(options.console_interval_s) {}
+      interval_s_(options.console_interval_s),
+      shown_(options.console_metrics) {}
 
 std::string ConsoleSink::format_line(const StepMetrics& metrics) {
   if (!started_) {
@@ -56,10 +57,24 @@ std::string ConsoleSink::format_line(const StepMetrics& metrics) {
       absl::StrAppend(&line, "  ETA ", format_duration(per_step * (total_steps_ - metrics.step)));
     }
   }
-  if (!metrics.scalars.empty()) line += " |";
-  for (const auto& [name, value] : metrics.scalars) {
-    absl::StrAppend(&line, " ", name, " ", absl::StrFormat("%.4g", value));
+  if (shown_.empty()) {
+    if (!metrics.scalars.empty()) line += " |";
+    for (const auto& [name, value] : metrics.scalars) {
+      absl::StrAppend(&line, " ", name, " ", absl::StrFormat("%.4g", value));
+    }
+    return line;
   }
+  std::string shown;
+  for (const std::string& name : shown_) {
+    for (const auto& [logged, value] : metrics.scalars) {
+      if (logged == name) last_values_[name] = value;
+    }
+    auto last = last_values_.find(name);
+    if (last != last_values_.end()) {
+      absl::StrAppend(&shown, " ", name, " ", absl::StrFormat("%.4g", last->second));
+    }
+  }
+  if (!shown.empty()) absl::StrAppend(&line, " |", shown);
   return line;
 }
 

@@ -3,6 +3,10 @@
 // At most one line per console_interval_s (the last step is always printed).
 #pragma once
 
+#include <map>
+#include <string>
+#include <vector>
+
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -35,6 +39,8 @@ class ConsoleSink : public MetricsSink {
   int64_t first_step_ = 0;
   double first_time_ = 0;
   double last_print_ = 0;
+  std::vector<std::string> shown_;             // console_metrics
+  std::map<std::string, double> last_values_;  // of shown_, the last value seen
 };
 
 }  // namespace flywheel::core

@@ -77,6 +77,12 @@ struct Grant {
   int64_t version = 0;
 };
 
+// A prompt of the dataset in one epoch.
+struct PromptRef {
+  int64_t epoch = 0;
+  int64_t prompt = 0;
+};
+
 enum class PushOutcome { kAccepted, kDuplicate, kFiltered, kStaleDropped, kStaleRequeued };
 const char* push_outcome_name(PushOutcome outcome);
 
@@ -125,7 +131,9 @@ class ControllerCore {
   absl::StatusOr<PushOutcome> push(TrajectoryGroup&& group, double now);
 
   // Exactly `n` groups (FIFO or freshest first), or Unavailable when fewer are buffered.
-  absl::StatusOr<std::vector<TrajectoryGroup>> take_batch(int64_t n);
+  // `prompts`, when given, gets the (epoch, prompt) each group answers, in the same order.
+  absl::StatusOr<std::vector<TrajectoryGroup>> take_batch(
+      int64_t n, std::vector<PromptRef>* prompts = nullptr);
 
   // The learner's new version; buffered groups that became too stale are dropped or requeued.
   void set_version(int64_t version);
@@ -135,11 +143,17 @@ class ControllerCore {
   void expire(double now);
   // A worker gives a lease back (e.g. aborted); the prompt is re-issued. NotFound if unknown.
   absl::Status release(uint64_t lease_id);
+  // Gives back every lease (their prompts are re-issued first); returns how many. A learner job
+  // restarted from a checkpoint calls it: the workers that held them are gone.
+  int64_t release_all();
 
   int64_t version() const;
   int64_t group_size() const { return options_.limits.group_size; }
   int64_t num_prompts() const { return options_.num_prompts; }
   int64_t in_flight() const;
+  // Every epoch is issued, nothing waits to be re-issued and no lease is out: no group will
+  // arrive any more (what is buffered is all there will be).
+  bool drained() const;
   int64_t buffered() const;
   // in_flight + buffered + consumed must stay below this for acquire() to grant.
   int64_t budget_limit() const;

@@ -15,6 +15,7 @@
 #include "flywheel/core/options/cluster_options.h"
 #include "flywheel/core/options/data_options.h"
 #include "flywheel/core/options/environment_options.h"
+#include "flywheel/core/options/eval_options.h"
 #include "flywheel/core/options/logging_options.h"
 #include "flywheel/core/options/model_options.h"
 #include "flywheel/core/options/rewards_options.h"
@@ -36,6 +37,7 @@ struct Config {
   EnvironmentOptions environment;
   TrainerOptions trainer;
   SftOptions sft;
+  EvalOptions eval;
   BufferOptions buffer;
   ClusterOptions cluster;
   WeightSyncOptions weight_sync;

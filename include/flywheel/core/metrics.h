@@ -39,6 +39,9 @@ struct MetricsSinkOptions {
   int64_t total_steps = 0;          // for the console progress bar and ETA; 0 = unknown
   double console_interval_s = 5.0;  // console: at most one line per interval (0 = every step)
   std::ostream* console = nullptr;  // console output; nullptr = std::cerr
+  // console: show only these metrics, each with its last value seen (a metric logged every N
+  // steps stays on the line); empty = every metric of the step.
+  std::vector<std::string> console_metrics;
 };
 
 // A destination for metrics. Not called concurrently (MetricsLogger serialises calls).

@@ -4,13 +4,20 @@ namespace flywheel::core {
 
 void bind_options(FieldBinder& b, WeightSyncOptions& o) {
   b.field("transport", &o.transport,
-          FieldInfo("How weights reach rollout workers; auto picks nccl on GPU, else grpc.")
+          FieldInfo("How weights reach rollout workers: grpc (buckets streamed through the "
+                    "controller; any worker, elastic) or auto (grpc). nccl and mpi are not "
+                    "implemented yet and are refused at start.")
               .one_of({"auto", "nccl", "mpi", "grpc"}));
-  b.field("bucket_bytes", &o.bucket_bytes, FieldInfo("Bytes per bucket on the wire.").min(1024));
+  b.field("bucket_bytes", &o.bucket_bytes,
+          FieldInfo("Bytes per bucket on the wire (smaller buckets overlap sending and "
+                    "receiving better; see docs/controller.md).")
+              .min(1024));
   b.field("every_steps", &o.every_steps,
           FieldInfo("Publish weights after every N optimizer steps.").min(1));
   b.field("timeout_s", &o.timeout_s,
-          FieldInfo("Deadline of one publication in seconds.").greater_than(0));
+          FieldInfo("Seconds a rollout worker waits for (or spends transferring) new weights "
+                    "before it fails.")
+              .greater_than(0));
 }
 
 }  // namespace flywheel::core

@@ -10,7 +10,7 @@ namespace flywheel::core {
 
 struct WeightSyncOptions {
   std::string transport = "auto";   // auto | nccl | mpi | grpc
-  int64_t bucket_bytes = 64 << 20;  // bytes per bucket on the wire
+  int64_t bucket_bytes = 16 << 20;  // bytes per bucket on the wire
   int64_t every_steps = 1;          // publish after every N optimizer steps
   double timeout_s = 300.0;
 };

@@ -1,0 +1,107 @@
+#include "controller_setup.h"
+
+#include <iostream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "flywheel/algos/dapo.h"
+#include "flywheel/core/file_io.h"
+
+namespace flywheel::cli {
+
+absl::StatusOr<ControllerSetup> prepare_controller(const JobSetup& job, int64_t vocab_size,
+                                                   const std::string& who) {
+  const core::Config& c = job.loaded.config;
+  if (c.data.train_path.empty()) return absl::InvalidArgumentError("data.train_path must be set");
+  ControllerSetup setup;
+  absl::StatusOr<std::unique_ptr<buffer::PromptDataset>> data =
+      buffer::PromptDataset::load(c.data.train_path, c.data.prompt_key, c.data.messages_key);
+  if (!data.ok()) return data.status();
+  setup.dataset = std::move(*data);
+
+  buffer::ControllerOptions& o = setup.options;
+  o.num_prompts = setup.dataset->size();
+  o.epochs = c.data.epochs;
+  o.shuffle = c.data.shuffle;
+  o.seed = static_cast<uint64_t>(c.data.seed);
+  o.groups_per_step = c.trainer.groups_per_step;
+  o.max_staleness = c.buffer.max_staleness;
+  o.requeue_stale = c.buffer.stale_policy == "requeue";
+  o.freshest_first = c.buffer.sampling == "freshest";
+  o.capacity_groups = c.buffer.capacity_groups;
+  o.capacity_bytes = c.buffer.capacity_bytes;
+  o.lease_timeout_s = c.buffer.lease_timeout_s;
+  o.worker_timeout_s = c.buffer.heartbeat_interval_s * c.buffer.missed_heartbeats;
+  o.limits.vocab_size = vocab_size;
+  o.limits.group_size = c.rollout.group_size;
+  o.limits.max_tokens = c.model.max_seq_len;
+  o.limits.max_group_bytes = c.buffer.server.max_message_bytes;
+  o.dataset_fingerprint = setup.dataset->fingerprint();
+
+  if (!c.buffer.filter.empty()) {
+    auto created = job.registry->get<algos::GroupFilter, const algos::GroupFilterParams&>().create(
+        c.buffer.filter, {});
+    if (!created.ok()) return created.status();
+    std::shared_ptr<algos::GroupFilter> shared = std::move(*created);
+    setup.filter = [shared](const std::vector<double>& rewards) { return shared->keep(rewards); };
+  }
+
+  buffer::ControllerServerOptions& so = setup.server;
+  so.bind_address = c.buffer.server.bind_address;
+  so.max_message_bytes = c.buffer.server.max_message_bytes;
+  so.transport_memory_bytes = c.buffer.server.transport_memory_bytes;
+  so.push_timeout_s = c.buffer.push_timeout_s;
+  so.heartbeat_interval_s = c.buffer.heartbeat_interval_s;
+  absl::StatusOr<std::string> token =
+      buffer::read_token(c.buffer.server.auth_token_file, c.buffer.server.auth_token_env);
+  if (token.ok()) {
+    so.token = *token;
+  } else if (!c.buffer.server.auth_token_file.empty()) {
+    return token.status();
+  } else {
+    std::cerr << who << ": no token in $" << c.buffer.server.auth_token_env
+              << "; clients are not authenticated\n";
+  }
+  for (auto [path, pem] : {std::pair{&c.buffer.server.tls_cert, &so.tls_cert_pem},
+                           std::pair{&c.buffer.server.tls_key, &so.tls_key_pem},
+                           std::pair{&c.buffer.server.tls_client_ca, &so.tls_client_ca_pem}}) {
+    if (path->empty()) continue;
+    absl::StatusOr<std::string> text = core::read_file(*path);
+    if (!text.ok()) return text.status();
+    *pem = *text;
+  }
+  return setup;
+}
+
+absl::StatusOr<std::unique_ptr<buffer::ControllerCore>> make_controller_core(
+    const ControllerSetup& setup, const std::string& snapshot) {
+  if (snapshot.empty()) return buffer::ControllerCore::create(setup.options, setup.filter);
+  // Restored lease deadlines count from now on the clock the server then runs on.
+  return buffer::ControllerCore::restore(
+      setup.options, snapshot, buffer::ControllerServer::monotonic_seconds(), setup.filter);
+}
+
+absl::StatusOr<buffer::ControllerClientOptions> controller_client_options(
+    const core::Config& config, const std::string& address, const std::string& worker_id) {
+  buffer::ControllerClientOptions o;
+  o.address = address;
+  o.worker_id = worker_id;
+  o.deadline_s = config.buffer.server.rpc_deadline_s;
+  o.max_message_bytes = config.buffer.server.max_message_bytes;
+  const core::ServerOptions& server = config.buffer.server;
+  absl::StatusOr<std::string> token =
+      buffer::read_token(server.auth_token_file, server.auth_token_env);
+  if (token.ok()) {
+    o.token = *token;
+  } else if (!server.auth_token_file.empty()) {
+    return token.status();
+  }
+  if (!server.tls_cert.empty()) {
+    absl::StatusOr<std::string> pem = core::read_file(server.tls_cert);
+    if (!pem.ok()) return pem.status();
+    o.tls_root_ca_pem = *pem;
+  }
+  return o;
+}
+
+}  // namespace flywheel::cli

@@ -1,0 +1,151 @@
+// `flywheel eval MODEL_OR_CHECKPOINT --config CONFIG [--data FILE]`: the held-out evaluation
+// `flywheel train` runs (greedy completions, exact match against each record's answer), on a
+// Hugging Face directory or a learner checkpoint's step directory. Under mpirun the records are
+// shared among the ranks. Prints one JSON line: accuracy, mean completion length, records.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "commands.h"
+#include "flywheel/comm/mpi_communicator.h"
+#include "flywheel/core/json.h"
+#include "flywheel/model/hf_checkpoint.h"
+#include "flywheel/trainer/checkpoint.h"
+#include "greedy_eval.h"
+#include "job_setup.h"
+#include "learner_job.h"
+#include "prompt_encoder.h"
+
+namespace flywheel::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct EvalArgs {
+  std::string model;
+  std::string config_path;
+  std::string data;
+  std::vector<std::string> overrides;
+};
+
+// A step directory of `flywheel train` / `flywheel sft` is exported to a temporary Hugging Face
+// directory first (removed on exit).
+class ModelDir {
+ public:
+  static absl::StatusOr<ModelDir> open(const std::string& path, at::ScalarType dtype,
+                                       comm::Communicator& comm) {
+    ModelDir dir;
+    std::error_code ec;
+    if (!fs::exists(fs::path(path) / "trainer_state.json", ec)) {
+      dir.path_ = path;
+      return dir;
+    }
+    std::string tmp;
+    if (comm.rank() == 0) {
+      std::string pattern = (fs::temp_directory_path() / "flywheel-eval-XXXXXX").string();
+      if (mkdtemp(pattern.data()) == nullptr) {
+        return absl::UnavailableError("cannot create a temporary directory");
+      }
+      tmp = pattern;
+      absl::Status s = trainer::export_checkpoint(path, "policy", tmp, dtype);
+      if (!s.ok()) {
+        fs::remove_all(tmp, ec);
+        return s;
+      }
+    }
+    dir.path_ = broadcast_string(comm, tmp);
+    dir.owned_ = comm.rank() == 0;
+    return dir;
+  }
+  ModelDir() = default;
+  ModelDir(ModelDir&& other) noexcept : path_(std::move(other.path_)), owned_(other.owned_) {
+    other.owned_ = false;
+  }
+  ~ModelDir() {
+    std::error_code ec;
+    if (owned_) fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  bool owned_ = false;
+};
+
+absl::Status run(const EvalArgs& args) {
+  std::vector<std::string> overrides = args.overrides;
+  absl::StatusOr<JobSetup> job = set_up_job(args.config_path, overrides);
+  if (!job.ok()) return job.status();
+  core::Config c = job->loaded.config;
+  absl::StatusOr<std::unique_ptr<comm::MpiRuntime>> mpi = comm::MpiRuntime::init(nullptr, nullptr);
+  if (!mpi.ok()) return mpi.status();
+  auto world = comm::MpiCommunicator::world(**mpi, {"eval", c.cluster.collective_timeout_s});
+  if (!world.ok()) return world.status();
+  absl::StatusOr<at::ScalarType> dtype = model::parse_dtype(c.model.dtype);
+  if (!dtype.ok()) return dtype.status();
+  absl::StatusOr<ModelDir> dir = ModelDir::open(args.model, *dtype, **world);
+  if (!dir.ok()) return dir.status();
+  c.model.path = dir->path();  // the tokenizer too, unless tokenizer.path names one
+  const std::string data = args.data.empty() ? c.data.eval_path : args.data;
+  if (data.empty()) return absl::InvalidArgumentError("--data FILE (or data.eval_path) is needed");
+
+  absl::StatusOr<model::ModelConfig> model_config =
+      model::ModelConfig::from_file((fs::path(dir->path()) / "config.json").string());
+  if (!model_config.ok()) return model_config.status();
+  absl::StatusOr<TokenizerSetup> tokenizers = load_tokenizer_setup(c);
+  if (!tokenizers.ok()) return tokenizers.status();
+  absl::StatusOr<SftData> records = load_eval_data(c, *tokenizers, model_config->vocab_size, data);
+  if (!records.ok()) return records.status();
+  auto evaluator =
+      make_greedy_evaluator(c, *model_config, tokenizers->tokenizer.get(), records->records);
+  if (!evaluator.ok()) return evaluator.status();
+  absl::StatusOr<model::DecoderModel::TensorLookup> weights = model::open_hf_weights(dir->path());
+  if (!weights.ok()) return weights.status();
+  absl::Status loaded = (*evaluator)->load(*weights);
+  if (!loaded.ok()) return loaded;
+  absl::StatusOr<GreedyEvalResult> result =
+      (*evaluator)->evaluate_loaded(records->records, **world);
+  if (!result.ok()) return result.status();
+  if ((*world)->rank() == 0) {
+    core::Json out = core::Json::object();
+    out.set("model", args.model);
+    out.set("data", data);
+    out.set("records", result->records);
+    out.set("accuracy", result->accuracy);
+    out.set("mean_length", result->mean_length);
+    std::cout << out.dump() << std::endl;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<EvalArgs>();
+  CLI::App* command = app.add_subcommand(
+      "eval",
+      "Held-out greedy exact-match accuracy of a model directory or a checkpoint step "
+      "directory, as `flywheel train` measures it (eval/*)");
+  command->add_option("model", args->model, "Hugging Face directory or checkpoint step_N")
+      ->required();
+  command->add_option("--config", args->config_path, "YAML config (tokenizer, eval, data keys)")
+      ->required();
+  command->add_option("--data", args->data, "Held-out JSONL (default: data.eval_path)");
+  command->add_option("--set", args->overrides, "Override a key (repeatable)")
+      ->allow_extra_args(false);
+  command->callback([args, exit_code] {
+    absl::Status status = run(*args);
+    if (!status.ok()) std::cerr << "flywheel eval: " << status.message() << "\n";
+    *exit_code = status.ok() ? kExitOk
+                 : status.code() == absl::StatusCode::kInvalidArgument ||
+                         status.code() == absl::StatusCode::kNotFound
+                     ? kExitUsage
+                     : kExitFailure;
+  });
+}
+
+}  // namespace flywheel::cli

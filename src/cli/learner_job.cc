@@ -1,0 +1,69 @@
+#include "learner_job.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <ATen/ATen.h>
+
+#include "flywheel/core/file_io.h"
+#include "flywheel/model/hf_checkpoint.h"
+#include "flywheel/trainer/checkpoint.h"
+
+namespace flywheel::cli {
+
+namespace fs = std::filesystem;
+
+std::string broadcast_string(comm::Communicator& comm, const std::string& value) {
+  const std::string mine = comm.rank() == 0 ? value : std::string();
+  at::Tensor size = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);
+  comm.all_reduce_host(size, comm::ReduceOp::kMax);
+  at::Tensor bytes = at::zeros({size.item<int64_t>()}, at::kByte);
+  std::copy(mine.begin(), mine.end(), bytes.data_ptr<uint8_t>());
+  comm.all_reduce_host(bytes, comm::ReduceOp::kMax);  // rank 0's bytes, zeros elsewhere
+  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), bytes.numel());
+}
+
+std::string checkpoint_dir(const core::Config& config) {
+  return config.checkpoint.dir.empty() ? (fs::path(config.logging.run_dir) / "checkpoints").string()
+                                       : config.checkpoint.dir;
+}
+
+std::string resume_path(const core::Config& config, comm::Communicator& comm) {
+  std::string path;
+  if (comm.rank() == 0) {
+    if (config.checkpoint.resume == "auto") {
+      absl::StatusOr<std::string> latest = trainer::latest_checkpoint(checkpoint_dir(config));
+      if (latest.ok()) path = *latest;
+    } else if (config.checkpoint.resume != "never") {
+      path = config.checkpoint.resume;
+    }
+  }
+  return broadcast_string(comm, path);
+}
+
+absl::StatusOr<std::map<std::string, std::string>> checkpoint_side_files(
+    const std::string& tokenizer_dir) {
+  std::map<std::string, std::string> files;
+  absl::StatusOr<std::vector<std::string>> side_files = model::hf_side_files(tokenizer_dir);
+  if (!side_files.ok()) return side_files.status();
+  for (const std::string& file : *side_files) {
+    absl::StatusOr<std::string> text = core::read_file(file);
+    if (!text.ok()) return text.status();
+    files[fs::path(file).filename().string()] = *text;
+  }
+  return files;
+}
+
+absl::StatusOr<std::unique_ptr<core::MetricsLogger>> make_metrics_logger(
+    const core::Config& config, core::PluginRegistry& registry, int64_t total_steps,
+    const std::vector<std::string>& console_metrics) {
+  core::MetricsLoggerOptions options;
+  options.sinks = config.logging.sinks;
+  options.sink_options.run_dir = config.logging.run_dir;
+  options.sink_options.total_steps = total_steps;
+  options.sink_options.console_interval_s = config.logging.console_interval_s;
+  options.sink_options.console_metrics = console_metrics;
+  return core::MetricsLogger::create(options, registry);
+}
+
+}  // namespace flywheel::cli

@@ -1,0 +1,390 @@
+#include "rollout_worker.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "flywheel/core/logging.h"
+#include "weight_payload.h"
+
+namespace flywheel::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::vector<int32_t> to_int32(const std::vector<int64_t>& v) {
+  return std::vector<int32_t>(v.begin(), v.end());
+}
+
+}  // namespace
+
+struct RolloutWorker::Pending {
+  v1::PromptLease lease;
+  EncodedPrompt prompt;
+  int64_t grant_version = 0;
+};
+
+struct RolloutWorker::Active {
+  v1::PromptLease lease;
+  EncodedPrompt prompt;
+};
+
+RolloutWorker::RolloutWorker(const RolloutWorkerOptions& options, buffer::ControllerClient* client,
+                             rollout::GenerationEngine* engine, const PromptEncoder* encoder,
+                             const model::Tokenizer* tokenizer, rewards::ScoringPool* pool)
+    : options_(options),
+      client_(client),
+      engine_(engine),
+      encoder_(encoder),
+      tokenizer_(tokenizer),
+      pool_(pool) {}
+
+RolloutWorker::~RolloutWorker() {
+  stopping_.store(true);
+  fetch_cv_.notify_all();
+  push_cv_.notify_all();
+  if (fetcher_.joinable()) fetcher_.join();
+  if (pusher_.joinable()) pusher_.join();
+}
+
+RolloutWorkerStats RolloutWorker::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+void RolloutWorker::fetch_loop() {
+  int64_t known = -1;
+  while (!stopping_.load()) {
+    // Into the buffer of an update already applied, when there is one: a fresh payload of a
+    // large model costs seconds of page faults.
+    std::shared_ptr<buffer::PublishedWeights> into;
+    {
+      std::lock_guard<std::mutex> lock(fetch_mu_);
+      into = spare_ ? std::move(spare_) : std::make_shared<buffer::PublishedWeights>();
+    }
+    absl::StatusOr<bool> got =
+        client_->fetch_weights_into(known, options_.weight_timeout_s, into.get());
+    {
+      std::lock_guard<std::mutex> lock(fetch_mu_);
+      if (got.ok() && *got) {
+        known = into->version;
+        fetched_ = std::move(into);
+        fetched_version_ = known;
+      } else if (!spare_) {
+        spare_ = std::move(into);
+      }
+      if (!got.ok()) fetch_error_ = got.status();
+      ++fetch_rounds_;
+    }
+    fetch_cv_.notify_all();
+    std::unique_lock<std::mutex> lock(fetch_mu_);
+    fetch_cv_.wait_for(lock, std::chrono::duration<double>(options_.poll_interval_s),
+                       [this] { return stopping_.load(); });
+  }
+}
+
+absl::Status RolloutWorker::apply_weights(int64_t min_version, bool strict) {
+  std::shared_ptr<buffer::PublishedWeights> weights;
+  {
+    std::unique_lock<std::mutex> lock(fetch_mu_);
+    if (min_version > applied_version_ && fetched_version_ < min_version) {
+      // Wait until the weights arrive, or until a poll that started after now found nothing
+      // newer (none is published yet: e.g. weight_sync.every_steps > 1).
+      const int64_t rounds = fetch_rounds_;
+      const auto deadline =
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(options_.weight_timeout_s));
+      const bool ready = fetch_cv_.wait_until(lock, deadline, [&] {
+        return fetched_version_ >= min_version || (!strict && fetch_rounds_ >= rounds + 2) ||
+               stopping_.load();
+      });
+      if (!ready) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "no weights of version ", min_version, " after ", options_.weight_timeout_s,
+            " s (weight_sync.timeout_s)",
+            fetch_error_.ok() ? "" : absl::StrCat("; last error: ", fetch_error_.message())));
+      }
+    }
+    weights = std::move(fetched_);
+    fetched_.reset();
+  }
+  if (!weights || weights->version <= applied_version_) return absl::OkStatus();
+  const auto start = Clock::now();
+  absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> tensors =
+      payload_tensors(*weights);
+  if (!tensors.ok()) return tensors.status();
+  absl::Status s = engine_->update_weights(*tensors, weights->version);
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("weights v", weights->version, ": ", s.message()));
+  }
+  applied_version_ = weights->version;
+  applied_manifest_ = weights->tensors;
+  {
+    std::lock_guard<std::mutex> lock(fetch_mu_);
+    spare_ = std::move(weights);  // staged (copied): the fetcher may reuse its memory
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.weight_updates;
+  stats_.weight_stage_s += seconds_since(start);
+  return absl::OkStatus();
+}
+
+void RolloutWorker::maybe_acknowledge() {
+  const int64_t version = engine_->version();
+  if (version <= acked_version_ || version != applied_version_) return;
+  acked_version_ = version;
+  uint32_t crc = 0;
+  if (options_.verify_weights) {
+    absl::StatusOr<uint32_t> computed = parameters_crc32c(engine_->model(), applied_manifest_);
+    if (!computed.ok()) {
+      FLYWHEEL_LOG_WARN("cannot checksum weights v%d: %s", version, computed.status().message());
+      return;
+    }
+    crc = *computed;
+  }
+  absl::Status s = client_->ack_weights(version, crc);
+  if (!s.ok()) FLYWHEEL_LOG_WARN("weights v%d not acknowledged: %s", version, s.message());
+}
+
+absl::Status RolloutWorker::acquire(bool* done) {
+  // Groups the engine can start now, less what is already waiting for it.
+  const int64_t free_slots = options_.max_slots - engine_->active_sequences() -
+                             engine_->queued_requests() * options_.group_size;
+  const int64_t wanted = free_slots / options_.group_size - static_cast<int64_t>(pending_.size());
+  if (wanted < 1) return absl::OkStatus();
+  absl::StatusOr<v1::AcquireWorkReply> reply = client_->acquire_work(wanted);
+  if (!reply.ok()) return reply.status();
+  if (reply->kind() == v1::AcquireWorkReply::DONE) {
+    *done = true;
+    return absl::OkStatus();
+  }
+  for (const v1::PromptLease& lease : reply->leases()) {
+    const std::string where = absl::StrCat("prompt ", lease.prompt_index());
+    absl::StatusOr<EncodedPrompt> prompt = encoder_->encode(lease.prompt_json(), where);
+    if (!prompt.ok()) {
+      // The prompt cannot be generated here: give it back (counted) rather than hold it.
+      FLYWHEEL_LOG_ERROR("%s; releasing its lease", prompt.status().message());
+      (void)client_->release_lease(lease.lease_id());
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.leases_released;
+      continue;
+    }
+    auto pending = std::make_unique<Pending>();
+    pending->lease = lease;
+    pending->prompt = std::move(*prompt);
+    pending->grant_version = reply->version();
+    pending_.push_back(std::move(pending));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RolloutWorker::submit_ready() {
+  while (!pending_.empty()) {
+    Pending& next = *pending_.front();
+    // Generate only with weights recent enough for the staleness bound.
+    const int64_t slack = std::max<int64_t>(0, options_.max_staleness - 1);
+    absl::Status s = apply_weights(next.grant_version - slack, /*strict=*/false);
+    if (!s.ok()) return s;
+    rollout::GenerationRequest request;
+    request.id = std::to_string(next.lease.lease_id());
+    request.prompt_ids = next.prompt.ids;
+    request.sampling = options_.sampling;
+    request.sampling.seed = options_.sampling.seed * 1000003u + next.lease.lease_id();
+    request.n = options_.group_size;
+    s = engine_->submit(std::move(request));
+    if (!s.ok()) {
+      // E.g. a prompt too long for the context: give the lease back.
+      FLYWHEEL_LOG_ERROR("prompt %d: %s; releasing its lease", next.lease.prompt_index(),
+                         s.message());
+      (void)client_->release_lease(next.lease.lease_id());
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.leases_released;
+    } else {
+      auto active = std::make_unique<Active>();
+      active->lease = next.lease;
+      active->prompt = std::move(next.prompt);
+      active_[std::to_string(next.lease.lease_id())] = std::move(active);
+    }
+    pending_.pop_front();
+  }
+  return absl::OkStatus();
+}
+
+void RolloutWorker::collect_finished() {
+  for (rollout::GroupResult& result : engine_->take_finished()) {
+    auto it = active_.find(result.request_id);
+    if (it == active_.end()) continue;
+    std::unique_ptr<Active> active = std::move(it->second);
+    active_.erase(it);
+    bool failed = static_cast<int64_t>(result.samples.size()) != options_.group_size;
+    std::vector<rewards::OwnedSample> samples;
+    for (const rollout::Sample& sample : result.samples) {
+      if (sample.finish_reason == rollout::FinishReason::kError ||
+          sample.finish_reason == rollout::FinishReason::kAbort) {
+        if (!sample.error.empty()) FLYWHEEL_LOG_WARN("generation failed: %s", sample.error);
+        failed = true;
+      }
+      std::vector<int64_t> ids = sample.token_ids;
+      if (sample.finish_reason == rollout::FinishReason::kStop && !ids.empty() &&
+          std::find(options_.sampling.stop_token_ids.begin(),
+                    options_.sampling.stop_token_ids.end(),
+                    ids.back()) != options_.sampling.stop_token_ids.end()) {
+        ids.pop_back();  // the eos is not part of the text rewards see
+      }
+      rewards::OwnedSample owned;
+      owned.record = active->prompt.record;
+      owned.record_name = absl::StrCat("prompt ", active->lease.prompt_index());
+      owned.prompt = active->prompt.text;
+      absl::StatusOr<std::string> text = tokenizer_->decode(ids);
+      owned.completion = text.ok() ? *text : std::string();
+      owned.completion_ids = to_int32(sample.token_ids);
+      owned.truncated = sample.finish_reason == rollout::FinishReason::kLength;
+      samples.push_back(std::move(owned));
+    }
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      for (const rollout::Sample& sample : result.samples) {
+        stats_.generated_tokens += static_cast<int64_t>(sample.token_ids.size());
+      }
+      if (failed) ++stats_.leases_released;
+    }
+    if (failed) {
+      (void)client_->release_lease(active->lease.lease_id());  // the prompt is re-issued
+      continue;
+    }
+    ++scoring_;
+    auto shared = std::make_shared<rollout::GroupResult>(std::move(result));
+    auto lease = std::make_shared<v1::PromptLease>(active->lease);
+    const std::string worker = options_.worker_id;
+    pool_->submit(std::move(samples),
+                  [this, shared, lease, worker](std::vector<rewards::ScoredSample> scored) {
+                    buffer::TrajectoryGroup group;
+                    group.group_id = absl::StrCat(worker, "/", lease->lease_id());
+                    group.lease_id = lease->lease_id();
+                    group.worker_id = worker;
+                    for (size_t i = 0; i < shared->samples.size(); ++i) {
+                      const rollout::Sample& sample = shared->samples[i];
+                      buffer::Trajectory t;
+                      t.prompt_ids = to_int32(shared->prompt_ids);
+                      t.response_ids = to_int32(sample.token_ids);
+                      t.loss_mask.assign(sample.token_ids.size(), 1);
+                      t.logprobs = sample.logprobs;
+                      t.versions.assign(sample.versions.begin(), sample.versions.end());
+                      t.reward = scored[i].reward;
+                      t.reward_breakdown = scored[i].parts;
+                      t.finish_reason = rollout::finish_reason_name(sample.finish_reason);
+                      t.sample_index = static_cast<int64_t>(i);
+                      group.trajectories.push_back(std::move(t));
+                    }
+                    {
+                      std::lock_guard<std::mutex> lock(push_mu_);
+                      to_push_.push_back(std::move(group));
+                    }
+                    --scoring_;
+                    push_cv_.notify_all();
+                  });
+  }
+}
+
+void RolloutWorker::push_loop() {
+  while (true) {
+    std::vector<buffer::TrajectoryGroup> batch;
+    {
+      std::unique_lock<std::mutex> lock(push_mu_);
+      push_cv_.wait(lock, [this] { return stopping_.load() || !to_push_.empty(); });
+      if (to_push_.empty()) return;  // stopping
+      while (!to_push_.empty()) {
+        batch.push_back(std::move(to_push_.front()));
+        to_push_.pop_front();
+      }
+      pushing_ = static_cast<int64_t>(batch.size());
+    }
+    absl::StatusOr<std::vector<v1::PushAck>> acks = client_->push_groups(batch);
+    std::lock_guard<std::mutex> lock(push_mu_);
+    pushing_ = 0;
+    if (!acks.ok()) {
+      push_error_ = acks.status();
+      push_cv_.notify_all();
+      return;
+    }
+    std::lock_guard<std::mutex> stats_lock(stats_mu_);
+    for (const v1::PushAck& ack : *acks) {
+      ++stats_.groups_pushed;
+      if (ack.code() == 0 && (ack.outcome() == "accepted" || ack.outcome() == "duplicate")) {
+        ++stats_.groups_accepted;
+      } else if (ack.code() != 0) {
+        ++stats_.groups_rejected;
+        FLYWHEEL_LOG_WARN("group %s rejected: %s", ack.group_id(), ack.message());
+      }
+    }
+    push_cv_.notify_all();
+  }
+}
+
+absl::Status RolloutWorker::run(const StopSignal& stop) {
+  absl::Status s = loop(stop);
+  // Give back what was not generated, so that the controller re-issues it at once.
+  engine_->abort_all();
+  for (const auto& [id, active] : active_) (void)client_->release_lease(active->lease.lease_id());
+  for (const auto& pending : pending_) (void)client_->release_lease(pending->lease.lease_id());
+  if (s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kCancelled) {
+    FLYWHEEL_LOG_INFO("the controller is gone (%s); stopping", s.message());
+    return absl::OkStatus();
+  }
+  return s;
+}
+
+absl::Status RolloutWorker::loop(const StopSignal& stop) {
+  absl::StatusOr<v1::RegisterReply> registered = client_->register_worker();
+  if (!registered.ok()) return registered.status();
+  if (registered->group_size() != options_.group_size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the controller expects groups of ", registered->group_size(),
+                     " but rollout.group_size is ", options_.group_size));
+  }
+  client_->start_heartbeats(std::max(0.05, registered->heartbeat_interval_s()));
+  fetcher_ = std::thread([this] { fetch_loop(); });
+  pusher_ = std::thread([this] { push_loop(); });
+
+  // The first weights, before anything is generated.
+  absl::Status s = apply_weights(0, /*strict=*/true);
+  if (!s.ok()) return s;
+  bool done = false;
+  auto next_acquire = Clock::now();
+  while (!stop.requested()) {
+    {
+      std::lock_guard<std::mutex> lock(push_mu_);
+      if (!push_error_.ok()) return push_error_;
+    }
+    s = apply_weights(-1, /*strict=*/false);  // whatever newer arrived, without waiting
+    if (!s.ok()) return s;
+    if (!done && Clock::now() >= next_acquire) {
+      s = acquire(&done);
+      if (!s.ok()) return s;
+      if (pending_.empty() && engine_->idle()) {
+        next_acquire = Clock::now() + std::chrono::milliseconds(5);  // nothing granted: wait
+      }
+    }
+    s = submit_ready();
+    if (!s.ok()) return s;
+    if (!engine_->idle()) {
+      engine_->step();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    maybe_acknowledge();
+    collect_finished();
+    if (done && engine_->idle() && pending_.empty() && scoring_.load() == 0) {
+      std::lock_guard<std::mutex> lock(push_mu_);
+      if (to_push_.empty() && pushing_ == 0) break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace flywheel::cli

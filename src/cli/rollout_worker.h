@@ -1,0 +1,119 @@
+// The rollout worker loop (`flywheel rollout`): acquires prompt leases from the controller,
+// generates each prompt's group with the engine, scores the groups in the reward pool while the
+// engine keeps generating, and pushes them (behaviour log-probs and per-token versions
+// included) from a pusher thread; a fetcher thread polls the controller for newer weights, which
+// the loop hands to the engine (applied between decode steps, or once drained, per
+// rollout.weight_update) and acknowledges with the checksum of what the engine then holds.
+//
+// Versions: before generating for a lease granted at version g the worker holds weights of at
+// least g - max(0, max_staleness - 1) when such weights are published (with max_staleness 0,
+// exactly g: generation and training alternate).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "flywheel/buffer/controller_client.h"
+#include "flywheel/buffer/weight_store.h"
+#include "flywheel/rewards/scoring_pool.h"
+#include "flywheel/rollout/engine.h"
+#include "prompt_encoder.h"
+#include "stop_signal.h"
+
+namespace flywheel::cli {
+
+struct RolloutWorkerOptions {
+  std::string worker_id;
+  int64_t group_size = 8;
+  int64_t max_slots = 32;            // the engine's
+  rollout::SamplingParams sampling;  // stop ids and the base seed included
+  int64_t max_staleness = 1;
+  double weight_timeout_s = 300;  // waiting for (or transferring) weights
+  double poll_interval_s = 0.05;  // weight manifest polls
+  bool verify_weights = true;     // acknowledge applied weights with their checksum
+};
+
+struct RolloutWorkerStats {
+  int64_t groups_pushed = 0, groups_accepted = 0, groups_rejected = 0;
+  int64_t leases_released = 0;
+  int64_t weight_updates = 0;
+  double weight_stage_s = 0;  // the loop's time staging updates (copies into the engine)
+  int64_t generated_tokens = 0;
+};
+
+class RolloutWorker {
+ public:
+  // Nothing is owned; everything must outlive run().
+  RolloutWorker(const RolloutWorkerOptions& options, buffer::ControllerClient* client,
+                rollout::GenerationEngine* engine, const PromptEncoder* encoder,
+                const model::Tokenizer* tokenizer, rewards::ScoringPool* pool);
+  ~RolloutWorker();
+
+  // Until the controller says every prompt is done (OK), a stop request (OK), or an error
+  // (the controller unreachable, weights that never arrive or do not apply).
+  absl::Status run(const StopSignal& stop);
+  RolloutWorkerStats stats() const;
+
+ private:
+  struct Pending;  // a lease waiting for the engine
+  struct Active;   // a lease the engine works on, by request id
+
+  absl::Status loop(const StopSignal& stop);
+  absl::Status acquire(bool* done);
+  absl::Status submit_ready();
+  // Hands the newest fetched weights to the engine. When it holds less than `min_version`,
+  // waits for them (up to weight_timeout_s): until they arrive when `strict`, else only while
+  // they are published (a poll that finds nothing newer ends the wait).
+  absl::Status apply_weights(int64_t min_version, bool strict);
+  void maybe_acknowledge();
+  void collect_finished();
+  void fetch_loop();
+  void push_loop();
+
+  RolloutWorkerOptions options_;
+  buffer::ControllerClient* client_;
+  rollout::GenerationEngine* engine_;
+  const PromptEncoder* encoder_;
+  const model::Tokenizer* tokenizer_;
+  rewards::ScoringPool* pool_;
+
+  std::deque<std::unique_ptr<Pending>> pending_;
+  std::map<std::string, std::unique_ptr<Active>> active_;
+  int64_t acked_version_ = -1;
+  std::vector<buffer::WeightTensor> applied_manifest_;
+  int64_t applied_version_ = -1;  // staged into the engine
+
+  // Fetcher thread.
+  mutable std::mutex fetch_mu_;
+  std::condition_variable fetch_cv_;
+  std::shared_ptr<buffer::PublishedWeights> fetched_;  // newest, not yet taken
+  std::shared_ptr<buffer::PublishedWeights> spare_;    // applied; its memory is reused
+  int64_t fetched_version_ = -1;
+  int64_t fetch_rounds_ = 0;  // completed polls
+  absl::Status fetch_error_;
+  std::thread fetcher_;
+
+  // Pusher thread.
+  mutable std::mutex push_mu_;
+  std::condition_variable push_cv_;
+  std::deque<buffer::TrajectoryGroup> to_push_;
+  int64_t pushing_ = 0;  // groups taken by the pusher, not yet acknowledged
+  absl::Status push_error_;
+  std::thread pusher_;
+
+  std::atomic<int64_t> scoring_{0};  // groups in the scoring pool
+  std::atomic<bool> stopping_{false};
+  mutable std::mutex stats_mu_;
+  RolloutWorkerStats stats_;
+};
+
+}  // namespace flywheel::cli

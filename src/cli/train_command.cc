@@ -1,0 +1,404 @@
+// `flywheel train CONFIG`: the one-machine launcher. Starts the learner job under mpirun
+// (cluster.num_learners ranks; rank 0 hosts the controller) and rollout.num_workers local
+// rollout workers, with threads per process chosen so that they do not oversubscribe the cores;
+// restarts a worker that crashes; stops everything on completion or Ctrl-C (the first one asks
+// the learners to checkpoint and stop, a second kills everything); writes a plot of reward and
+// held-out accuracy into the run directory at the end. `--resume RUN_DIR` continues a run from
+// its last checkpoint with the command line it was started with.
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "child_process.h"
+#include "commands.h"
+#include "flywheel/core/file_io.h"
+#include "flywheel/core/json.h"
+#include "job_setup.h"
+
+namespace flywheel::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kLaunchFile[] = "launch.json";
+constexpr int kMaxRestartsPerWorker = 20;
+
+struct TrainArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string resume;
+  bool overwrite = false;
+};
+
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+std::string self_path() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "flywheel" : p.string();
+}
+
+// The command line a run was started with, so that --resume repeats it.
+struct Launch {
+  std::string config;  // absolute
+  std::vector<std::string> overrides;
+};
+
+absl::Status write_launch(const std::string& run_dir, const Launch& launch) {
+  core::Json overrides = core::Json::array();
+  for (const std::string& o : launch.overrides) overrides.push_back(o);
+  core::Json json = core::Json::object();
+  json.set("config", launch.config);
+  json.set("overrides", std::move(overrides));
+  return core::write_file_atomically((fs::path(run_dir) / kLaunchFile).string(),
+                                     json.dump() + "\n");
+}
+
+absl::StatusOr<Launch> read_launch(const std::string& run_dir) {
+  const std::string path = (fs::path(run_dir) / kLaunchFile).string();
+  absl::StatusOr<std::string> text = core::read_file(path);
+  if (!text.ok()) {
+    return absl::NotFoundError(absl::StrCat(run_dir, " is not a run directory of flywheel train (",
+                                            text.status().message(), ")"));
+  }
+  absl::StatusOr<core::Json> json = core::Json::parse(*text);
+  if (!json.ok())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", json.status().message()));
+  Launch launch;
+  const core::Json* config = json->find("config");
+  const core::Json* overrides = json->find("overrides");
+  if (config == nullptr || !config->is_string() || overrides == nullptr || !overrides->is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": expected \"config\" and \"overrides\""));
+  }
+  launch.config = config->as_string();
+  for (const core::Json& o : overrides->as_array()) {
+    if (!o.is_string()) return absl::InvalidArgumentError(absl::StrCat(path, ": bad override"));
+    launch.overrides.push_back(o.as_string());
+  }
+  return launch;
+}
+
+class Launcher {
+ public:
+  Launcher(const core::Config& config, Launch launch, int threads)
+      : c_(config), launch_(std::move(launch)), threads_(threads) {}
+
+  absl::Status run();
+
+ private:
+  std::vector<std::string> job_args(const std::string& command) const {
+    std::vector<std::string> args = {self_, command, launch_.config};
+    for (const std::string& o : launch_.overrides) {
+      args.push_back("--set");
+      args.push_back(o);
+    }
+    args.push_back("--set");
+    args.push_back(absl::StrCat("cluster.threads_per_process=", threads_));
+    return args;
+  }
+  std::map<std::string, std::string> child_env() const {
+    std::map<std::string, std::string> env = {{"OMP_NUM_THREADS", std::to_string(threads_)},
+                                              {"OPENBLAS_NUM_THREADS", std::to_string(threads_)},
+                                              {"FLYWHEEL_LAUNCHER_PID", std::to_string(getpid())},
+                                              {"FLYWHEEL_STOP_FILE", stop_file_}};
+    if (geteuid() == 0) {  // OpenMPI refuses root without these
+      env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
+      env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
+    }
+    return env;
+  }
+  absl::Status start_learners();
+  absl::Status start_worker(size_t index);
+  void stop_workers();
+  void plot() const;
+
+  const core::Config& c_;
+  Launch launch_;
+  int threads_;
+  std::string self_ = self_path();
+  std::string run_dir_ = c_.logging.run_dir;
+  std::string stop_file_ = (fs::path(c_.logging.run_dir) / "STOP").string();
+  std::string address_;
+  std::optional<ChildProcess> learners_;
+  std::vector<std::optional<ChildProcess>> workers_;
+  std::vector<int> restarts_;
+};
+
+absl::Status Launcher::start_learners() {
+  std::vector<std::string> argv;
+  const std::string mpirun = find_on_path("mpirun");
+  if (!mpirun.empty()) {
+    argv = {mpirun,      "-np", std::to_string(c_.cluster.num_learners), "--oversubscribe",
+            "--bind-to", "none"};
+    for (const auto& [name, value] : child_env()) {
+      argv.push_back("-x");
+      argv.push_back(name);
+    }
+  } else if (c_.cluster.num_learners > 1) {
+    return absl::FailedPreconditionError(
+        "mpirun is not on PATH: it starts the learner job (cluster.num_learners > 1)");
+  }
+  for (const std::string& a : job_args("learner")) argv.push_back(a);
+  ChildOptions o;
+  o.argv = std::move(argv);
+  o.env = child_env();
+  auto child = ChildProcess::start(o);
+  if (!child.ok()) return child.status();
+  learners_ = std::move(*child);
+  return absl::OkStatus();
+}
+
+absl::Status Launcher::start_worker(size_t index) {
+  ChildOptions o;
+  o.argv = job_args("rollout");
+  o.argv.push_back("--controller");
+  o.argv.push_back(address_);
+  o.argv.push_back("--worker-id");
+  o.argv.push_back(
+      absl::StrCat("worker-", index, restarts_[index] ? absl::StrCat(".", restarts_[index]) : ""));
+  o.env = child_env();
+  o.log_file = (fs::path(run_dir_) / "logs" / absl::StrCat("worker-", index, ".log")).string();
+  auto child = ChildProcess::start(o);
+  if (!child.ok()) return child.status();
+  workers_[index] = std::move(*child);
+  return absl::OkStatus();
+}
+
+void Launcher::stop_workers() {
+  for (auto& w : workers_) {
+    if (w && w->running()) w->signal(SIGTERM);
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  bool any = true;
+  while (any && Clock::now() < deadline) {
+    any = false;
+    for (auto& w : workers_) {
+      int status = 0;
+      if (w && !w->poll(&status)) any = true;
+    }
+    if (any) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (auto& w : workers_) {
+    int status = 0;
+    if (w && w->running()) {
+      w->signal(SIGKILL);
+      while (!w->poll(&status)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+}
+
+void Launcher::plot() const {
+  ChildOptions o;
+  const std::string png = (fs::path(run_dir_) / "plot.png").string();
+  o.argv = {self_, "plot", run_dir_, "-m", "critic/score/mean,eval/accuracy", "-o", png};
+  o.log_file = (fs::path(run_dir_) / "logs" / "plot.log").string();
+  auto child = ChildProcess::start(o);
+  if (!child.ok()) return;
+  int status = 0;
+  while (!child->poll(&status)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    std::cerr << "flywheel train: plot of reward and held-out accuracy in " << png << "\n";
+  } else {
+    std::cerr << "flywheel train: no plot (" << describe_exit(status) << "; see " << o.log_file
+              << ")\n";
+  }
+}
+
+absl::Status Launcher::run() {
+  std::error_code ec;
+  fs::create_directories(fs::path(run_dir_) / "logs", ec);
+  if (ec)
+    return absl::UnavailableError(absl::StrCat("cannot create ", run_dir_, ": ", ec.message()));
+  fs::remove(fs::path(run_dir_) / "controller_address", ec);
+  fs::remove(stop_file_, ec);
+  absl::Status written = write_launch(run_dir_, launch_);
+  if (!written.ok()) return written;
+
+  // Signals are taken here, synchronously; children get them only from the launcher.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::Status s = start_learners();
+  if (!s.ok()) return s;
+  workers_.resize(c_.rollout.num_workers);
+  restarts_.assign(c_.rollout.num_workers, 0);
+  int stop_requests = 0;
+  int learner_status = 0;
+  bool learner_done = false;
+  const std::string address_file = (fs::path(run_dir_) / "controller_address").string();
+  while (!learner_done) {
+    timespec tick{0, 100 * 1000 * 1000};
+    if (sigtimedwait(&signals, nullptr, &tick) > 0) {
+      ++stop_requests;
+      if (stop_requests == 1) {
+        std::cerr << "\nflywheel train: stopping: the learners checkpoint after this step "
+                     "(Ctrl-C again to kill everything now)\n";
+        absl::Status touched = core::write_file_atomically(stop_file_, "stop\n");
+        if (!touched.ok()) learners_->signal(SIGTERM);
+      } else {
+        std::cerr << "flywheel train: killing every process\n";
+        learners_->signal(SIGKILL);
+      }
+    }
+    if (learners_->poll(&learner_status)) {
+      learner_done = true;
+      break;
+    }
+    if (address_.empty()) {
+      absl::StatusOr<std::string> text = core::read_file(address_file);
+      if (!text.ok()) continue;  // the learners are still starting
+      address_ = std::string(absl::StripAsciiWhitespace(*text));
+      for (size_t i = 0; i < workers_.size(); ++i) {
+        s = start_worker(i);
+        if (!s.ok()) break;
+      }
+      if (!s.ok()) break;
+      std::cerr << "flywheel train: controller at " << address_ << "; " << workers_.size()
+                << " rollout worker(s), logs in " << (fs::path(run_dir_) / "logs").string() << "\n";
+    }
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      int status = 0;
+      if (!workers_[i] || !workers_[i]->poll(&status) || stop_requests > 0) continue;
+      workers_[i].reset();
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;  // finished: no work left
+      if (restarts_[i] >= kMaxRestartsPerWorker) {
+        std::cerr << "flywheel train: worker-" << i << " exited (" << describe_exit(status) << ") "
+                  << restarts_[i] << " times; not restarting it\n";
+        continue;
+      }
+      ++restarts_[i];
+      std::cerr << "flywheel train: worker-" << i << " exited (" << describe_exit(status)
+                << "); restarting it (restart " << restarts_[i] << ")\n";
+      s = start_worker(i);
+      if (!s.ok()) break;
+    }
+    if (!s.ok()) break;
+  }
+  if (!learner_done) {
+    learners_->signal(SIGTERM);
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (!learners_->poll(&learner_status)) {
+      if (Clock::now() > deadline) learners_->signal(SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  stop_workers();
+  fs::remove(stop_file_, ec);
+  if (!s.ok()) return s;
+  const bool ok = WIFEXITED(learner_status) && WEXITSTATUS(learner_status) == 0;
+  plot();
+  if (!ok) {
+    return absl::InternalError(
+        absl::StrCat("the learner job ended with ", describe_exit(learner_status)));
+  }
+  std::cerr << "flywheel train: done; metrics, checkpoints and the exported model are in "
+            << run_dir_ << " (resume with: flywheel train --resume " << run_dir_ << ")\n";
+  return absl::OkStatus();
+}
+
+absl::Status run(const TrainArgs& args) {
+  Launch launch;
+  if (!args.resume.empty()) {
+    absl::StatusOr<Launch> previous = read_launch(args.resume);
+    if (!previous.ok()) return previous.status();
+    launch = *previous;
+    for (const std::string& o : args.overrides) launch.overrides.push_back(o);
+  } else {
+    if (args.config_path.empty()) {
+      return absl::InvalidArgumentError("a CONFIG (or --resume RUN_DIR) is required");
+    }
+    launch.config = fs::absolute(args.config_path).string();
+    launch.overrides = args.overrides;
+  }
+  std::vector<std::string> overrides = launch.overrides;
+  if (!args.resume.empty()) {
+    overrides.push_back("checkpoint.resume=auto");
+    launch.overrides.push_back("checkpoint.resume=auto");
+  }
+  absl::StatusOr<JobSetup> job = set_up_job(launch.config, overrides);
+  if (!job.ok()) return job.status();
+  const core::Config& c = job->loaded.config;
+  if (!args.resume.empty() &&
+      fs::weakly_canonical(c.logging.run_dir) != fs::weakly_canonical(args.resume)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--resume ", args.resume, ": its config writes to ", c.logging.run_dir));
+  }
+  std::error_code ec;
+  const fs::path checkpoints = c.checkpoint.dir.empty()
+                                   ? fs::path(c.logging.run_dir) / "checkpoints"
+                                   : fs::path(c.checkpoint.dir);
+  if (args.resume.empty() && fs::exists(checkpoints, ec) && !fs::is_empty(checkpoints, ec)) {
+    if (!args.overwrite) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          c.logging.run_dir, " already holds a run: continue it with `flywheel train --resume ",
+          c.logging.run_dir, "`, start over with --overwrite, or set logging.run_dir"));
+    }
+    fs::remove_all(c.logging.run_dir, ec);
+    if (!c.checkpoint.dir.empty()) fs::remove_all(c.checkpoint.dir, ec);
+  }
+
+  // One thread per process unless the cores allow more: learners and workers run at once.
+  const int cores = available_cores();
+  const int processes = static_cast<int>(c.cluster.num_learners + c.rollout.num_workers);
+  int threads = static_cast<int>(c.cluster.threads_per_process);
+  if (threads * processes > cores && !job->loaded.is_set("cluster.threads_per_process")) {
+    threads = std::max(1, cores / processes);
+  }
+  std::cerr << absl::StrFormat(
+      "flywheel train: %d learner rank(s) + %d rollout worker(s), %d thread(s) each, on %d "
+      "core(s)%s\n",
+      c.cluster.num_learners, c.rollout.num_workers, threads, cores,
+      threads * processes > cores ? " (more threads than cores: they share them)" : "");
+  Launcher launcher(c, launch, threads);
+  return launcher.run();
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* command = app.add_subcommand(
+      "train",
+      "Train with RL on this machine: the learner job (mpirun) and the rollout workers, with "
+      "progress, metrics, checkpoints and a plot under logging.run_dir");
+  command->add_option("config", args->config_path, "YAML config file");
+  command->add_option("--set", args->overrides, "Override a key (repeatable)")
+      ->allow_extra_args(false);  // one key=value per --set: a positional after it stays one
+  command->add_option("--resume", args->resume,
+                      "Continue the run in this directory from its last checkpoint");
+  command->add_flag("--overwrite", args->overwrite,
+                    "Delete the run directory's previous run (checkpoints included) first");
+  command->callback([args, exit_code] {
+    absl::Status status = run(*args);
+    if (!status.ok()) std::cerr << "flywheel train: " << status.message() << "\n";
+    *exit_code = status.ok() ? kExitOk
+                 : status.code() == absl::StatusCode::kInvalidArgument ||
+                         status.code() == absl::StatusCode::kNotFound ||
+                         status.code() == absl::StatusCode::kFailedPrecondition
+                     ? kExitUsage
+                     : kExitFailure;
+  });
+}
+
+}  // namespace flywheel::cli

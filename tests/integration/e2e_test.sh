@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# End to end through `flywheel train` (2 learner ranks under mpirun + 2 rollout workers) on a
+# tiny model: sync and async runs complete with every trained token within the staleness bound
+# and every worker's weights equal to the learners' after each update (the controller compares
+# each worker's checksum of what it holds with the published one); SIGKILL of a rollout worker
+# (restarted, training goes on, no prompt trained twice); SIGKILL of the learner job, then
+# --resume (every prompt of the epoch trained exactly once over both runs).
+# Usage: e2e_test.sh FLYWHEEL
+set -uo pipefail
+flywheel=$1
+work=$(mktemp -d)
+launcher=""
+cleanup() {
+  [[ -n "$launcher" ]] && kill -9 "$launcher" 2> /dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+[[ $(id -u) == 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+cat > "$work/c.json" <<'JSON'
+{"model_type": "qwen2", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "eos_token_id": 2,
+ "max_position_embeddings": 32}
+JSON
+"$flywheel" init-model --config "$work/c.json" --out "$work/m" --char-tokenizer --seed 3 > /dev/null ||
+  fail "init-model"
+"$flywheel" make-data addition --digits 1 --train 24 --eval 8 --seed 5 --out "$work/data" > /dev/null ||
+  fail "make-data"
+
+cat > "$work/base.yaml" <<YAML
+model: {path: $work/m, max_seq_len: 16}
+tokenizer: {type: char, chat_template: none}
+data: {train_path: $work/data/train.jsonl, eval_path: $work/data/eval.jsonl, seed: 3, epochs: 1}
+rollout: {num_workers: 2, group_size: 4, max_new_tokens: 3, max_slots: 8}
+algorithm: {name: grpo, kl_coef: 0}
+rewards: {functions: [{name: exact_match}]}
+trainer: {total_steps: 6, groups_per_step: 4, lr: 1.0e-3, micro_batch_tokens: 256}
+eval: {every_steps: 2, max_new_tokens: 3}
+buffer: {heartbeat_interval_s: 0.2, missed_heartbeats: 3, stale_policy: requeue}
+cluster: {num_learners: 2, threads_per_process: 1}
+checkpoint: {every_steps: 1, keep_last: 10}
+logging: {run_dir: $work/run, sinks: [jsonl], console_interval_s: 0}
+YAML
+
+# Every prompt (epoch, index) in trained_prompts.jsonl at most once; prints how many.
+check_prompts() {
+  node -e '
+    const fs = require("fs");
+    const seen = new Set();
+    let n = 0;
+    for (const l of fs.readFileSync(process.argv[1], "utf8").trim().split("\n")) {
+      for (const p of JSON.parse(l).prompts) {
+        const k = p.join(":");
+        if (seen.has(k)) { console.error("prompt " + k + " trained twice"); process.exit(1); }
+        seen.add(k); ++n;
+      }
+    }
+    console.log(n);' "$1"
+}
+
+# Every step: staleness within the bound, no violation, no checksum mismatch; acks seen.
+check_metrics() {  # run_dir max_staleness steps
+  node -e '
+    const fs = require("fs");
+    const [file, bound, steps] = [process.argv[1], +process.argv[2], +process.argv[3]];
+    const rows = fs.readFileSync(file, "utf8").trim().split("\n").map(JSON.parse);
+    let last = {}, trained = 0;
+    for (const r of rows) {
+      const s = r.scalars;
+      if ("async/staleness_max" in s) {
+        ++trained;
+        if (s["async/staleness_max"] > bound) throw new Error(`step ${r.step}: staleness ${s["async/staleness_max"]} > ${bound}`);
+        if (s["async/staleness_violations"] !== 0) throw new Error(`step ${r.step}: violations`);
+        if (s["weight_sync/checksum_mismatches"] !== 0) throw new Error(`step ${r.step}: checksum mismatch`);
+        if (s["weight_sync/acks_rejected"] !== 0) throw new Error(`step ${r.step}: rejected acks`);
+        last = s;
+      }
+    }
+    if (trained < steps) throw new Error(`${trained} trained steps logged, want ${steps}`);
+    if (!(last["weight_sync/acks"] >= steps)) throw new Error(`only ${last["weight_sync/acks"]} weight acks`);
+    if (!rows.some(r => "eval/accuracy" in r.scalars)) throw new Error("no eval/accuracy");
+    console.log(`staleness_max ${Math.max(...rows.filter(r => "async/staleness_max" in r.scalars).map(r => r.scalars["async/staleness_max"]))}, acks ${last["weight_sync/acks"]}`);' \
+    "$1/metrics.jsonl" "$2" "$3"
+}
+
+for staleness in 0 1; do
+  rm -rf "$work/run"
+  out=$(timeout 300 "$flywheel" train "$work/base.yaml" --set buffer.max_staleness=$staleness 2>&1) ||
+    fail "train (max_staleness $staleness) exited with $?: $out"
+  grep -q "flywheel learner: 6 steps" <<<"$out" || fail "not 6 steps (max_staleness $staleness): $out"
+  grep -q "; 0 staleness violations" <<<"$out" || fail "violations: $out"
+  m=$(check_metrics "$work/run" $staleness 6) || fail "metrics (max_staleness $staleness): $m"
+  n=$(check_prompts "$work/run/trained_prompts.jsonl") || fail "prompts (max_staleness $staleness)"
+  [[ "$n" == 24 ]] || fail "$n prompts trained, want 24"
+  [[ -f "$work/run/hf/model.safetensors" ]] || fail "no export"
+  echo "max_staleness $staleness: 6 steps, 24 prompts once each, $m"
+done
+
+# The fault runs go over the data 10 times (60 steps), so that they are still running when a
+# process is killed.
+long=(--set buffer.max_staleness=1 --set data.epochs=10 --set trainer.total_steps=60)
+
+# SIGKILL a rollout worker mid-run: it is restarted and training completes.
+rm -rf "$work/run"
+timeout 300 "$flywheel" train "$work/base.yaml" "${long[@]}" \
+  > "$work/kill_worker.log" 2>&1 &
+launcher=$!
+for _ in $(seq 600); do
+  grep -qs '"step": 2,' "$work/run/metrics.jsonl" && break
+  sleep 0.1
+done
+victim=$(pgrep -f -- "--worker-id worker-0" | head -1)
+[[ -n "$victim" ]] || fail "no worker-0 process"
+kill -9 "$victim"
+wait "$launcher" || fail "train after a worker kill exited with $?: $(cat "$work/kill_worker.log")"
+launcher=""
+grep -q "worker-0 exited (signal 9" "$work/kill_worker.log" || fail "no restart: $(cat "$work/kill_worker.log")"
+grep -q "flywheel learner: 60 steps" "$work/kill_worker.log" || fail "worker kill: not 60 steps"
+n=$(check_prompts "$work/run/trained_prompts.jsonl") || fail "prompts after a worker kill"
+[[ "$n" == 240 ]] || fail "$n prompts trained after a worker kill, want 240"
+echo "worker SIGKILL: restarted, 60 steps, 240 prompts (10 epochs) each trained once per epoch"
+
+# SIGKILL the learner job after step 3, then --resume: every prompt exactly once in all.
+rm -rf "$work/run"
+timeout 300 "$flywheel" train "$work/base.yaml" "${long[@]}" \
+  > "$work/kill_learner.log" 2>&1 &
+launcher=$!
+for _ in $(seq 600); do
+  [[ -f "$work/run/checkpoints/step_3/COMPLETE" ]] && break
+  sleep 0.05
+done
+pkill -9 -f -- "flywheel learner" || fail "no learner process"
+pkill -9 -f -- "mpirun.*flywheel" 2> /dev/null
+wait "$launcher" && fail "train survived its learners"
+launcher=""
+sleep 0.5
+pgrep -f -- "--worker-id worker-" > /dev/null && fail "workers outlived the launcher's run"
+out=$(timeout 300 "$flywheel" train --resume "$work/run" 2>&1) || fail "resume exited with $?: $out"
+grep -q "resumed from" <<<"$out" || fail "did not resume: $out"
+grep -q "flywheel learner: 60 steps" <<<"$out" || fail "resume: not 60 steps: $out"
+n=$(check_prompts "$work/run/trained_prompts.jsonl") || fail "prompts after resume"
+[[ "$n" == 240 ]] || fail "$n prompts trained over the two runs, want 240"
+echo "learner SIGKILL + --resume: 240 prompts (10 epochs), each trained exactly once per epoch"
+echo PASS
