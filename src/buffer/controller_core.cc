@@ -36,7 +36,8 @@ std::vector<std::pair<std::string, int64_t*>> ControllerCounters::fields() {
           {"rejected_invalid", &rejected_invalid},
           {"rejected_lease", &rejected_lease},
           {"rejected_full", &rejected_full},
-          {"consumed", &consumed}};
+          {"consumed", &consumed},
+          {"dropped", &dropped}};
 }
 
 std::vector<std::pair<std::string, int64_t>> ControllerCounters::entries() const {
@@ -118,6 +119,11 @@ void ControllerCore::requeue_locked(int64_t epoch, int64_t prompt) {
   requeued_.emplace_back(epoch, prompt);
 }
 
+void ControllerCore::close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+}
+
 bool ControllerCore::drained() const {
   absl::MutexLock lock(&mu_);
   return epoch_ >= options_.epochs && requeued_.empty() && leases_.empty();
@@ -135,6 +141,10 @@ Grant ControllerCore::acquire(const std::string& worker, int64_t max_prompts, do
   expire_locked(now);
   Grant grant;
   grant.version = version_;
+  if (closed_) {
+    grant.kind = Grant::Kind::kDone;
+    return grant;
+  }
   const int64_t limit = (options_.max_staleness + version_ + 1) * options_.groups_per_step;
   const int64_t used = static_cast<int64_t>(leases_.size() + buffer_.size()) + counters_.consumed;
   const bool exhausted = epoch_ >= options_.epochs && requeued_.empty();
@@ -316,12 +326,16 @@ void ControllerCore::expire_locked(double now) {
   }
 }
 
-absl::Status ControllerCore::release(uint64_t lease_id) {
+absl::Status ControllerCore::release(uint64_t lease_id, bool drop) {
   absl::MutexLock lock(&mu_);
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) return absl::NotFoundError(absl::StrCat("no lease ", lease_id));
-  requeue_locked(it->second.epoch, it->second.prompt);
-  ++counters_.released;
+  if (drop) {
+    ++counters_.dropped;
+  } else {
+    requeue_locked(it->second.epoch, it->second.prompt);
+    ++counters_.released;
+  }
   remove_lease_locked(lease_id);
   return absl::OkStatus();
 }

@@ -269,7 +269,11 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::restore(
     c.buffer_.push_back(std::move(e));
   }
   for (const Json& id : *acknowledged) c.acknowledged_.insert(r.string(&id));
-  for (auto& [name, field] : c.counters_.fields()) *field = r.integer(counters->find(name));
+  for (auto& [name, field] : c.counters_.fields()) {
+    const Json* value = counters->find(name);
+    if (value == nullptr && name == "dropped") continue;  // snapshots older than that counter
+    *field = r.integer(value);
+  }
   if (!r.ok) return malformed("a field is missing or has the wrong type");
   // Every prompt reference must point into this dataset and its epochs (a snapshot of another
   // run must not make the server index out of range later).

@@ -46,8 +46,11 @@ absl::StatusOr<ChildProcess> ChildProcess::start(const ChildOptions& options) {
           absl::StrCat("cannot open ", options.log_file, ": ", std::strerror(errno)));
     }
   }
+  // Children do not read the terminal: a background process group reading it would stop.
+  const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   const pid_t parent = getpid();
   const pid_t pid = fork();
+  if (null_fd >= 0 && pid != 0) close(null_fd);  // the child keeps it for its stdin
   if (pid < 0) {
     if (log_fd >= 0) close(log_fd);
     return absl::UnavailableError(absl::StrCat("fork failed: ", std::strerror(errno)));
@@ -59,6 +62,7 @@ absl::StatusOr<ChildProcess> ChildProcess::start(const ChildOptions& options) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);  // the launcher blocks signals; children must not
+    if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
     if (log_fd >= 0) {
       dup2(log_fd, STDOUT_FILENO);
       dup2(log_fd, STDERR_FILENO);

@@ -5,6 +5,7 @@
 // step count. Under an MPMD mpirun the rollout ranks get the controller's address over MPI.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <chrono>
@@ -23,6 +24,7 @@
 #include "controller_setup.h"
 #include "flywheel/buffer/weight_store.h"
 #include "flywheel/comm/mpi_communicator.h"
+#include "flywheel/comm/nccl_communicator.h"
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/logging.h"
 #include "flywheel/model/hf_checkpoint.h"
@@ -136,16 +138,44 @@ absl::Status truncate_trained_prompts(const std::string& path, int64_t step) {
   return core::write_file_atomically(path, kept);
 }
 
+absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal& stop);
+
 absl::Status run(const LearnerArgs& args) {
   StopSignal stop("flywheel learner");
   absl::StatusOr<JobSetup> job = set_up_job(args.config_path, args.overrides);
   if (!job.ok()) return job.status();
-  const core::Config& c = job->loaded.config;
   absl::StatusOr<std::unique_ptr<comm::MpiRuntime>> mpi = comm::MpiRuntime::init(nullptr, nullptr);
   if (!mpi.ok()) return mpi.status();
-  absl::StatusOr<MpmdWorld> roles = join_mpmd_world(**mpi, Role::kLearner, c);
+  absl::Status s = train(&*job, **mpi, stop);
+  if (!s.ok() && (*mpi)->world_size() > 1) {
+    // An error of one rank (often rank 0's, which hosts the controller) ends the whole job now
+    // rather than leaving the others in a collective until its timeout.
+    std::cerr << "flywheel learner: " << s.message() << std::endl;
+    (*mpi)->abort(s.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure);
+  }
+  return s;
+}
+
+absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal& stop) {
+  const core::Config& c = job->loaded.config;
+  absl::StatusOr<MpmdWorld> roles = join_mpmd_world(mpi, Role::kLearner, c);
   if (!roles.ok()) return roles.status();
-  comm::Communicator& learners = *roles->role;
+  // GPU learners (cluster.backend nccl, or auto with model.device cuda) train over NCCL,
+  // bootstrapped over MPI; one GPU per rank by local rank.
+  std::unique_ptr<comm::Communicator> nccl;
+  const bool use_nccl =
+      c.cluster.backend == "nccl" || (c.cluster.backend == "auto" && c.model.device == "cuda");
+  if (use_nccl) {
+    const int gpus = static_cast<int>(torch::cuda::device_count());
+    if (gpus < 1) return absl::FailedPreconditionError("cluster.backend nccl needs a CUDA GPU");
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    const int device = (local != nullptr ? std::atoi(local) : roles->role->rank()) % gpus;
+    auto created = comm::NcclCommunicator::create(
+        *roles->role, device, {"learners (nccl)", c.cluster.collective_timeout_s});
+    if (!created.ok()) return created.status();
+    nccl = std::move(*created);
+  }
+  comm::Communicator& learners = nccl ? *nccl : *roles->role;
   const int rank = learners.rank(), size = learners.size();
   core::set_log_prefix("learner", rank);
   at::set_num_threads(static_cast<int>(c.cluster.threads_per_process));
@@ -335,6 +365,9 @@ absl::Status run(const LearnerArgs& args) {
         batch.tag = "stop";
         return batch;
       }
+      // Leases of workers gone silent are re-issued even while no worker asks for work.
+      host->core->expire(buffer::ControllerServer::monotonic_seconds());
+      const bool drained = host->core->drained();  // before buffered(): no push lost between
       if (host->core->buffered() >= c.trainer.groups_per_step) {
         std::vector<buffer::PromptRef> prompts;
         auto taken = host->core->take_batch(c.trainer.groups_per_step, &prompts);
@@ -350,7 +383,7 @@ absl::Status run(const LearnerArgs& args) {
           return batch;
         }
       }
-      if (host->core->drained()) {
+      if (drained) {
         batch.tag = "exhausted";
         return batch;
       }
@@ -458,7 +491,11 @@ absl::Status run(const LearnerArgs& args) {
     absl::Status flushed = metrics->flush();
     if (!flushed.ok()) return flushed;
   }
-  if (host) host->server->shutdown();  // workers see the controller gone and stop
+  if (host) {
+    host->core->close();  // workers asking for work hear "done" and stop
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    host->server->shutdown();
+  }
   std::string exported;
   if (c.checkpoint.export_hf && rank == 0) {
     exported = (fs::path(c.logging.run_dir) / "hf").string();

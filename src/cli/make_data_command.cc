@@ -2,6 +2,7 @@
 // no download: N-digit additions "a+b=" with the sum as the answer, a training set and a
 // disjoint held-out set, generated from a seed. Records carry "prompt", "response" (for the SFT
 // warm-up) and "answer" (for rewards and held-out accuracy).
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <random>
@@ -27,11 +28,13 @@ struct MakeDataArgs {
   int64_t train = 20000;
   int64_t eval = 200;
   uint64_t seed = 7;
+  bool reversed = false;
 };
 
-std::string record(int64_t a, int64_t b) {
+std::string record(int64_t a, int64_t b, bool reversed) {
   core::Json json = core::Json::object();
-  const std::string sum = std::to_string(a + b);
+  std::string sum = std::to_string(a + b);
+  if (reversed) std::reverse(sum.begin(), sum.end());
   json.set("prompt", absl::StrCat(a, "+", b, "="));
   json.set("response", sum);
   json.set("answer", sum);
@@ -60,7 +63,7 @@ absl::Status run(const MakeDataArgs& args) {
     for (int64_t i = 0; i < n;) {
       const int64_t a = operand(rng), b = operand(rng);
       if (!seen.insert({a, b}).second) continue;  // held-out pairs never appear in training
-      lines += record(a, b) + "\n";
+      lines += record(a, b, args.reversed) + "\n";
       ++i;
     }
     return lines;
@@ -100,6 +103,10 @@ void add_make_data_command(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}))
       ->capture_default_str();
   command->add_option("--seed", args->seed, "Generator seed")->capture_default_str();
+  command->add_flag("--reversed", args->reversed,
+                    "Write each sum least-significant digit first (\"123+456=\" -> \"975\"): "
+                    "carries then flow in the order the model writes, which a small model learns "
+                    "far faster");
   command->callback([args, exit_code] {
     absl::Status status = run(*args);
     if (!status.ok()) std::cerr << "flywheel make-data: " << status.message() << "\n";

@@ -123,6 +123,7 @@ absl::Status run(const RolloutArgs& args) {
   options.sampling.stop_token_ids = model_config->eos_token_ids;
   options.max_staleness = c.buffer.max_staleness;
   options.weight_timeout_s = c.weight_sync.timeout_s;
+  options.drain_timeout_s = c.rewards.timeout_s + 5;
   FLYWHEEL_LOG_INFO("rollout worker %s: controller %s, %d slots, groups of %d, %d thread(s)",
                     worker_id, address, c.rollout.max_slots, c.rollout.group_size,
                     c.cluster.threads_per_process);
@@ -130,6 +131,7 @@ absl::Status run(const RolloutArgs& args) {
   RolloutWorker worker(options, client->get(), engine->get(), &encoder, tokenizers->tokenizer.get(),
                        pool->get());
   absl::Status s = worker.run(stop);
+  pool->reset();  // every scoring callback (they use the worker) has run
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const RolloutWorkerStats stats = worker.stats();

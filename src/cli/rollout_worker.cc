@@ -92,7 +92,8 @@ absl::Status RolloutWorker::apply_weights(int64_t min_version, bool strict) {
   std::shared_ptr<buffer::PublishedWeights> weights;
   {
     std::unique_lock<std::mutex> lock(fetch_mu_);
-    if (min_version > applied_version_ && fetched_version_ < min_version) {
+    if (min_version > applied_version_ && fetched_version_ < min_version &&
+        (strict || min_version > unpublished_)) {
       // Wait until the weights arrive, or until a poll that started after now found nothing
       // newer (none is published yet: e.g. weight_sync.every_steps > 1).
       const int64_t rounds = fetch_rounds_;
@@ -101,8 +102,10 @@ absl::Status RolloutWorker::apply_weights(int64_t min_version, bool strict) {
                              std::chrono::duration<double>(options_.weight_timeout_s));
       const bool ready = fetch_cv_.wait_until(lock, deadline, [&] {
         return fetched_version_ >= min_version || (!strict && fetch_rounds_ >= rounds + 2) ||
-               stopping_.load();
+               stopping_.load() || (stop_ != nullptr && stop_->requested());
       });
+      // Not published (yet): later leases needing no more than this do not wait again.
+      if (!strict && fetched_version_ < min_version) unpublished_ = min_version;
       if (!ready) {
         return absl::DeadlineExceededError(absl::StrCat(
             "no weights of version ", min_version, " after ", options_.weight_timeout_s,
@@ -167,9 +170,10 @@ absl::Status RolloutWorker::acquire(bool* done) {
     const std::string where = absl::StrCat("prompt ", lease.prompt_index());
     absl::StatusOr<EncodedPrompt> prompt = encoder_->encode(lease.prompt_json(), where);
     if (!prompt.ok()) {
-      // The prompt cannot be generated here: give it back (counted) rather than hold it.
-      FLYWHEEL_LOG_ERROR("%s; releasing its lease", prompt.status().message());
-      (void)client_->release_lease(lease.lease_id());
+      // The prompt cannot be generated: the controller drops it (counted) rather than
+      // re-issuing it to the next worker forever.
+      FLYWHEEL_LOG_ERROR("%s; dropping it", prompt.status().message());
+      (void)client_->release_lease(lease.lease_id(), /*drop=*/true);
       std::lock_guard<std::mutex> lock(stats_mu_);
       ++stats_.leases_released;
       continue;
@@ -198,10 +202,9 @@ absl::Status RolloutWorker::submit_ready() {
     request.n = options_.group_size;
     s = engine_->submit(std::move(request));
     if (!s.ok()) {
-      // E.g. a prompt too long for the context: give the lease back.
-      FLYWHEEL_LOG_ERROR("prompt %d: %s; releasing its lease", next.lease.prompt_index(),
-                         s.message());
-      (void)client_->release_lease(next.lease.lease_id());
+      // E.g. a prompt too long for the context: the controller drops it (counted).
+      FLYWHEEL_LOG_ERROR("prompt %d: %s; dropping it", next.lease.prompt_index(), s.message());
+      (void)client_->release_lease(next.lease.lease_id(), /*drop=*/true);
       std::lock_guard<std::mutex> lock(stats_mu_);
       ++stats_.leases_released;
     } else {
@@ -241,6 +244,10 @@ void RolloutWorker::collect_finished() {
       owned.record_name = absl::StrCat("prompt ", active->lease.prompt_index());
       owned.prompt = active->prompt.text;
       absl::StatusOr<std::string> text = tokenizer_->decode(ids);
+      if (!text.ok()) {
+        FLYWHEEL_LOG_WARN("cannot decode a completion: %s", text.status().message());
+        failed = true;
+      }
       owned.completion = text.ok() ? *text : std::string();
       owned.completion_ids = to_int32(sample.token_ids);
       owned.truncated = sample.finish_reason == rollout::FinishReason::kLength;
@@ -281,10 +288,8 @@ void RolloutWorker::collect_finished() {
                       t.sample_index = static_cast<int64_t>(i);
                       group.trajectories.push_back(std::move(t));
                     }
-                    {
-                      std::lock_guard<std::mutex> lock(push_mu_);
-                      to_push_.push_back(std::move(group));
-                    }
+                    std::lock_guard<std::mutex> lock(push_mu_);
+                    to_push_.push_back(std::move(group));
                     --scoring_;
                     push_cv_.notify_all();
                   });
@@ -305,6 +310,30 @@ void RolloutWorker::push_loop() {
       pushing_ = static_cast<int64_t>(batch.size());
     }
     absl::StatusOr<std::vector<v1::PushAck>> acks = client_->push_groups(batch);
+    std::vector<buffer::TrajectoryGroup> retry;
+    if (acks.ok()) {
+      for (size_t i = 0; i < acks->size() && i < batch.size(); ++i) {
+        const v1::PushAck& ack = (*acks)[i];
+        std::lock_guard<std::mutex> stats_lock(stats_mu_);
+        ++stats_.groups_pushed;
+        if (ack.code() == 0) {
+          if (ack.outcome() == "accepted" || ack.outcome() == "duplicate") ++stats_.groups_accepted;
+          continue;
+        }
+        if (ack.code() == static_cast<int>(absl::StatusCode::kResourceExhausted)) {
+          retry.push_back(std::move(batch[i]));  // the buffer is full: push it again later
+          continue;
+        }
+        ++stats_.groups_rejected;
+        FLYWHEEL_LOG_WARN("group %s rejected: %s", ack.group_id(), ack.message());
+        if (ack.code() != static_cast<int>(absl::StatusCode::kFailedPrecondition)) {
+          // Invalid as generated (e.g. too long for the buffer): generating it again would not
+          // help, so the prompt is dropped (counted). A lease already gone needs nothing.
+          (void)client_->release_lease(batch[i].lease_id, /*drop=*/true);
+        }
+      }
+    }
+    if (!retry.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     std::lock_guard<std::mutex> lock(push_mu_);
     pushing_ = 0;
     if (!acks.ok()) {
@@ -312,30 +341,32 @@ void RolloutWorker::push_loop() {
       push_cv_.notify_all();
       return;
     }
-    std::lock_guard<std::mutex> stats_lock(stats_mu_);
-    for (const v1::PushAck& ack : *acks) {
-      ++stats_.groups_pushed;
-      if (ack.code() == 0 && (ack.outcome() == "accepted" || ack.outcome() == "duplicate")) {
-        ++stats_.groups_accepted;
-      } else if (ack.code() != 0) {
-        ++stats_.groups_rejected;
-        FLYWHEEL_LOG_WARN("group %s rejected: %s", ack.group_id(), ack.message());
-      }
-    }
+    for (auto it = retry.rbegin(); it != retry.rend(); ++it) to_push_.push_front(std::move(*it));
     push_cv_.notify_all();
   }
 }
 
 absl::Status RolloutWorker::run(const StopSignal& stop) {
+  stop_ = &stop;
   absl::Status s = loop(stop);
-  // Give back what was not generated, so that the controller re-issues it at once.
+  const bool reachable =
+      s.code() != absl::StatusCode::kUnavailable && s.code() != absl::StatusCode::kCancelled;
   engine_->abort_all();
-  for (const auto& [id, active] : active_) (void)client_->release_lease(active->lease.lease_id());
-  for (const auto& pending : pending_) (void)client_->release_lease(pending->lease.lease_id());
-  if (s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kCancelled) {
-    FLYWHEEL_LOG_INFO("the controller is gone (%s); stopping", s.message());
-    return absl::OkStatus();
+  if (reachable) {
+    // Give back what was not generated, so that the controller re-issues it at once.
+    for (const auto& [id, active] : active_) (void)client_->release_lease(active->lease.lease_id());
+    for (const auto& pending : pending_) (void)client_->release_lease(pending->lease.lease_id());
   }
+  // Groups still being scored are pushed (when the controller is there) before returning: the
+  // scoring pool's callbacks use this worker.
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(options_.drain_timeout_s));
+  std::unique_lock<std::mutex> lock(push_mu_);
+  push_cv_.wait_until(lock, deadline, [&] {
+    return scoring_.load() == 0 &&
+           ((to_push_.empty() && pushing_ == 0) || !push_error_.ok() || !reachable);
+  });
+  if (!reachable) FLYWHEEL_LOG_WARN("the controller is unreachable: %s", s.message());
   return s;
 }
 
@@ -366,7 +397,7 @@ absl::Status RolloutWorker::loop(const StopSignal& stop) {
     if (!done && Clock::now() >= next_acquire) {
       s = acquire(&done);
       if (!s.ok()) return s;
-      if (pending_.empty() && engine_->idle()) {
+      if (pending_.empty()) {
         next_acquire = Clock::now() + std::chrono::milliseconds(5);  // nothing granted: wait
       }
     }

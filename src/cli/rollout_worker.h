@@ -40,6 +40,7 @@ struct RolloutWorkerOptions {
   double weight_timeout_s = 300;  // waiting for (or transferring) weights
   double poll_interval_s = 0.05;  // weight manifest polls
   bool verify_weights = true;     // acknowledge applied weights with their checksum
+  double drain_timeout_s = 15;    // at exit: waiting for groups being scored and pushed
 };
 
 struct RolloutWorkerStats {
@@ -91,6 +92,8 @@ class RolloutWorker {
   int64_t acked_version_ = -1;
   std::vector<buffer::WeightTensor> applied_manifest_;
   int64_t applied_version_ = -1;  // staged into the engine
+  int64_t unpublished_ = -1;      // a version a wait found not published
+  const StopSignal* stop_ = nullptr;
 
   // Fetcher thread.
   mutable std::mutex fetch_mu_;

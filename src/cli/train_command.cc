@@ -14,6 +14,7 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "CLI/CLI.hpp"
@@ -140,6 +141,7 @@ class Launcher {
   std::optional<ChildProcess> learners_;
   std::vector<std::optional<ChildProcess>> workers_;
   std::vector<int> restarts_;
+  std::vector<std::optional<Clock::time_point>> restart_at_;
 };
 
 absl::Status Launcher::start_learners() {
@@ -213,7 +215,11 @@ void Launcher::plot() const {
   auto child = ChildProcess::start(o);
   if (!child.ok()) return;
   int status = 0;
-  while (!child->poll(&status)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (!child->poll(&status)) {
+    if (Clock::now() > deadline) child->signal(SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
     std::cerr << "flywheel train: plot of reward and held-out accuracy in " << png << "\n";
   } else {
@@ -243,6 +249,7 @@ absl::Status Launcher::run() {
   if (!s.ok()) return s;
   workers_.resize(c_.rollout.num_workers);
   restarts_.assign(c_.rollout.num_workers, 0);
+  restart_at_.assign(c_.rollout.num_workers, std::nullopt);
   int stop_requests = 0;
   int learner_status = 0;
   bool learner_done = false;
@@ -279,19 +286,26 @@ absl::Status Launcher::run() {
     }
     for (size_t i = 0; i < workers_.size(); ++i) {
       int status = 0;
-      if (!workers_[i] || !workers_[i]->poll(&status) || stop_requests > 0) continue;
-      workers_[i].reset();
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;  // finished: no work left
-      if (restarts_[i] >= kMaxRestartsPerWorker) {
-        std::cerr << "flywheel train: worker-" << i << " exited (" << describe_exit(status) << ") "
-                  << restarts_[i] << " times; not restarting it\n";
-        continue;
+      if (workers_[i] && workers_[i]->poll(&status) && stop_requests == 0) {
+        workers_[i].reset();
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;  // finished: no work left
+        if (restarts_[i] >= kMaxRestartsPerWorker) {
+          std::cerr << "flywheel train: worker-" << i << " exited (" << describe_exit(status)
+                    << ") " << restarts_[i] << " times; not restarting it\n";
+          continue;
+        }
+        ++restarts_[i];
+        std::cerr << "flywheel train: worker-" << i << " exited (" << describe_exit(status)
+                  << "); restarting it (restart " << restarts_[i] << ")\n";
+        // A moment later, so that a worker that lost the controller because training is
+        // ending is not started again.
+        restart_at_[i] = Clock::now() + std::chrono::seconds(1);
       }
-      ++restarts_[i];
-      std::cerr << "flywheel train: worker-" << i << " exited (" << describe_exit(status)
-                << "); restarting it (restart " << restarts_[i] << ")\n";
-      s = start_worker(i);
-      if (!s.ok()) break;
+      if (!workers_[i] && restart_at_[i] && Clock::now() >= *restart_at_[i]) {
+        restart_at_[i].reset();
+        s = start_worker(i);
+        if (!s.ok()) break;
+      }
     }
     if (!s.ok()) break;
   }

@@ -108,6 +108,8 @@ absl::StatusOr<std::unique_ptr<MpiRuntime>> MpiRuntime::init(int* argc, char*** 
   return runtime;
 }
 
+void MpiRuntime::abort(int exit_code) const { MPI_Abort(MPI_COMM_WORLD, exit_code); }
+
 MpiRuntime::~MpiRuntime() {
   int finalized = 0;
   MPI_Finalized(&finalized);

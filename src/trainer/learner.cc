@@ -113,6 +113,7 @@ absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const core::Config& con
   if (!options.ok()) return options.status();
   absl::StatusOr<algos::Algorithm> algorithm = algos::Algorithm::create(config, registry);
   if (!algorithm.ok()) return algorithm.status();
+  options->sharding.device = comm->device();  // NCCL learners train on their GPU
   return create(*options, std::move(*algorithm), model_config, comm);
 }
 

@@ -100,6 +100,40 @@ TEST(ControllerCoreTest, SilentWorkersLoseTheirLeases) {
   EXPECT_EQ(c->counters().expired, 1);
 }
 
+TEST(ControllerCoreTest, DroppedPromptsAreNotReissuedAndTheEpochStillDrains) {
+  auto c = make(options(/*prompts=*/2, /*groups_per_step=*/1, /*max_staleness=*/5));
+  Grant g = c->acquire("w", 2, 0);
+  ASSERT_EQ(g.leases.size(), 2u);
+  ASSERT_TRUE(c->release(g.leases[0].id, /*drop=*/true).ok());  // cannot be generated
+  ASSERT_TRUE(c->release(g.leases[1].id).ok());                 // given back: re-issued
+  EXPECT_EQ(c->counters().dropped, 1);
+  EXPECT_EQ(c->counters().released, 1);
+  Grant again = c->acquire("w", 2, 1);
+  ASSERT_EQ(again.leases.size(), 1u);
+  EXPECT_EQ(again.leases[0].prompt, g.leases[1].prompt);
+  EXPECT_FALSE(c->drained());
+  ASSERT_TRUE(c->push(group_for(again.leases[0], 0), 1).ok());
+  EXPECT_TRUE(c->drained());  // the dropped prompt is not waited for
+  EXPECT_EQ(c->acquire("w", 2, 2).kind, Grant::Kind::kDone);
+  // A snapshot keeps the count; one written before the counter existed restores with 0.
+  auto restored = ControllerCore::restore(options(2, 1, 5), c->snapshot(), 3);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ((*restored)->counters().dropped, 1);
+}
+
+TEST(ControllerCoreTest, ClosedControllerSaysDoneAndReleaseAllReissues) {
+  auto c = make(options(10, 2, 1));
+  Grant g = c->acquire("w", 3, 0);
+  ASSERT_EQ(g.leases.size(), 3u);
+  EXPECT_EQ(c->release_all(), 3);
+  EXPECT_EQ(c->in_flight(), 0);
+  Grant again = c->acquire("v", 3, 1);
+  ASSERT_EQ(again.leases.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(again.leases[i].prompt, g.leases[i].prompt);
+  c->close();
+  EXPECT_EQ(c->acquire("v", 3, 2).kind, Grant::Kind::kDone);
+}
+
 TEST(ControllerCoreTest, DuplicatePushesAreAcknowledgedOnce) {
   auto c = make(options(5, 2, 0));
   Lease l = c->acquire("w", 1, 0).leases.at(0);

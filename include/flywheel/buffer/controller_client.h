@@ -62,7 +62,8 @@ class ControllerClient {
   // One acknowledgement per group, in the order given. Errors only when the controller stays
   // unreachable (or rejects the call itself, e.g. UNAUTHENTICATED).
   absl::StatusOr<std::vector<v1::PushAck>> push_groups(const std::vector<TrajectoryGroup>& groups);
-  absl::Status release_lease(uint64_t lease_id);
+  // `drop`: the prompt cannot be generated; the controller drops it rather than re-issuing it.
+  absl::Status release_lease(uint64_t lease_id, bool drop = false);
   absl::StatusOr<v1::StatusReply> status();
 
   // The newest published weights if newer than `newer_than`; std::nullopt when the newest

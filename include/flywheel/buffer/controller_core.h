@@ -100,6 +100,7 @@ struct ControllerCounters {
   int64_t rejected_lease = 0;    // pushes under an unknown or expired lease
   int64_t rejected_full = 0;     // pushes refused by the capacity limits
   int64_t consumed = 0;          // groups handed to learners
+  int64_t dropped = 0;           // prompts given up by workers (cannot be generated)
 
   // Every counter by name (snapshot, GetStatus), in declaration order.
   std::vector<std::pair<std::string, int64_t*>> fields();
@@ -142,7 +143,8 @@ class ControllerCore {
   // Expires leases past their deadline or held by silent workers; their prompts are re-issued.
   void expire(double now);
   // A worker gives a lease back (e.g. aborted); the prompt is re-issued. NotFound if unknown.
-  absl::Status release(uint64_t lease_id);
+  // With `drop`, the prompt is not re-issued: it cannot be generated (counted as dropped).
+  absl::Status release(uint64_t lease_id, bool drop = false);
   // Gives back every lease (their prompts are re-issued first); returns how many. A learner job
   // restarted from a checkpoint calls it: the workers that held them are gone.
   int64_t release_all();
@@ -151,6 +153,8 @@ class ControllerCore {
   int64_t group_size() const { return options_.limits.group_size; }
   int64_t num_prompts() const { return options_.num_prompts; }
   int64_t in_flight() const;
+  // Training is over: acquire() answers kDone from now on (workers stop cleanly).
+  void close();
   // Every epoch is issued, nothing waits to be re-issued and no lease is out: no group will
   // arrive any more (what is buffered is all there will be).
   bool drained() const;
@@ -190,6 +194,7 @@ class ControllerCore {
   const Filter filter_;
   mutable absl::Mutex mu_;
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;   // epoch of the cursor
   int64_t cursor_ ABSL_GUARDED_BY(mu_) = 0;  // next position in the epoch's order
   uint64_t next_lease_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -29,6 +29,9 @@ class MpiRuntime {
 
   int world_rank() const { return rank_; }
   int world_size() const { return size_; }
+  // Ends every process of the job with `exit_code` (MPI_Abort): for an error one rank meets
+  // alone, which would otherwise leave the others waiting in a collective until its timeout.
+  [[noreturn]] void abort(int exit_code) const;
 
  private:
   MpiRuntime() = default;

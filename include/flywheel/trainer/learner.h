@@ -76,7 +76,8 @@ struct LearnerOptions {
 
 class Learner {
  public:
-  // InvalidArgument for bad options; NotFound for an unknown algorithm component.
+  // InvalidArgument for bad options; NotFound for an unknown algorithm component. The models
+  // live on `comm`'s device.
   static absl::StatusOr<std::unique_ptr<Learner>> create(const core::Config& config,
                                                          const model::ModelConfig& model_config,
                                                          comm::Communicator* comm,

@@ -133,9 +133,10 @@ absl::StatusOr<v1::AcquireWorkReply> ControllerClient::acquire_work(int64_t max_
   return reply;
 }
 
-absl::Status ControllerClient::release_lease(uint64_t lease_id) {
+absl::Status ControllerClient::release_lease(uint64_t lease_id, bool drop) {
   v1::ReleaseLeaseRequest request;
   request.set_lease_id(lease_id);
+  request.set_drop(drop);
   v1::ReleaseLeaseReply reply;
   return with_retries(
       [&](grpc::ClientContext* c) { return stub_->stub->ReleaseLease(c, request, &reply); });

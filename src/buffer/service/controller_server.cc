@@ -233,7 +233,7 @@ class ControllerServer::Service final : public CallbackBase {
                                          const v1::ReleaseLeaseRequest* req,
                                          v1::ReleaseLeaseReply*) override {
     grpc::Status s = authorize(ctx);
-    return finish(ctx, s.ok() ? to_grpc(core_->release(req->lease_id())) : s);
+    return finish(ctx, s.ok() ? to_grpc(core_->release(req->lease_id(), req->drop())) : s);
   }
 
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx, const v1::StatusRequest*,
