@@ -25,15 +25,11 @@
 
 #include "buffer_bench_worker.h"
 #include "flywheel/buffer/controller_server.h"
+#include "loopback.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using namespace flywheel::buffer;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // CPU seconds (user + system) used so far by this process, or by its waited-for children.
 double cpu_seconds(int who) {
@@ -41,52 +37,6 @@ double cpu_seconds(int who) {
   getrusage(who, &u);
   return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec +
          u.ru_stime.tv_usec * 1e-6;
-}
-
-// Bytes per second through `connections` loopback TCP connections at once (1 MiB writes for
-// `seconds`, a writer and a reader thread per connection).
-double raw_loopback_once(double seconds, int connections) {
-  std::atomic<int64_t> received{0};
-  std::vector<std::thread> threads;
-  const auto start = Clock::now();
-  for (int c = 0; c < connections; ++c) {
-    int listener = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    socklen_t len = sizeof(addr);
-    getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
-    listen(listener, 1);
-    threads.emplace_back([&received, listener] {
-      int fd = accept(listener, nullptr, nullptr);
-      std::vector<char> buf(1 << 20);
-      ssize_t n;
-      while ((n = read(fd, buf.data(), buf.size())) > 0) received += n;
-      close(fd);
-      close(listener);
-    });
-    threads.emplace_back([addr, seconds, start] {
-      int fd = socket(AF_INET, SOCK_STREAM, 0);
-      connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
-      std::vector<char> chunk(1 << 20, 'x');
-      while (seconds_since(start) < seconds) {
-        if (write(fd, chunk.data(), chunk.size()) < 0) break;
-      }
-      close(fd);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  return received / seconds_since(start);
-}
-
-// The median of three runs (this machine's loopback varies by +-20% from run to run).
-double raw_loopback_bytes_per_s(double seconds, int connections) {
-  double runs[3];
-  for (double& r : runs) r = raw_loopback_once(seconds / 3, connections);
-  std::sort(runs, runs + 3);
-  return runs[1];
 }
 
 struct Controller {
@@ -289,8 +239,8 @@ int main(int argc, char** argv) {
       std::thread::hardware_concurrency());
   if (run("small") || run("large")) {
     // Each push result is set against raw TCP over as many connections as it has workers.
-    const double raw1 = raw_loopback_bytes_per_s(seconds, 1);
-    const double raw2 = raw_loopback_bytes_per_s(seconds, 2);
+    const double raw1 = flywheel::bench::raw_loopback_bytes_per_s(seconds, 1);
+    const double raw2 = flywheel::bench::raw_loopback_bytes_per_s(seconds, 2);
     std::printf(
         "raw loopback TCP, median of 3 (this run): one connection %.1f MB/s, two connections "
         "%.1f MB/s\n",

@@ -76,6 +76,52 @@ Result run(std::shared_ptr<flywheel::model::DecoderModel> model, int64_t batch, 
   return {tokens_per_s, bound, memory_time >= compute_time ? "memory" : "compute"};
 }
 
+// The engine's pause for one weight update in the middle of generation (rollout.weight_update:
+// in_flight): update_weights() (the staged copy of every tensor) plus the extra time of the step
+// that applies it, beside a normal decode step.
+void report_update_pause(std::shared_ptr<flywheel::model::DecoderModel> model, int64_t batch,
+                         int64_t steps) {
+  const ModelConfig& c = model->config();
+  flywheel::rollout::EngineOptions options;
+  options.max_slots = batch;
+  options.max_seq_len = 16 + steps + 16;
+  auto engine = *flywheel::rollout::GenerationEngine::create(model, options);
+  for (int64_t b = 0; b < batch; ++b) {
+    flywheel::rollout::GenerationRequest r;
+    r.id = std::to_string(b);
+    for (int64_t t = 0; t < 16; ++t) r.prompt_ids.push_back((b * 31 + t * 7) % c.vocab_size);
+    r.sampling.temperature = 0;
+    r.sampling.max_new_tokens = steps + 12;
+    (void)engine->submit(r);
+  }
+  engine->step();
+  engine->step();
+  auto start = Clock::now();
+  for (int64_t s = 0; s < steps; ++s) engine->step();
+  const double step_s = seconds_since(start) / steps;
+  std::vector<std::pair<std::string, at::Tensor>> weights;
+  double bytes = 0;
+  for (const auto& [name, p] : model->named_parameters()) {
+    weights.emplace_back(name, p.clone());
+    bytes += static_cast<double>(p.numel() * p.element_size());
+  }
+  start = Clock::now();
+  absl::Status staged = engine->update_weights(weights, engine->version() + 1);
+  const double stage_s = seconds_since(start);
+  start = Clock::now();
+  engine->step();  // applies the update, then decodes
+  const double apply_step_s = seconds_since(start);
+  if (!staged.ok() || engine->version() != 1) {
+    std::printf("weight update failed: %s\n", std::string(staged.message()).c_str());
+    return;
+  }
+  std::printf(
+      "\nweight update in flight (%.0f MB, batch %lld): update_weights() %.1f ms, the step that "
+      "applies it %.1f ms vs %.1f ms per decode step: the engine pauses %.1f ms\n",
+      bytes / 1e6, static_cast<long long>(batch), 1e3 * stage_s, 1e3 * apply_step_s, 1e3 * step_s,
+      1e3 * (stage_s + std::max(0.0, apply_step_s - step_s)));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -126,6 +172,7 @@ int main(int argc, char** argv) {
       }
       std::printf("\n");
     }
+    if (std::string(spec.name) == "100M") report_update_pause(model, 32, 8);
   }
   return 0;
 }

@@ -26,6 +26,7 @@
 #include "flywheel/buffer/controller_client.h"
 #include "flywheel/buffer/controller_server.h"
 #include "flywheel/buffer/weight_store.h"
+#include "loopback.h"
 
 namespace {
 
@@ -34,50 +35,6 @@ using namespace flywheel::buffer;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// Bytes per second through one loopback TCP connection (1 MiB writes for `seconds`, a writer
-// and a reader thread), as buffer_bench measures it.
-double raw_loopback_once(double seconds) {
-  std::atomic<int64_t> received{0};
-  int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
-  listen(listener, 1);
-  const auto start = Clock::now();
-  std::thread reader([&received, listener] {
-    int fd = accept(listener, nullptr, nullptr);
-    std::vector<char> buf(1 << 20);
-    ssize_t n;
-    while ((n = read(fd, buf.data(), buf.size())) > 0) received += n;
-    close(fd);
-    close(listener);
-  });
-  std::thread writer([addr, seconds, start] {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
-    std::vector<char> chunk(1 << 20, 'x');
-    while (seconds_since(start) < seconds) {
-      if (write(fd, chunk.data(), chunk.size()) < 0) break;
-    }
-    close(fd);
-  });
-  writer.join();
-  reader.join();
-  return received / seconds_since(start);
-}
-
-// The median of three runs (loopback varies by +-20% from run to run).
-double raw_loopback_bytes_per_s(double seconds) {
-  double runs[3];
-  for (double& r : runs) r = raw_loopback_once(seconds / 3);
-  std::sort(runs, runs + 3);
-  return runs[1];
 }
 
 // `params` float32 parameters in `tensors` tensors of about equal size, filled with noise.
@@ -178,7 +135,7 @@ int main(int argc, char** argv) {
       "weight_sync_bench: controller in this process, one rollout worker in a child process, "
       "loopback gRPC (plaintext), %u cores\n",
       std::thread::hardware_concurrency());
-  const double raw = raw_loopback_bytes_per_s(3);
+  const double raw = flywheel::bench::raw_loopback_bytes_per_s(3, 1);
   std::printf("raw loopback TCP, one connection, median of 3 (this run): %.2f GB/s\n", raw / 1e9);
 
   ControllerOptions co;

@@ -2,17 +2,16 @@
 # The quickstart: RL that visibly raises held-out accuracy on a laptop CPU in minutes.
 #   scripts/quickstart.sh            # seed 7, everything under runs/quickstart/
 #   SEED=11 scripts/quickstart.sh    # another seed, under runs/quickstart-seed11/
-# Steps: bootstrap (packages + build, skipped when built), the synthetic task (3-digit addition,
-# generated from the seed), a small random Qwen2-architecture model, a short SFT warm-up that
+# Steps: bootstrap (packages + build; a no-op when up to date), the synthetic task (3-digit addition,
+# the sum written least-significant digit first; generated from the seed), a small random
+# Qwen2-architecture model, a short SFT warm-up that
 # stops at >= 25% held-out accuracy (cached: reused when present), then `flywheel train
 # configs/quickstart.yaml`: DAPO with 2 learner ranks and 1 rollout worker, asynchronous.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 build_dir=${FLYWHEEL_BUILD_DIR:-build}
-if [[ ! -x "$build_dir/flywheel" || "${FLYWHEEL_BOOTSTRAP:-0}" == 1 ]]; then
-  scripts/bootstrap.sh
-fi
+[[ "${FLYWHEEL_SKIP_BOOTSTRAP:-0}" == 1 ]] || scripts/bootstrap.sh  # idempotent
 flywheel="$build_dir/flywheel"
 seed=${SEED:-7}
 run=runs/quickstart
@@ -28,7 +27,7 @@ paths=(--set "model.path=$run/sft/hf" --set "data.train_path=$run/data/train.jso
 
 "$flywheel" version
 if [[ ! -f "$run/sft/hf/model.safetensors" ]]; then
-  "$flywheel" make-data addition --digits 3 --train 20000 --eval 200 --seed "$seed" \
+  "$flywheel" make-data addition --reversed --digits 3 --train 20000 --eval 200 --seed "$seed" \
     --out "$run/data"
   mkdir -p "$run/init"
   cat > "$run/init/config.json" <<'JSON'
@@ -41,7 +40,8 @@ JSON
   echo "== SFT warm-up (stops at 25% held-out accuracy) =="
   mpirun -np 2 --oversubscribe --bind-to none "$flywheel" sft configs/quickstart.yaml \
     "${paths[@]}" --set "model.path=$run/init" --set "logging.run_dir=$run/sft" \
-    --set trainer.lr=1e-3 --set trainer.warmup_steps=10 --set trainer.total_steps=3000 \
+    --set trainer.lr=1e-3 --set trainer.lr_schedule=constant --set trainer.warmup_steps=10 \
+    --set trainer.total_steps=3000 \
     --set checkpoint.every_steps=0 --set checkpoint.resume=never \
     --set logging.console_interval_s=10
 else

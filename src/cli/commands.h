@@ -2,6 +2,8 @@
 // when it runs, its exit status is stored in *exit_code.
 #pragma once
 
+#include "absl/status/status.h"
+
 namespace CLI {
 class App;
 }  // namespace CLI
@@ -11,6 +13,16 @@ namespace flywheel::cli {
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;  // the command ran and failed
 constexpr int kExitUsage = 2;    // bad arguments or an invalid configuration
+
+// kExitOk, kExitUsage for InvalidArgument and NotFound (and `usage_also`), else kExitFailure.
+inline int exit_code_for(const absl::Status& s,
+                         absl::StatusCode usage_also = absl::StatusCode::kInvalidArgument) {
+  if (s.ok()) return kExitOk;
+  return s.code() == absl::StatusCode::kInvalidArgument ||
+                 s.code() == absl::StatusCode::kNotFound || s.code() == usage_also
+             ? kExitUsage
+             : kExitFailure;
+}
 
 void add_version_command(CLI::App& app, int* exit_code);
 void add_validate_config_command(CLI::App& app, int* exit_code);

@@ -140,11 +140,7 @@ void add_eval_command(CLI::App& app, int* exit_code) {
   command->callback([args, exit_code] {
     absl::Status status = run(*args);
     if (!status.ok()) std::cerr << "flywheel eval: " << status.message() << "\n";
-    *exit_code = status.ok() ? kExitOk
-                 : status.code() == absl::StatusCode::kInvalidArgument ||
-                         status.code() == absl::StatusCode::kNotFound
-                     ? kExitUsage
-                     : kExitFailure;
+    *exit_code = exit_code_for(status);
   });
 }
 

@@ -529,11 +529,7 @@ void add_learner_command(CLI::App& app, int* exit_code) {
   command->callback([args, exit_code] {
     absl::Status status = run(*args);
     if (!status.ok()) std::cerr << "flywheel learner: " << status.message() << "\n";
-    *exit_code = status.ok() ? kExitOk
-                 : status.code() == absl::StatusCode::kInvalidArgument ||
-                         status.code() == absl::StatusCode::kNotFound
-                     ? kExitUsage
-                     : kExitFailure;
+    *exit_code = exit_code_for(status);
   });
 }
 

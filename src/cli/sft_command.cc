@@ -332,11 +332,7 @@ void add_sft_command(CLI::App& app, int* exit_code) {
   command->callback([args, exit_code] {
     absl::Status status = run(*args);
     if (!status.ok()) std::cerr << "flywheel sft: " << status.message() << "\n";
-    *exit_code = status.ok() ? kExitOk
-                 : status.code() == absl::StatusCode::kInvalidArgument ||
-                         status.code() == absl::StatusCode::kNotFound
-                     ? kExitUsage
-                     : kExitFailure;
+    *exit_code = exit_code_for(status);
   });
 }
 

@@ -406,12 +406,7 @@ void add_train_command(CLI::App& app, int* exit_code) {
   command->callback([args, exit_code] {
     absl::Status status = run(*args);
     if (!status.ok()) std::cerr << "flywheel train: " << status.message() << "\n";
-    *exit_code = status.ok() ? kExitOk
-                 : status.code() == absl::StatusCode::kInvalidArgument ||
-                         status.code() == absl::StatusCode::kNotFound ||
-                         status.code() == absl::StatusCode::kFailedPrecondition
-                     ? kExitUsage
-                     : kExitFailure;
+    *exit_code = exit_code_for(status, absl::StatusCode::kFailedPrecondition);
   });
 }
 

@@ -35,7 +35,7 @@ case "$case_name" in
     expect_exit 2 "$flywheel" ;;
   validate_quickstart)
     expect_exit 0 "$flywheel" validate-config "$src/configs/quickstart.yaml"
-    expect_output "group_size: 4"
+    expect_output "group_size: 8"
     expect_output "is valid" ;;
   validate_override)
     expect_exit 0 "$flywheel" validate-config "$src/configs/quickstart.yaml" \
@@ -43,10 +43,10 @@ case "$case_name" in
     expect_output "lr: 0.5"
     expect_output 'stop: ["###"]'
     # --set before the config takes one value each: the config stays the positional.
-    expect_exit 0 "$flywheel" validate-config --set trainer.lr=0.25 --set trainer.total_steps=9 \
+    expect_exit 0 "$flywheel" validate-config --set trainer.lr=0.25 --set trainer.total_steps=99 \
       "$src/configs/quickstart.yaml" --no-plugins
     expect_output "lr: 0.25"
-    expect_output "total_steps: 9" ;;
+    expect_output "total_steps: 99" ;;
   validate_preset)
     printf 'algorithm:\n  name: dapo\n  clip_low: 0.1\nrollout:\n  max_new_tokens: 100\n' > "$work/d.yaml"
     expect_exit 0 "$flywheel" validate-config "$work/d.yaml"

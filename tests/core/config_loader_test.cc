@@ -54,7 +54,7 @@ TEST_F(ConfigLoaderTest, LoadsTheQuickstartConfig) {
   absl::StatusOr<LoadedConfig> loaded =
       load_config_file(FLYWHEEL_SOURCE_DIR "/configs/quickstart.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  EXPECT_EQ(loaded->config.rollout.group_size, 4);
+  EXPECT_EQ(loaded->config.rollout.group_size, 8);
   EXPECT_EQ(loaded->config.tokenizer.type, "char");
   ASSERT_EQ(loaded->config.rewards.functions.size(), 1u);
   EXPECT_EQ(loaded->config.rewards.functions[0].name, "exact_match");

@@ -60,11 +60,13 @@ check_prompts() {
     console.log(n);' "$1"
 }
 
-# Every step: staleness within the bound, no violation, no checksum mismatch; acks seen.
-check_metrics() {  # run_dir max_staleness steps
+# Every step: staleness within the bound, no violation, no checksum mismatch; acks seen (in
+# synchronous mode every version but the last is applied by some worker before it generates;
+# asynchronous workers may skip versions).
+check_metrics() {  # run_dir max_staleness steps min_acks
   node -e '
     const fs = require("fs");
-    const [file, bound, steps] = [process.argv[1], +process.argv[2], +process.argv[3]];
+    const [file, bound, steps, min_acks] = [process.argv[1], +process.argv[2], +process.argv[3], +process.argv[4]];
     const rows = fs.readFileSync(file, "utf8").trim().split("\n").map(JSON.parse);
     let last = {}, trained = 0;
     for (const r of rows) {
@@ -79,10 +81,10 @@ check_metrics() {  # run_dir max_staleness steps
       }
     }
     if (trained < steps) throw new Error(`${trained} trained steps logged, want ${steps}`);
-    if (!(last["weight_sync/acks"] >= steps)) throw new Error(`only ${last["weight_sync/acks"]} weight acks`);
+    if (!(last["weight_sync/acks"] >= min_acks)) throw new Error(`only ${last["weight_sync/acks"]} weight acks`);
     if (!rows.some(r => "eval/accuracy" in r.scalars)) throw new Error("no eval/accuracy");
     console.log(`staleness_max ${Math.max(...rows.filter(r => "async/staleness_max" in r.scalars).map(r => r.scalars["async/staleness_max"]))}, acks ${last["weight_sync/acks"]}`);' \
-    "$1/metrics.jsonl" "$2" "$3"
+    "$1/metrics.jsonl" "$2" "$3" "$4"
 }
 
 for staleness in 0 1; do
@@ -91,7 +93,8 @@ for staleness in 0 1; do
     fail "train (max_staleness $staleness) exited with $?: $out"
   grep -q "flywheel learner: 6 steps" <<<"$out" || fail "not 6 steps (max_staleness $staleness): $out"
   grep -q "; 0 staleness violations" <<<"$out" || fail "violations: $out"
-  m=$(check_metrics "$work/run" $staleness 6) || fail "metrics (max_staleness $staleness): $m"
+  min_acks=$(( staleness == 0 ? 6 : 2 ))
+  m=$(check_metrics "$work/run" $staleness 6 $min_acks 2>&1) || fail "metrics (max_staleness $staleness): $m"
   n=$(check_prompts "$work/run/trained_prompts.jsonl") || fail "prompts (max_staleness $staleness)"
   [[ "$n" == 24 ]] || fail "$n prompts trained, want 24"
   [[ -f "$work/run/hf/model.safetensors" ]] || fail "no export"
@@ -107,11 +110,11 @@ rm -rf "$work/run"
 timeout 300 "$flywheel" train "$work/base.yaml" "${long[@]}" \
   > "$work/kill_worker.log" 2>&1 &
 launcher=$!
-for _ in $(seq 600); do
+for _ in $(seq 1200); do  # up to 2 minutes on a loaded machine
   grep -qs '"step": 2,' "$work/run/metrics.jsonl" && break
   sleep 0.1
 done
-victim=$(pgrep -f -- "--worker-id worker-0" | head -1)
+victim=$(pgrep -f -- "rollout $work/base.yaml.*--worker-id worker-0" | head -1)
 [[ -n "$victim" ]] || fail "no worker-0 process"
 kill -9 "$victim"
 wait "$launcher" || fail "train after a worker kill exited with $?: $(cat "$work/kill_worker.log")"
@@ -127,16 +130,17 @@ rm -rf "$work/run"
 timeout 300 "$flywheel" train "$work/base.yaml" "${long[@]}" \
   > "$work/kill_learner.log" 2>&1 &
 launcher=$!
-for _ in $(seq 600); do
+for _ in $(seq 2400); do  # up to 2 minutes on a loaded machine
   [[ -f "$work/run/checkpoints/step_3/COMPLETE" ]] && break
   sleep 0.05
 done
-pkill -9 -f -- "flywheel learner" || fail "no learner process"
-pkill -9 -f -- "mpirun.*flywheel" 2> /dev/null
+[[ -f "$work/run/checkpoints/step_3/COMPLETE" ]] || fail "no checkpoint of step 3"
+
+pkill -9 -f -- "learner $work/base.yaml" || fail "no learner process"
 wait "$launcher" && fail "train survived its learners"
 launcher=""
 sleep 0.5
-pgrep -f -- "--worker-id worker-" > /dev/null && fail "workers outlived the launcher's run"
+pgrep -f -- "rollout $work/base.yaml" > /dev/null && fail "workers outlived the launcher's run"
 out=$(timeout 300 "$flywheel" train --resume "$work/run" 2>&1) || fail "resume exited with $?: $out"
 grep -q "resumed from" <<<"$out" || fail "did not resume: $out"
 grep -q "flywheel learner: 60 steps" <<<"$out" || fail "resume: not 60 steps: $out"
