@@ -15,9 +15,9 @@ steps=${2:-60}
 work=${E2E_BENCH_DIR:-$(mktemp -d)}
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 [[ $(id -u) == 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-(( $(nproc) >= 2 )) || { echo "e2e_bench needs 2 cores"; exit 1; }
+(( $(getconf _NPROCESSORS_ONLN) >= 2 )) || { echo "e2e_bench needs 2 cores"; exit 1; }
 cd "$root"
-echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
+echo "CPU: $(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2 | xargs), $(getconf _NPROCESSORS_ONLN) cores"
 
 # The quickstart's task and warm-started model (its SFT checkpoint when present).
 model=runs/quickstart/sft/hf
