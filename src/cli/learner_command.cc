@@ -80,7 +80,7 @@ std::string dial_address(const std::string& bind_address, int port) {
 
 // Statistics of one batch of groups as the learner receives it, at policy version `version`.
 struct BatchStats {
-  double score_mean = 0, length_mean = 0, length_max = 0, clip_ratio = 0;
+  double score_mean = 0, length_max = 0, clip_ratio = 0;
   double staleness_mean = 0, staleness_max = 0;
   int64_t violations = 0, tokens = 0;
   std::map<std::string, double> reward_parts;  // mean of each breakdown entry
@@ -96,7 +96,6 @@ BatchStats batch_stats(const std::vector<buffer::TrajectoryGroup>& groups, int64
       ++n;
       s.score_mean += t.reward;
       const double length = static_cast<double>(t.response_ids.size());
-      s.length_mean += length;
       s.length_max = std::max(s.length_max, length);
       s.clip_ratio += t.finish_reason == "length" ? 1 : 0;
       s.tokens += static_cast<int64_t>(t.prompt_ids.size() + t.response_ids.size());
@@ -114,7 +113,6 @@ BatchStats batch_stats(const std::vector<buffer::TrajectoryGroup>& groups, int64
   }
   if (n > 0) {
     s.score_mean /= n;
-    s.length_mean /= n;
     s.clip_ratio /= n;
     s.staleness_mean /= n;
   }

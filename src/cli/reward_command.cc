@@ -132,11 +132,8 @@ absl::Status run(const RewardArgs& args) {
     if (!loaded.ok()) return loaded.status();
     tokenizer = std::move(*loaded);
   }
-  rewards::ScoringPoolOptions pool_options;
-  pool_options.workers = config.rewards.workers;
-  pool_options.queue_size = config.rewards.queue_size;
-  pool_options.timeout_s = config.rewards.timeout_s;
-  auto pool = rewards::ScoringPool::create(*composite, pool_options);
+  auto pool = rewards::ScoringPool::create(
+      *composite, rewards::ScoringPoolOptions::from_config(config.rewards));
   if (!pool.ok()) return pool.status();
   absl::StatusOr<std::unique_ptr<JsonlReader>> in = JsonlReader::open(args.input);
   if (!in.ok()) return in.status();
@@ -202,7 +199,7 @@ absl::Status run(const RewardArgs& args) {
   const rewards::ScoringCounters counters = (*pool)->counters();
   std::cerr << absl::StrFormat(
       "flywheel reward: %d record(s) in %.2f s (%.1f records/s, %d scoring thread(s))\n",
-      summary.records, elapsed, summary.records / std::max(elapsed, 1e-9), pool_options.workers);
+      summary.records, elapsed, summary.records / std::max(elapsed, 1e-9), config.rewards.workers);
   if (summary.records > 0) {
     std::cerr << absl::StrFormat("  reward: mean %.4f\n", summary.reward_sum / summary.records);
     for (const auto& [name, sum_count] : summary.parts) {

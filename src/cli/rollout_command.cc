@@ -101,11 +101,8 @@ absl::Status run(const RolloutArgs& args) {
   auto composite = rewards::CompositeReward::create(c.rewards, *job->registry,
                                                     c.rollout.max_new_tokens, config_dir);
   if (!composite.ok()) return composite.status();
-  rewards::ScoringPoolOptions pool_options;
-  pool_options.workers = c.rewards.workers;
-  pool_options.queue_size = c.rewards.queue_size;
-  pool_options.timeout_s = c.rewards.timeout_s;
-  auto pool = rewards::ScoringPool::create(*composite, pool_options);
+  auto pool =
+      rewards::ScoringPool::create(*composite, rewards::ScoringPoolOptions::from_config(c.rewards));
   if (!pool.ok()) return pool.status();
 
   absl::StatusOr<buffer::ControllerClientOptions> client_options =

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "flywheel/core/options/rewards_options.h"
 #include "flywheel/rewards/composite_reward.h"
 
 namespace flywheel::rewards {
@@ -40,6 +41,11 @@ struct ScoringPoolOptions {
   int64_t workers = 2;
   int64_t queue_size = 4096;  // calls
   double timeout_s = 10.0;    // per call; values over 1e7 s (115 days) mean 1e7 s
+
+  // rewards.workers, rewards.queue_size and rewards.timeout_s.
+  static ScoringPoolOptions from_config(const core::RewardsOptions& rewards) {
+    return {rewards.workers, rewards.queue_size, rewards.timeout_s};
+  }
 };
 
 struct ScoringCounters {
