@@ -185,6 +185,27 @@ class ReinforcePpBaseline : public AdvantageEstimator {
   }
 };
 
+// ReMax (§1.7): undiscounted reward-to-go minus the greedy response's reward; no whitening.
+class Remax : public AdvantageEstimator {
+ public:
+  absl::StatusOr<AdvantageResult> compute(const AdvantageInput& in) const override {
+    if (absl::Status s = check_common(in, false); !s.ok()) return s;
+    const int64_t B = in.mask.size(0);
+    if (!in.baselines.defined() || in.baselines.dim() != 1 || in.baselines.size(0) != B) {
+      return absl::InvalidArgumentError(
+          "remax needs baselines of shape [B] (the greedy response's reward per row)");
+    }
+    at::NoGradGuard no_grad;
+    at::Tensor m = in.mask.to(at::kFloat);
+    at::Tensor r = in.token_rewards.defined() ? in.token_rewards.to(at::kFloat)
+                                              : scores_on_last_token(in.scores, in.mask);
+    at::Tensor returns = (r * m).flip({-1}).cumsum(-1).flip({-1}) * m;
+    at::Tensor advantages = returns - in.baselines.to(at::kFloat).unsqueeze(1) * m;
+    return AdvantageResult{advantages, returns};
+  }
+  bool needs_greedy_baseline() const override { return true; }
+};
+
 }  // namespace
 
 at::Tensor masked_whiten(const at::Tensor& x, const at::Tensor& mask) {
@@ -227,6 +248,9 @@ absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_reinforce_pp(const Esti
 absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_reinforce_pp_baseline(
     const EstimatorOptions&) {
   return std::unique_ptr<AdvantageEstimator>(new ReinforcePpBaseline());
+}
+absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_remax(const EstimatorOptions&) {
+  return std::unique_ptr<AdvantageEstimator>(new Remax());
 }
 
 }  // namespace flywheel::algos

@@ -63,6 +63,7 @@ absl::Status register_algos_builtins(core::PluginRegistry& registry) {
   FLYWHEEL_RETURN_IF_ERROR(estimators.add("rloo", &make_rloo));
   FLYWHEEL_RETURN_IF_ERROR(estimators.add("reinforce_pp", &make_reinforce_pp));
   FLYWHEEL_RETURN_IF_ERROR(estimators.add("reinforce_pp_baseline", &make_reinforce_pp_baseline));
+  FLYWHEEL_RETURN_IF_ERROR(estimators.add("remax", &make_remax));
   auto& losses = registry.get<PolicyLoss, const PolicyLossOptions&>();
   FLYWHEEL_RETURN_IF_ERROR(losses.add("ppo_clip", &make_ppo_clip));
   FLYWHEEL_RETURN_IF_ERROR(losses.add("gspo", &make_gspo));

@@ -83,6 +83,12 @@ const std::map<std::string, Preset>& presets() {
          a->advantage_estimator = "rloo";
          *filter = "";
        }},
+      {"remax",
+       [](const Config&, AlgorithmOptions* a, std::string* filter) {
+         ppo_clip_defaults(a);
+         a->advantage_estimator = "remax";  // the workers add one greedy response per prompt
+         *filter = "";
+       }},
       {"reinforce_pp",
        [](const Config&, AlgorithmOptions* a, std::string* filter) {
          ppo_clip_defaults(a);

@@ -169,6 +169,7 @@ std::string ControllerCore::snapshot() const {
     g.set("group_id", Json(e.group.group_id));
     g.set("lease_id", Json(static_cast<int64_t>(e.group.lease_id)));
     g.set("worker_id", Json(e.group.worker_id));
+    if (e.group.has_baseline) g.set("baseline_reward", Json(e.group.baseline_reward));
     g.set("epoch", Json(e.epoch));
     g.set("prompt", Json(e.prompt));
     Json ts = Json::array();
@@ -252,6 +253,10 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::restore(
     e.group.group_id = r.string(g.find("group_id"));
     e.group.lease_id = static_cast<uint64_t>(r.integer(g.find("lease_id")));
     e.group.worker_id = r.string(g.find("worker_id"));
+    if (const Json* b = g.find("baseline_reward"); b != nullptr) {
+      e.group.has_baseline = true;
+      e.group.baseline_reward = r.number(b);
+    }
     e.epoch = r.integer(g.find("epoch"));
     e.prompt = r.integer(g.find("prompt"));
     const Json* ts = g.find("trajectories");

@@ -79,6 +79,13 @@ absl::Status validate_group(const TrajectoryGroup& group, const ValidationLimits
   if (static_cast<int64_t>(group.worker_id.size()) > limits.max_id_bytes) {
     return bad("worker_id", too_long(group.worker_id.size()));
   }
+  if (limits.require_baseline && !group.has_baseline) {
+    return bad("baseline_reward",
+               "missing: the advantage estimator needs the reward of a greedy response per prompt");
+  }
+  if (group.has_baseline && !std::isfinite(group.baseline_reward)) {
+    return bad("baseline_reward", "must be finite");
+  }
   if (static_cast<int64_t>(group.trajectories.size()) != limits.group_size) {
     return bad("trajectories",
                absl::StrCat("expected ", limits.group_size, " trajectories (the group size), got ",

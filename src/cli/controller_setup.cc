@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "flywheel/algos/algorithm.h"
 #include "flywheel/algos/dapo.h"
 #include "flywheel/core/file_io.h"
 
@@ -38,6 +39,9 @@ absl::StatusOr<ControllerSetup> prepare_controller(const JobSetup& job, int64_t 
   o.limits.max_tokens = c.model.max_seq_len;
   o.limits.max_group_bytes = c.buffer.server.max_message_bytes;
   o.dataset_fingerprint = setup.dataset->fingerprint();
+  absl::StatusOr<algos::Algorithm> algorithm = algos::Algorithm::create(c, *job.registry);
+  if (!algorithm.ok()) return algorithm.status();
+  o.limits.require_baseline = algorithm->estimator->needs_greedy_baseline();
 
   if (!c.buffer.filter.empty()) {
     auto created = job.registry->get<algos::GroupFilter, const algos::GroupFilterParams&>().create(

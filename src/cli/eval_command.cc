@@ -4,6 +4,7 @@
 // shared among the ranks. Prints one JSON line: accuracy, mean completion length, records.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -15,7 +16,7 @@
 #include "flywheel/core/json.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/trainer/checkpoint.h"
-#include "greedy_eval.h"
+#include "held_out_eval.h"
 #include "job_setup.h"
 #include "learner_job.h"
 #include "prompt_encoder.h"
@@ -100,14 +101,17 @@ absl::Status run(const EvalArgs& args) {
   if (!tokenizers.ok()) return tokenizers.status();
   absl::StatusOr<SftData> records = load_eval_data(c, *tokenizers, model_config->vocab_size, data);
   if (!records.ok()) return records.status();
-  auto evaluator =
-      make_greedy_evaluator(c, *model_config, tokenizers->tokenizer.get(), records->records);
+  auto scorer = make_eval_scorer(*job);
+  if (!scorer.ok()) return scorer.status();
+  auto evaluator = HeldOutEvaluator::create(
+      *model_config, tokenizers->tokenizer.get(),
+      eval_options_from_config(c, *model_config, scorer->get()), records->records);
   if (!evaluator.ok()) return evaluator.status();
   absl::StatusOr<model::DecoderModel::TensorLookup> weights = model::open_hf_weights(dir->path());
   if (!weights.ok()) return weights.status();
   absl::Status loaded = (*evaluator)->load(*weights);
   if (!loaded.ok()) return loaded;
-  absl::StatusOr<GreedyEvalResult> result =
+  absl::StatusOr<HeldOutEvalResult> result =
       (*evaluator)->evaluate_loaded(records->records, **world);
   if (!result.ok()) return result.status();
   if ((*world)->rank() == 0) {
@@ -115,8 +119,11 @@ absl::Status run(const EvalArgs& args) {
     out.set("model", args.model);
     out.set("data", data);
     out.set("records", result->records);
-    out.set("accuracy", result->accuracy);
-    out.set("mean_length", result->mean_length);
+    out.set("judge", scorer->get() != nullptr ? "rewards" : "answer");
+    // The names train logs, without "eval/".
+    log_eval_result(*result, [&](const std::string& name, double value) {
+      out.set(name.substr(5), std::isnan(value) ? core::Json() : core::Json(value));
+    });
     std::cout << out.dump() << std::endl;
   }
   return absl::OkStatus();
@@ -128,8 +135,8 @@ void add_eval_command(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<EvalArgs>();
   CLI::App* command = app.add_subcommand(
       "eval",
-      "Held-out greedy exact-match accuracy of a model directory or a checkpoint step "
-      "directory, as `flywheel train` measures it (eval/*)");
+      "Held-out accuracy (greedy, and pass@k with eval.samples) of a model directory or a "
+      "checkpoint step directory, judged as `flywheel train` judges it (eval.judge)");
   command->add_option("model", args->model, "Hugging Face directory or checkpoint step_N")
       ->required();
   command->add_option("--config", args->config_path, "YAML config (tokenizer, eval, data keys)")

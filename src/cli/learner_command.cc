@@ -30,7 +30,7 @@
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/trainer/checkpoint.h"
 #include "flywheel/trainer/learner.h"
-#include "greedy_eval.h"
+#include "held_out_eval.h"
 #include "job_setup.h"
 #include "learner_job.h"
 #include "mpmd.h"
@@ -297,16 +297,21 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
                       host->setup.dataset->size(), size);
   }
 
-  // Held-out evaluation (greedy exact match) on the learners' full weights.
+  // Held-out evaluation on the learners' full weights.
   std::optional<SftData> eval;
-  std::unique_ptr<GreedyEvaluator> evaluator;
+  std::unique_ptr<rewards::ScoringPool> eval_scorer;
+  std::unique_ptr<HeldOutEvaluator> evaluator;
   if (!c.data.eval_path.empty()) {
     absl::StatusOr<SftData> loaded =
         load_eval_data(c, *tokenizers, model_config->vocab_size, c.data.eval_path);
     if (!loaded.ok()) return loaded.status();
     eval = std::move(*loaded);
-    auto created =
-        make_greedy_evaluator(c, *model_config, tokenizers->tokenizer.get(), eval->records);
+    auto scorer = make_eval_scorer(*job);
+    if (!scorer.ok()) return scorer.status();
+    eval_scorer = std::move(*scorer);
+    auto created = HeldOutEvaluator::create(
+        *model_config, tokenizers->tokenizer.get(),
+        eval_options_from_config(c, *model_config, eval_scorer.get()), eval->records);
     if (!created.ok()) return created.status();
     evaluator = std::move(*created);
   }
@@ -325,11 +330,10 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
   double first_accuracy = NAN, last_accuracy = NAN;
   auto evaluate = [&](int64_t step) -> absl::Status {
     if (!evaluator) return absl::OkStatus();
-    absl::StatusOr<GreedyEvalResult> r =
+    absl::StatusOr<HeldOutEvalResult> r =
         evaluator->evaluate((*learner)->policy(), eval->records, learners);
     if (!r.ok()) return r.status();
-    log("eval/accuracy", r->accuracy, step);
-    log("eval/mean_length", r->mean_length, step);
+    log_eval_result(*r, [&](const std::string& name, double value) { log(name, value, step); });
     if (std::isnan(first_accuracy)) first_accuracy = r->accuracy;
     last_accuracy = r->accuracy;
     return absl::OkStatus();
@@ -503,11 +507,23 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
     if (!s.ok()) return s;
   }
   if (rank == 0) {
+    // Prompts given up and groups refused as invalid are worth a look when there are any (a
+    // worker of another version, a reward that fails on every record, ...).
+    std::string lost;
+    if (host) {
+      const buffer::ControllerCounters counters = host->core->counters();
+      if (counters.dropped > 0 || counters.rejected_invalid > 0) {
+        lost = absl::StrFormat(
+            "; %d prompts dropped and %d groups rejected as invalid (see the "
+            "rollout logs)",
+            counters.dropped, counters.rejected_invalid);
+      }
+    }
     std::cout << absl::StrFormat(
         "flywheel learner: %d steps in %.1f s%s; held-out accuracy %.3f -> %.3f; %d staleness "
-        "violations%s\n",
+        "violations%s%s\n",
         step, seconds_since(start), stopped_by.empty() ? "" : " (stopped by " + stopped_by + ")",
-        first_accuracy, last_accuracy, violations,
+        first_accuracy, last_accuracy, violations, lost,
         exported.empty() ? "" : "; exported to " + exported);
   }
   return absl::OkStatus();

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "commands.h"
 #include "controller_setup.h"
+#include "flywheel/algos/algorithm.h"
 #include "flywheel/core/logging.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/rewards/composite_reward.h"
@@ -111,6 +112,9 @@ absl::Status run(const RolloutArgs& args) {
   auto client = buffer::ControllerClient::connect(*client_options);
   if (!client.ok()) return client.status();
 
+  absl::StatusOr<algos::Algorithm> algorithm = algos::Algorithm::create(c, *job->registry);
+  if (!algorithm.ok()) return algorithm.status();
+
   PromptEncoder encoder(*tokenizers, c.data, model_config->vocab_size);
   RolloutWorkerOptions options;
   options.worker_id = worker_id;
@@ -121,6 +125,7 @@ absl::Status run(const RolloutArgs& args) {
   options.max_staleness = c.buffer.max_staleness;
   options.weight_timeout_s = c.weight_sync.timeout_s;
   options.drain_timeout_s = c.rewards.timeout_s + 5;
+  options.greedy_baseline = algorithm->estimator->needs_greedy_baseline();
   FLYWHEEL_LOG_INFO("rollout worker %s: controller %s, %d slots, groups of %d, %d thread(s)",
                     worker_id, address, c.rollout.max_slots, c.rollout.group_size,
                     c.cluster.threads_per_process);

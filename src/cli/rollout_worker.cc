@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/logging.h"
 #include "weight_payload.h"
@@ -21,6 +23,8 @@ std::vector<int32_t> to_int32(const std::vector<int64_t>& v) {
   return std::vector<int32_t>(v.begin(), v.end());
 }
 
+constexpr char kBaselineSuffix[] = "/greedy";  // request id of a lease's greedy baseline
+
 }  // namespace
 
 struct RolloutWorker::Pending {
@@ -32,6 +36,7 @@ struct RolloutWorker::Pending {
 struct RolloutWorker::Active {
   v1::PromptLease lease;
   EncodedPrompt prompt;
+  std::unique_ptr<rollout::GroupResult> group, baseline;  // finished requests
 };
 
 RolloutWorker::RolloutWorker(const RolloutWorkerOptions& options, buffer::ControllerClient* client,
@@ -156,9 +161,10 @@ void RolloutWorker::maybe_acknowledge() {
 
 absl::Status RolloutWorker::acquire(bool* done) {
   // Groups the engine can start now, less what is already waiting for it.
+  const int64_t per_group = options_.group_size + (options_.greedy_baseline ? 1 : 0);
   const int64_t free_slots = options_.max_slots - engine_->active_sequences() -
                              engine_->queued_requests() * options_.group_size;
-  const int64_t wanted = free_slots / options_.group_size - static_cast<int64_t>(pending_.size());
+  const int64_t wanted = free_slots / per_group - static_cast<int64_t>(pending_.size());
   if (wanted < 1) return absl::OkStatus();
   absl::StatusOr<v1::AcquireWorkReply> reply = client_->acquire_work(wanted);
   if (!reply.ok()) return reply.status();
@@ -200,7 +206,19 @@ absl::Status RolloutWorker::submit_ready() {
     request.sampling = options_.sampling;
     request.sampling.seed = options_.sampling.seed * 1000003u + next.lease.lease_id();
     request.n = options_.group_size;
+    rollout::GenerationRequest greedy;
+    if (options_.greedy_baseline) {
+      greedy.id = request.id + kBaselineSuffix;
+      greedy.prompt_ids = request.prompt_ids;
+      greedy.sampling = request.sampling;
+      greedy.sampling.temperature = 0;
+      greedy.n = 1;
+    }
     s = engine_->submit(std::move(request));
+    if (s.ok() && options_.greedy_baseline) {
+      s = engine_->submit(std::move(greedy));
+      if (!s.ok()) (void)engine_->abort(std::to_string(next.lease.lease_id()));
+    }
     if (!s.ok()) {
       // E.g. a prompt too long for the context: the controller drops it (counted).
       FLYWHEEL_LOG_ERROR("prompt %d: %s; dropping it", next.lease.prompt_index(), s.message());
@@ -219,12 +237,28 @@ absl::Status RolloutWorker::submit_ready() {
 }
 
 void RolloutWorker::collect_finished() {
-  for (rollout::GroupResult& result : engine_->take_finished()) {
-    auto it = active_.find(result.request_id);
+  for (rollout::GroupResult& finished : engine_->take_finished()) {
+    const bool is_baseline = absl::EndsWith(finished.request_id, kBaselineSuffix);
+    const std::string key = is_baseline
+                                ? finished.request_id.substr(
+                                      0, finished.request_id.size() - std::strlen(kBaselineSuffix))
+                                : finished.request_id;
+    auto it = active_.find(key);
     if (it == active_.end()) continue;
+    (is_baseline ? it->second->baseline : it->second->group) =
+        std::make_unique<rollout::GroupResult>(std::move(finished));
+    if (!it->second->group || (options_.greedy_baseline && !it->second->baseline)) continue;
     std::unique_ptr<Active> active = std::move(it->second);
     active_.erase(it);
+    rollout::GroupResult& result = *active->group;
     bool failed = static_cast<int64_t>(result.samples.size()) != options_.group_size;
+    if (active->baseline) {
+      failed = failed || active->baseline->samples.size() != 1;
+      // Scored with the group, as its last sample; not pushed.
+      for (rollout::Sample& sample : active->baseline->samples) {
+        result.samples.push_back(std::move(sample));
+      }
+    }
     std::vector<rewards::OwnedSample> samples;
     for (const rollout::Sample& sample : result.samples) {
       if (sample.finish_reason == rollout::FinishReason::kError ||
@@ -268,31 +302,36 @@ void RolloutWorker::collect_finished() {
     auto shared = std::make_shared<rollout::GroupResult>(std::move(result));
     auto lease = std::make_shared<v1::PromptLease>(active->lease);
     const std::string worker = options_.worker_id;
-    pool_->submit(std::move(samples),
-                  [this, shared, lease, worker](std::vector<rewards::ScoredSample> scored) {
-                    buffer::TrajectoryGroup group;
-                    group.group_id = absl::StrCat(worker, "/", lease->lease_id());
-                    group.lease_id = lease->lease_id();
-                    group.worker_id = worker;
-                    for (size_t i = 0; i < shared->samples.size(); ++i) {
-                      const rollout::Sample& sample = shared->samples[i];
-                      buffer::Trajectory t;
-                      t.prompt_ids = to_int32(shared->prompt_ids);
-                      t.response_ids = to_int32(sample.token_ids);
-                      t.loss_mask.assign(sample.token_ids.size(), 1);
-                      t.logprobs = sample.logprobs;
-                      t.versions.assign(sample.versions.begin(), sample.versions.end());
-                      t.reward = scored[i].reward;
-                      t.reward_breakdown = scored[i].parts;
-                      t.finish_reason = rollout::finish_reason_name(sample.finish_reason);
-                      t.sample_index = static_cast<int64_t>(i);
-                      group.trajectories.push_back(std::move(t));
-                    }
-                    std::lock_guard<std::mutex> lock(push_mu_);
-                    to_push_.push_back(std::move(group));
-                    --scoring_;
-                    push_cv_.notify_all();
-                  });
+    const size_t group_size = static_cast<size_t>(options_.group_size);
+    pool_->submit(std::move(samples), [this, shared, lease, worker,
+                                       group_size](std::vector<rewards::ScoredSample> scored) {
+      buffer::TrajectoryGroup group;
+      group.group_id = absl::StrCat(worker, "/", lease->lease_id());
+      group.lease_id = lease->lease_id();
+      group.worker_id = worker;
+      if (scored.size() > group_size) {
+        group.has_baseline = true;
+        group.baseline_reward = scored[group_size].reward;
+      }
+      for (size_t i = 0; i < group_size; ++i) {
+        const rollout::Sample& sample = shared->samples[i];
+        buffer::Trajectory t;
+        t.prompt_ids = to_int32(shared->prompt_ids);
+        t.response_ids = to_int32(sample.token_ids);
+        t.loss_mask.assign(sample.token_ids.size(), 1);
+        t.logprobs = sample.logprobs;
+        t.versions.assign(sample.versions.begin(), sample.versions.end());
+        t.reward = scored[i].reward;
+        t.reward_breakdown = scored[i].parts;
+        t.finish_reason = rollout::finish_reason_name(sample.finish_reason);
+        t.sample_index = static_cast<int64_t>(i);
+        group.trajectories.push_back(std::move(t));
+      }
+      std::lock_guard<std::mutex> lock(push_mu_);
+      to_push_.push_back(std::move(group));
+      --scoring_;
+      push_cv_.notify_all();
+    });
   }
 }
 

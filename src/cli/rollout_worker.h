@@ -5,6 +5,9 @@
 // the loop hands to the engine (applied between decode steps, or once drained, per
 // rollout.weight_update) and acknowledges with the checksum of what the engine then holds.
 //
+// With greedy_baseline, each lease also gets one greedy request (temperature 0, n 1) whose reward
+// becomes the group's baseline_reward; the group is scored when both requests are done.
+//
 // Versions: before generating for a lease granted at version g the worker holds weights of at
 // least g - max(0, max_staleness - 1) when such weights are published (with max_staleness 0,
 // exactly g: generation and training alternate).
@@ -41,6 +44,9 @@ struct RolloutWorkerOptions {
   double poll_interval_s = 0.05;  // weight manifest polls
   bool verify_weights = true;     // acknowledge applied weights with their checksum
   double drain_timeout_s = 15;    // at exit: waiting for groups being scored and pushed
+  // One extra greedy response per prompt, scored and sent as the group's baseline_reward (the
+  // estimator needs it: remax); it is not part of the group.
+  bool greedy_baseline = false;
 };
 
 struct RolloutWorkerStats {

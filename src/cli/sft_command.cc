@@ -24,7 +24,7 @@
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/trainer/checkpoint.h"
 #include "flywheel/trainer/sft_trainer.h"
-#include "greedy_eval.h"
+#include "held_out_eval.h"
 #include "job_setup.h"
 #include "learner_job.h"
 #include "sft_data.h"
@@ -222,14 +222,14 @@ absl::Status run(const SftArgs& args) {
     if (metrics) metrics->log_scalar(name, value, step);
   };
 
-  std::unique_ptr<GreedyEvaluator> evaluator;
+  std::unique_ptr<HeldOutEvaluator> evaluator;
   const bool has_answers = eval && std::any_of(eval->records.begin(), eval->records.end(),
                                                [](const SftRecord& r) { return r.has_answer; });
   if (has_answers) {
-    GreedyEvalOptions eo;
+    HeldOutEvalOptions eo;  // greedy, judged against the answers
     eo.max_new_tokens = c.sft.eval_max_new_tokens;
     eo.stop_ids = model_config->eos_token_ids;
-    auto created = GreedyEvaluator::create(*model_config, tokenizer->get(), eo, eval->records);
+    auto created = HeldOutEvaluator::create(*model_config, tokenizer->get(), eo, eval->records);
     if (!created.ok()) return created.status();
     evaluator = std::move(*created);
   }
@@ -244,7 +244,7 @@ absl::Status run(const SftArgs& args) {
     r.loss = *loss;
     log("eval/loss", r.loss, step);
     if (evaluator) {
-      absl::StatusOr<GreedyEvalResult> greedy =
+      absl::StatusOr<HeldOutEvalResult> greedy =
           evaluator->evaluate((*sft)->model(), eval->records, **world);
       if (!greedy.ok()) return greedy.status();
       r.accuracy = greedy->accuracy;

@@ -93,6 +93,11 @@ absl::StatusOr<SftData> load_sft_data(const std::string& path, const SftDataOpti
       r.has_answer = true;
       r.answer = answer->is_string() ? answer->as_string() : answer->dump();
     }
+    if (options.keep_records) {
+      r.prompt_text = std::move(prompt_text);
+      r.record = std::make_shared<const core::Json>(record);
+      r.where = where;
+    }
     data.records.push_back(std::move(r));
   }
   if (data.records.empty()) {

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "flywheel/core/config.h"
+#include "flywheel/core/json.h"
 #include "flywheel/model/chat_template.h"
 #include "flywheel/model/tokenizer.h"
 #include "flywheel/trainer/sft_trainer.h"
@@ -21,6 +22,11 @@ struct SftRecord {
   trainer::SftExample example;  // response ids end with the eos id, when the model has one
   std::string answer;           // "" when the record has none
   bool has_answer = false;
+  // With SftDataOptions::keep_records: the prompt as rendered before tokenizing, the JSONL
+  // object (what reward functions read), and path:line.
+  std::string prompt_text;
+  std::shared_ptr<const core::Json> record;
+  std::string where;
 };
 
 struct SftData {
@@ -36,6 +42,7 @@ struct SftDataOptions {
   int64_t vocab_size = 0;     // every id must be below it
   // false: a plain record may lack the response (held-out prompts with only an answer).
   bool require_response = true;
+  bool keep_records = false;  // keep each record's JSON and prompt text (held-out evaluation)
 };
 
 // Reads and tokenizes `path`. InvalidArgument naming path:line for a malformed record, ids

@@ -49,6 +49,7 @@ struct Learner::Batch {
   int64_t max_response = 0;
   std::vector<const buffer::Trajectory*> sequences;  // whole batch, group by group
   at::Tensor mask, scores, group_ids;                // [S, R], [S], [S]
+  at::Tensor baselines;                              // [S]: the group's greedy reward, or undefined
   std::vector<int64_t> mine;                         // this rank's sequences (local rows)
   std::vector<std::vector<int64_t>> mini;            // local rows of each mini-batch
   // Per-token tensors of the local rows [S_local, R].
@@ -326,11 +327,19 @@ absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>
   Batch batch;
   std::vector<int64_t> first_of_group;  // first sequence index of each group
   std::vector<int64_t> group_id;
+  std::vector<double> baselines;
+  const bool needs_baseline = algorithm_.estimator->needs_greedy_baseline();
   for (int64_t g = 0; g < G; ++g) {
+    if (needs_baseline && !groups[g].has_baseline) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("learner step: group '", groups[g].group_id,
+                       "' has no baseline_reward, which the advantage estimator needs"));
+    }
     first_of_group.push_back(static_cast<int64_t>(batch.sequences.size()));
     for (const buffer::Trajectory& t : groups[g].trajectories) {
       batch.sequences.push_back(&t);
       group_id.push_back(g);
+      baselines.push_back(groups[g].baseline_reward);
       batch.max_response = std::max<int64_t>(batch.max_response, t.response_ids.size());
     }
   }
@@ -350,6 +359,7 @@ absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>
     batch.scores[s] = t.reward;
   }
   batch.group_ids = at::tensor(group_id, at::kLong);
+  if (needs_baseline) batch.baselines = at::tensor(baselines, at::kDouble).to(at::kFloat);
   // This rank's rows: within each mini-batch's groups, group j goes to rank j % world.
   const int64_t per_mini = G / options_.mini_batches;
   for (int64_t m = 0; m < options_.mini_batches; ++m) {
@@ -389,6 +399,11 @@ absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>
   in.scores = batch.scores.to(at::kFloat);
   in.mask = batch.mask;
   in.group_ids = batch.group_ids;
+  in.baselines = batch.baselines;
+  if (batch.baselines.defined()) {
+    // One value per group: the mean over sequences weighs groups equally (equal sizes).
+    metrics["critic/baseline/mean"] = batch.baselines.mean().item<double>();
+  }
   if (critic_) in.values = gather_rows(batch.values, batch.mine, S, *comm_);
   if (reference_ && options_.kl_in_reward) {
     at::Tensor old_all = gather_rows(batch.old_logprobs, batch.mine, S, *comm_);

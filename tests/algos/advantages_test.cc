@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
 
@@ -162,6 +163,32 @@ TEST(ReinforcePpBaselineTest, GroupCenteredThenTokenWeightedWhitening) {
               {static_cast<float>((-1 - 1.0 / 3) / sd), 0, static_cast<float>((1 - 1.0 / 3) / sd),
                static_cast<float>((1 - 1.0 / 3) / sd)},
               1e-4);
+}
+
+// ReMax (§1.7): reward-to-go (interior zeros skipped, not reset) minus the greedy baseline on
+// valid tokens; no whitening.
+TEST(RemaxTest, RewardToGoMinusTheGreedyBaseline) {
+  AdvantageInput in;
+  in.mask = T({1, 0, 1, 1, 1, 0}, {2, 3});
+  in.token_rewards = T({0.5, 9, 1, 0, 2, 0}, {2, 3});  // the 9 sits on a masked token
+  in.baselines = at::tensor(std::vector<float>{0.25, 1});
+  auto estimator = make_remax({});
+  ASSERT_TRUE(estimator.ok());
+  EXPECT_TRUE((*estimator)->needs_greedy_baseline());
+  auto r = (*estimator)->compute(in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  expect_near(r->returns, {1.5, 0, 1, 2, 2, 0});
+  expect_near(r->advantages, {1.25, 0, 0.75, 1, 1, 0});
+  // Outcome scores sit on the last valid token.
+  in.token_rewards = at::Tensor();
+  in.scores = at::tensor(std::vector<float>{1, 0});
+  r = (*estimator)->compute(in);
+  ASSERT_TRUE(r.ok());
+  expect_near(r->advantages, {0.75, 0, 0.75, -1, -1, 0});
+  in.baselines = at::Tensor();
+  EXPECT_THAT(std::string((*estimator)->compute(in).status().message()),
+              ::testing::HasSubstr("baselines"));
+  EXPECT_FALSE((*make_grpo({}))->needs_greedy_baseline());
 }
 
 TEST(ScoresOnLastTokenTest, PutsEachScoreOnTheLastValidToken) {

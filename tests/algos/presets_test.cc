@@ -36,6 +36,7 @@ TEST(PresetTest, EachPresetExpandsToItsDocumentedDefaults) {
            {"gspo", "grpo", "gspo", "seq-mean-token-mean", 3e-4, 4e-4, 0, 0, false, ""},
            {"rloo", "rloo", "ppo_clip", "token-mean", 0.2, 0.2, 3, 0, false, ""},
            {"reinforce_pp", "reinforce_pp", "ppo_clip", "token-mean", 0.2, 0.2, 3, 0.001, true, ""},
+           {"remax", "remax", "ppo_clip", "token-mean", 0.2, 0.2, 3, 0, false, ""},
        }) {
     core::LoadedConfig c = load(std::string("algorithm: {name: ") + e.name + "}\n");
     const core::AlgorithmOptions& a = c.config.algorithm;

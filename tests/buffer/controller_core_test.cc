@@ -265,7 +265,10 @@ TEST(ControllerCoreTest, SnapshotRestoreIsEquivalent) {
   auto a = make(o);
   Grant g = a->acquire("w", 4, 0);
   ASSERT_TRUE(a->push(group_for(g.leases[0], 0, 0.25, 0.5), 0).ok());
-  ASSERT_TRUE(a->push(group_for(g.leases[1], 0), 0).ok());
+  TrajectoryGroup with_baseline = group_for(g.leases[1], 0);
+  with_baseline.has_baseline = true;
+  with_baseline.baseline_reward = 0.75;
+  ASSERT_TRUE(a->push(TrajectoryGroup(with_baseline), 0).ok());
   a->expire(100);  // leases 3 and 4 expire: their prompts wait to be re-issued
   Grant g2 = a->acquire("w2", 1, 100);
   ASSERT_TRUE(a->take_batch(1).ok());
@@ -288,6 +291,8 @@ TEST(ControllerCoreTest, SnapshotRestoreIsEquivalent) {
     EXPECT_EQ((*ba)[i].group_id, (*bb)[i].group_id);
     EXPECT_EQ((*ba)[i].trajectories[0].reward, (*bb)[i].trajectories[0].reward);
     EXPECT_EQ((*ba)[i].trajectories[1].logprobs, (*bb)[i].trajectories[1].logprobs);
+    EXPECT_EQ((*bb)[i].has_baseline, (*ba)[i].group_id == with_baseline.group_id);
+    EXPECT_EQ((*ba)[i].baseline_reward, (*bb)[i].baseline_reward);
   }
   EXPECT_FALSE(ControllerCore::restore(o, "{}", 0).ok());
   EXPECT_FALSE(ControllerCore::restore(o, "not json", 0).ok());

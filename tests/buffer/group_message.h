@@ -27,6 +27,7 @@ inline v1::TrajectoryGroup to_message(const TrajectoryGroup& g, const std::strin
     tp->set_finish_reason(t.finish_reason);
     tp->set_sample_index(t.sample_index);
   }
+  if (g.has_baseline) p.set_baseline_reward(g.baseline_reward);
   return p;
 }
 
@@ -48,6 +49,8 @@ inline TrajectoryGroup from_message(const v1::TrajectoryGroup& p) {
     t.sample_index = tp.sample_index();
     g.trajectories.push_back(std::move(t));
   }
+  g.has_baseline = p.has_baseline_reward();
+  g.baseline_reward = p.baseline_reward();
   return g;
 }
 

@@ -72,6 +72,23 @@ TEST(ValidateGroupTest, NamesTheBadField) {
   g = good();
   g.group_id.clear();
   EXPECT_THAT(error(g), HasSubstr("group_id"));
+  g = good();
+  g.has_baseline = true;
+  g.baseline_reward = NAN;
+  EXPECT_THAT(error(g), HasSubstr("baseline_reward: must be finite"));
+}
+
+// An estimator that needs the greedy baseline (remax) makes it required.
+TEST(ValidateGroupTest, RequiresTheBaselineWhenAsked) {
+  ValidationLimits l = limits();
+  l.require_baseline = true;
+  TrajectoryGroup g = good();
+  absl::Status s = validate_group(g, l, 4);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("baseline_reward: missing"));
+  g.has_baseline = true;
+  g.baseline_reward = 0.5;
+  EXPECT_TRUE(validate_group(g, l, 4).ok());
+  EXPECT_TRUE(validate_group(g, limits(), 4).ok());  // sent though not needed: accepted
 }
 
 }  // namespace

@@ -39,6 +39,8 @@ void expect_same(const TrajectoryGroup& a, const TrajectoryGroup& b) {
   EXPECT_EQ(a.group_id, b.group_id);
   EXPECT_EQ(a.lease_id, b.lease_id);
   EXPECT_EQ(a.worker_id, b.worker_id);
+  EXPECT_EQ(a.has_baseline, b.has_baseline);
+  EXPECT_TRUE(same_double(a.baseline_reward, b.baseline_reward));
   ASSERT_EQ(a.trajectories.size(), b.trajectories.size());
   for (size_t i = 0; i < a.trajectories.size(); ++i) {
     const Trajectory &x = a.trajectories[i], &y = b.trajectories[i];
@@ -83,6 +85,11 @@ TrajectoryGroup random_group(std::mt19937& rng) {
     t.finish_reason = pick(3) == 0 ? "" : "stop \xC3\xA9";
     t.sample_index = pick(3) == 0 ? 0 : static_cast<int64_t>(rng()) - (1LL << 31);
     g.trajectories.push_back(std::move(t));
+  }
+  if (pick(3) == 0) {
+    g.has_baseline = true;
+    const double baselines[] = {0.0, -0.0, 0.5, -1.0};
+    g.baseline_reward = baselines[pick(4)];
   }
   return g;
 }
@@ -219,6 +226,8 @@ TEST(WireCodecTest, AcceptsUnpackedSplitReorderedAndUnknownFields) {
     out.WriteTag(1 << 3 | 2);  // group_id after the trajectories
     out.WriteVarint32(2);
     out.WriteRaw("g1", 2);
+    out.WriteTag(5 << 3 | 0);  // baseline_reward with the wrong wire type: unknown, not present
+    out.WriteVarint64(3);
   }
   v1::TrajectoryGroup reference;
   ASSERT_TRUE(reference.ParseFromString(bytes));
@@ -228,6 +237,7 @@ TEST(WireCodecTest, AcceptsUnpackedSplitReorderedAndUnknownFields) {
   EXPECT_EQ(decoded.trajectories.at(0).response_ids, (std::vector<int32_t>{5, 6, 8}));
   EXPECT_EQ(decoded.trajectories.at(0).finish_reason, "stop");
   EXPECT_EQ(decoded.trajectories.at(0).reward, 0);
+  EXPECT_FALSE(decoded.has_baseline);
 }
 
 // Random corruption: decode_group fails exactly when protobuf's parser fails, and reads the

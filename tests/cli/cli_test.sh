@@ -25,7 +25,7 @@ case "$case_name" in
   help)
     expect_exit 0 "$flywheel" --help
     subs=(version validate-config config-doc plot tokenize score export init-model generate buffer
-          sft reward)
+          sft reward train learner rollout eval make-data)
     for sub in "${subs[@]}"; do expect_output "$sub"; done
     for sub in "${subs[@]}"; do
       expect_exit 0 "$flywheel" "$sub" --help
@@ -164,6 +164,53 @@ JSON
     expect_output "bad.jsonl:1: request '0': prompt token 1 has id 700, outside the vocabulary"
     expect_exit 2 "$flywheel" generate --model "$work/m" -i "$work/p.jsonl" --max-seq-len 4
     expect_output "leaves no room in the context of 4 tokens" ;;
+  eval)
+    # flywheel eval on records whose answers are the model's own greedy completions (3 of 6) or
+    # unreachable (longer than max_new_tokens): both judges give 0.5, and k near-greedy samples
+    # give pass@k = mean@k = 0.5.
+    cat > "$work/config.json" <<'JSON'
+{"model_type": "qwen2", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "eos_token_id": 2}
+JSON
+    expect_exit 0 "$flywheel" init-model --config "$work/config.json" --out "$work/m" --char-tokenizer --seed 5
+    for p in "1+2=" "3+4=" "5+6=" "7+8=" "9+1=" "2+3="; do echo "{\"prompt\": \"$p\"}"; done > "$work/p.jsonl"
+    expect_exit 0 "$flywheel" generate --model "$work/m" -i "$work/p.jsonl" -o "$work/g.jsonl" \
+      --temperature 0 --max-new-tokens 4
+    node -e '
+      const fs = require("fs");
+      const lines = fs.readFileSync(process.argv[1], "utf8").trim().split("\n").map(JSON.parse);
+      const prompts = fs.readFileSync(process.argv[2], "utf8").trim().split("\n").map(JSON.parse);
+      const out = prompts.map((p, i) => JSON.stringify(
+          {prompt: p.prompt, answer: i < 3 ? lines[i].completions[0].text.trim() : "not reachable"}));
+      fs.writeFileSync(process.argv[3], out.join("\n") + "\n");' "$work/g.jsonl" "$work/p.jsonl" "$work/e.jsonl"
+    cat > "$work/c.yaml" <<YAML
+model: {path: $work/m, max_seq_len: 16}
+tokenizer: {type: char, chat_template: none}
+rollout: {max_new_tokens: 4}
+rewards: {functions: [{name: exact_match}]}
+YAML
+    expect_exit 0 "$flywheel" eval "$work/m" --config "$work/c.yaml" --data "$work/e.jsonl" \
+      --set eval.judge=answer
+    expect_output '"records":6'
+    expect_output '"judge":"answer"'
+    expect_output '"accuracy":0.5'
+    expect_exit 0 "$flywheel" eval "$work/m" --config "$work/c.yaml" --data "$work/e.jsonl"
+    expect_output '"judge":"rewards"'
+    expect_output '"accuracy":0.5'
+    expect_output '"reward/mean":0.5'
+    expect_exit 0 "$flywheel" eval "$work/m" --config "$work/c.yaml" --data "$work/e.jsonl" \
+      --set eval.samples=3 --set eval.temperature=1e-5
+    expect_output '"pass@3":0.5'
+    expect_output '"mean@3":0.5'
+    expect_exit 0 "$flywheel" eval "$work/m" --config "$work/c.yaml" --data "$work/e.jsonl" \
+      --set eval.samples=8 --set eval.seed=3
+    a=$(grep -o '"pass@8":[0-9.e-]*' <<<"$out")
+    expect_exit 0 "$flywheel" eval "$work/m" --config "$work/c.yaml" --data "$work/e.jsonl" \
+      --set eval.samples=8 --set eval.seed=3
+    [[ "$(grep -o '"pass@8":[0-9.e-]*' <<<"$out")" == "$a" && -n "$a" ]] || fail "pass@8 not reproducible"
+    expect_exit 2 "$flywheel" eval "$work/m" --config "$work/c.yaml" --data "$work/e.jsonl" \
+      --set eval.judge=rewards --set 'rewards.functions=[]'
+    expect_output "eval.judge is rewards but rewards.functions is empty" ;;
   generate_no_tokenizer)
     # No tokenizer files: ids only (no text, no text_error); stop strings are refused.
     printf '{"model_type": "llama", "vocab_size": 50, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4}' > "$work/c.json"

@@ -4,7 +4,8 @@
 # and every worker's weights equal to the learners' after each update (the controller compares
 # each worker's checksum of what it holds with the published one); SIGKILL of a rollout worker
 # (restarted, training goes on, no prompt trained twice); SIGKILL of the learner job, then
-# --resume (every prompt of the epoch trained exactly once over both runs).
+# --resume (every prompt of the epoch trained exactly once over both runs); a ReMax run (the
+# workers' greedy baselines reach the learners).
 # Usage: e2e_test.sh FLYWHEEL
 set -uo pipefail
 flywheel=$1
@@ -100,6 +101,16 @@ for staleness in 0 1; do
   [[ -f "$work/run/hf/model.safetensors" ]] || fail "no export"
   echo "max_staleness $staleness: 6 steps, 24 prompts once each, $m"
 done
+
+# ReMax: each worker adds a greedy response per prompt and sends its reward as the group's
+# baseline; the controller refuses groups without one, so the run completes only if they arrive.
+rm -rf "$work/run"
+out=$(timeout 300 "$flywheel" train "$work/base.yaml" --set algorithm.name=remax \
+  --set trainer.total_steps=3 --set checkpoint.every_steps=0 2>&1) || fail "remax exited with $?: $out"
+grep -q "flywheel learner: 3 steps" <<<"$out" || fail "remax: not 3 steps: $out"
+grep -q '"critic/baseline/mean"' "$work/run/metrics.jsonl" || fail "remax: no critic/baseline/mean"
+grep -qE "accepted, [1-9][0-9]* rejected" <<<"$out" && fail "remax: groups rejected: $out"
+echo "remax: 3 steps with a greedy baseline per group"
 
 # The fault runs go over the data 10 times (60 steps), so that they are still running when a
 # process is killed.

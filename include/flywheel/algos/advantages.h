@@ -1,5 +1,5 @@
 // Advantage estimators (ALGORITHMS.md §1): gae, grpo, dr_grpo, rloo, reinforce_pp,
-// reinforce_pp_baseline. All run without gradient and return [B, T] tensors that are zero at
+// reinforce_pp_baseline, remax. All run without gradient and return [B, T] tensors that are zero at
 // masked positions.
 #pragma once
 
@@ -18,6 +18,7 @@ struct AdvantageInput {
   at::Tensor mask;           // [B, T] 1 = trainable token (interior zeros allowed)
   at::Tensor values;         // [B, T] critic values at rollout time (gae only)
   at::Tensor group_ids;      // [B] int64: rows with equal ids are one prompt's group
+  at::Tensor baselines;      // [B] reward of the greedy response to the row's prompt (remax)
 };
 
 struct AdvantageResult {
@@ -40,6 +41,9 @@ class AdvantageEstimator {
   virtual ~AdvantageEstimator() = default;
   // InvalidArgument for missing or misshapen inputs (e.g. gae without values).
   virtual absl::StatusOr<AdvantageResult> compute(const AdvantageInput& input) const = 0;
+  // True when compute() needs `baselines`: the rollout workers then generate one extra greedy
+  // response per prompt and send its reward with the group (remax).
+  virtual bool needs_greedy_baseline() const { return false; }
 };
 
 // whiten(x; m) of §1.0: batch statistics over valid tokens, unbiased variance, eps 1e-8 inside
@@ -57,5 +61,6 @@ absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_rloo(const EstimatorOpt
 absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_reinforce_pp(const EstimatorOptions& o);
 absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_reinforce_pp_baseline(
     const EstimatorOptions& o);
+absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_remax(const EstimatorOptions& o);
 
 }  // namespace flywheel::algos

@@ -32,8 +32,8 @@ struct Algorithm {
 };
 
 // The algos component's built-ins: estimators gae, grpo, dr_grpo, rloo, reinforce_pp,
-// reinforce_pp_baseline; losses ppo_clip, gspo, reinforce; IS corrections none, tis, seq_tis,
-// icepop, seq_mask, decoupled; group filter nonzero_reward_std.
+// reinforce_pp_baseline, remax; losses ppo_clip, gspo, reinforce; IS corrections none, tis,
+// seq_tis, icepop, seq_mask, decoupled; group filter nonzero_reward_std.
 absl::Status register_algos_builtins(core::PluginRegistry& registry);
 
 }  // namespace flywheel::algos

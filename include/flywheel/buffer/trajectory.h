@@ -34,6 +34,10 @@ struct TrajectoryGroup {
   uint64_t lease_id = 0;  // the lease the prompt was granted under
   std::string worker_id;
   std::vector<Trajectory> trajectories;
+  // The reward of one greedy response to the prompt (estimators that need it, e.g. remax); the
+  // greedy response itself is not trained on and not sent.
+  bool has_baseline = false;
+  double baseline_reward = 0;
 
   int64_t min_version() const;  // over all trajectories
   size_t bytes() const;
@@ -48,11 +52,13 @@ struct ValidationLimits {
   // group_id, worker_id and reward_breakdown names: ids are remembered and echoed in acks, so
   // their size bounds what a client can make the controller hold per group.
   int64_t max_id_bytes = 256;
+  bool require_baseline = false;  // the estimator needs baseline_reward (remax)
 };
 
 // InvalidArgument naming the field ("trajectories[2].logprobs[5]: ..."): ids outside the
 // vocabulary, lengths of response_ids / logprobs / versions / loss_mask that differ, non-finite
-// or positive log-probs, non-finite rewards, a wrong group size, token versions above
+// or positive log-probs, non-finite rewards, a missing (when required) or non-finite
+// baseline_reward, a wrong group size, token versions above
 // `current_version` (from the future) or negative, sizes above the limits (ids and reward names
 // longer than max_id_bytes included).
 absl::Status validate_group(const TrajectoryGroup& group, const ValidationLimits& limits,

@@ -33,7 +33,13 @@ enum WireType : uint32_t {
 };
 
 // Field numbers of flywheel/v1/trajectory.proto.
-enum GroupField { kGroupId = 1, kLeaseId = 2, kWorkerId = 3, kTrajectories = 4 };
+enum GroupField {
+  kGroupId = 1,
+  kLeaseId = 2,
+  kWorkerId = 3,
+  kTrajectories = 4,
+  kBaselineReward = 5
+};
 enum TrajectoryField {
   kPromptIds = 1,
   kResponseIds = 2,
@@ -366,6 +372,10 @@ void write_group(const TrajectoryGroup& group, absl::string_view worker_id, Sink
   for (const Trajectory& t : group.trajectories) {
     out->submessage(kTrajectories, [&](Sink* s) { write_trajectory(t, s); });
   }
+  if (group.has_baseline) {
+    out->varint(tag(kBaselineReward, kFixed64));
+    out->fixed64(bits_of(group.baseline_reward));
+  }
 }
 
 class ArraySink final : public Sink {
@@ -435,6 +445,11 @@ absl::Status decode_group(google::protobuf::io::ZeroCopyInputStream* input, size
       case kWorkerId:
         ok = r.string(tag, &g.worker_id);
         break;
+      case kBaselineReward:
+        // A value of another wire type is skipped (unknown-field rules), not taken.
+        if ((tag & 7) == kFixed64) g.has_baseline = true;
+        ok = r.double_value(tag, &g.baseline_reward);
+        break;
       case kTrajectories: {
         if ((tag & 7) != kLengthDelimited) {
           ok = r.skip(tag);
@@ -456,8 +471,9 @@ absl::Status decode_group(google::protobuf::io::ZeroCopyInputStream* input, size
         ok = number != 0 && r.skip(tag);
     }
     if (!ok) {
-      const char* names[] = {"unknown field", "group_id", "lease_id", "worker_id", "trajectories"};
-      return bad(names[number <= kTrajectories ? number : 0]);
+      const char* names[] = {"unknown field", "group_id",     "lease_id",
+                             "worker_id",     "trajectories", "baseline_reward"};
+      return bad(names[number <= kBaselineReward ? number : 0]);
     }
   }
   if (!r.at_end()) return bad("message (truncated, or a zero tag)");

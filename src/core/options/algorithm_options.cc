@@ -6,10 +6,10 @@ void bind_options(FieldBinder& b, AlgorithmOptions& o) {
   b.field("name", &o.name,
           FieldInfo("Algorithm preset: it sets every key of this section that the config does "
                     "not set (see docs/algorithms.md); the defaults shown are the grpo preset's.")
-              .one_of({"ppo", "grpo", "dapo", "dr_grpo", "gspo", "rloo", "reinforce_pp"}));
+              .one_of({"ppo", "grpo", "dapo", "dr_grpo", "gspo", "rloo", "reinforce_pp", "remax"}));
   b.field("advantage_estimator", &o.advantage_estimator,
           FieldInfo("Advantage estimator registry name (gae, grpo, dr_grpo, rloo, "
-                    "reinforce_pp, ... or a plugin's). Empty: the preset's."));
+                    "reinforce_pp, remax, ... or a plugin's). Empty: the preset's."));
   b.field("policy_loss", &o.policy_loss,
           FieldInfo("Policy loss registry name (ppo_clip, gspo, reinforce, ... or a plugin's). "
                     "Empty: the preset's."));
