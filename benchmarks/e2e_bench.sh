@@ -7,11 +7,21 @@
 # (T_gen + T_train) / max(T_gen, T_train). Prints the achieved speedup (synchronous seconds per
 # step / asynchronous), the ideal and their ratio (target >= 0.85), and both runs' final held-out
 # accuracy. Needs 2 cores.
-# Usage: benchmarks/e2e_bench.sh [FLYWHEEL] [STEPS]
+# Usage: benchmarks/e2e_bench.sh [FLYWHEEL] [STEPS] [--set KEY=VALUE ...]
+# Environment: E2E_BENCH_RUN (a quickstart run directory, default runs/quickstart: its data and
+# SFT checkpoint), E2E_BENCH_MODEL (the starting model, default $E2E_BENCH_RUN/sft/hf). Extra
+# --set overrides apply to both runs, after the bench's own (rollout.group_size 4,
+# rollout.max_slots 8: they balance the phases).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 flywheel=${1:-$root/build/flywheel}
 steps=${2:-60}
+shift $(( $# < 2 ? $# : 2 ))
+extra=("$@")
+# Balanced phases: groups of 4 (half the learner's tokens of the quickstart's 8) and an engine of
+# 8 slots (two groups at a time, as a worker whose batch is bounded by memory) make generation
+# and training take about as long as each other on one core each (0.19 s and 0.19 s measured).
+balance=(--set rollout.group_size=4 --set rollout.max_slots=8)
 work=${E2E_BENCH_DIR:-$(mktemp -d)}
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 [[ $(id -u) == 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -20,8 +30,9 @@ cd "$root"
 echo "CPU: $(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2 | xargs), $(getconf _NPROCESSORS_ONLN) cores"
 
 # The quickstart's task and warm-started model (its SFT checkpoint when present).
-model=runs/quickstart/sft/hf
-data=runs/quickstart/data
+quickstart=${E2E_BENCH_RUN:-runs/quickstart}
+model=${E2E_BENCH_MODEL:-$quickstart/sft/hf}
+data=$quickstart/data
 if [[ ! -f "$model/model.safetensors" ]]; then
   echo "run scripts/quickstart.sh first (the bench starts from its SFT checkpoint)"; exit 1
 fi
@@ -34,13 +45,16 @@ run() {  # name max_staleness
     --set "buffer.max_staleness=$2" --set "trainer.total_steps=$steps"
     --set cluster.num_learners=1 --set cluster.threads_per_process=1
     --set eval.every_steps=0 --set checkpoint.every_steps=0 --set checkpoint.export_hf=false
-    --set logging.sinks=[jsonl])
+    --set logging.sinks=[jsonl] "${balance[@]}" "${extra[@]}")
   rm -f "$dir/controller_address"
   mkdir -p "$dir"
   taskset -c 0 mpirun -np 1 --bind-to none "$flywheel" learner configs/quickstart.yaml \
     "${common[@]}" > "$dir/learner.log" 2>&1 &
   local learner=$!
   for _ in $(seq 600); do [[ -f "$dir/controller_address" ]] && break; sleep 0.1; done
+  if [[ ! -f "$dir/controller_address" ]]; then
+    echo "the learner did not start:"; head -5 "$dir/learner.log"; exit 1
+  fi
   taskset -c 1 "$flywheel" rollout configs/quickstart.yaml "${common[@]}" \
     --controller "$(cat "$dir/controller_address")" --worker-id bench > "$dir/worker.log" 2>&1 &
   local worker=$!
@@ -66,6 +80,8 @@ node -e '
   const achieved = per_step(sync) / per_step(async_);
   const acc = rows => rows.filter(r => "eval/accuracy" in r.scalars).map(r => r.scalars["eval/accuracy"]);
   console.log(`sync:  ${per_step(sync).toFixed(3)} s/step (T_gen ${tgen.toFixed(3)} s, T_train ${ttrain.toFixed(3)} s)`);
-  console.log(`async: ${per_step(async_).toFixed(3)} s/step, staleness_max ${Math.max(...steps(async_).map(r => r.scalars["async/staleness_max"]))}`);
+  const a = steps(async_).slice(skip);
+  const ttrain_async = mean(a, "timing_s/update_actor") + mean(a, "timing_s/weight_sync");
+  console.log(`async: ${per_step(async_).toFixed(3)} s/step (its own T_train ${ttrain_async.toFixed(3)} s, learner waiting ${mean(a, "timing_s/gen").toFixed(3)} s), staleness_max ${Math.max(...steps(async_).map(r => r.scalars["async/staleness_max"]))}`);
   console.log(`speedup: achieved ${achieved.toFixed(2)}x, ideal ${ideal.toFixed(2)}x, ratio ${(achieved / ideal).toFixed(2)} (target >= 0.85)`);
   console.log(`held-out accuracy: sync ${acc(sync).join(" -> ")}, async ${acc(async_).join(" -> ")}`);' "$work"
