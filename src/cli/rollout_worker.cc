@@ -161,7 +161,9 @@ void RolloutWorker::maybe_acknowledge() {
 
 absl::Status RolloutWorker::acquire(bool* done) {
   // Groups the engine can start now, less what is already waiting for it.
-  const int64_t per_group = options_.group_size + (options_.greedy_baseline ? 1 : 0);
+  // A greedy baseline takes one more slot; an engine of exactly group_size slots queues it.
+  const int64_t per_group =
+      std::min(options_.max_slots, options_.group_size + (options_.greedy_baseline ? 1 : 0));
   const int64_t free_slots = options_.max_slots - engine_->active_sequences() -
                              engine_->queued_requests() * options_.group_size;
   const int64_t wanted = free_slots / per_group - static_cast<int64_t>(pending_.size());

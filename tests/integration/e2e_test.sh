@@ -104,9 +104,11 @@ done
 
 # ReMax: each worker adds a greedy response per prompt and sends its reward as the group's
 # baseline; the controller refuses groups without one, so the run completes only if they arrive.
+# An engine of exactly group_size slots queues the greedy request behind the group.
 rm -rf "$work/run"
 out=$(timeout 300 "$flywheel" train "$work/base.yaml" --set algorithm.name=remax \
-  --set trainer.total_steps=3 --set checkpoint.every_steps=0 2>&1) || fail "remax exited with $?: $out"
+  --set rollout.max_slots=4 --set trainer.total_steps=3 --set checkpoint.every_steps=0 2>&1) ||
+  fail "remax exited with $?: $out"
 grep -q "flywheel learner: 3 steps" <<<"$out" || fail "remax: not 3 steps: $out"
 grep -q '"critic/baseline/mean"' "$work/run/metrics.jsonl" || fail "remax: no critic/baseline/mean"
 grep -qE "accepted, [1-9][0-9]* rejected" <<<"$out" && fail "remax: groups rejected: $out"
