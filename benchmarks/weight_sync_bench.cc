@@ -1,8 +1,9 @@
-// weight_sync_bench: weight publication over the controller's gRPC service (weight_sync.transport:
-// grpc). The controller in this process publishes a ~400 MB model (100M float32 parameters in 200
+// weight_sync_bench: weight publication to a rollout worker, weight_sync.transport grpc and mpi.
+// grpc: the controller in this process publishes a ~400 MB model (100M float32 parameters in 200
 // tensors); a rollout worker in a child process fetches it over loopback TCP with
-// ControllerClient::fetch_weights (manifest, buckets, every checksum checked). Prints seconds per
-// update and GB/s beside raw loopback TCP throughput measured in the same run.
+// ControllerClient::fetch_weights (manifest, buckets, every checksum checked). mpi: the same
+// payload broadcast by rank 0 of `mpirun -np 2` over a WeightChannel (mpirun must be on PATH).
+// Prints seconds per update and GB/s beside raw loopback TCP throughput measured in the same run.
 //
 //   build/benchmarks/weight_sync_bench [--params N] [--bucket-mb M] [--updates U]
 #include <arpa/inet.h>
@@ -26,6 +27,8 @@
 #include "flywheel/buffer/controller_client.h"
 #include "flywheel/buffer/controller_server.h"
 #include "flywheel/buffer/weight_store.h"
+#include "flywheel/comm/mpi_communicator.h"
+#include "flywheel/trainer/weight_channel.h"
 #include "loopback.h"
 
 namespace {
@@ -100,6 +103,71 @@ int worker_main(const std::string& address, int updates, bool tune_malloc) {
   return 0;
 }
 
+// One side of the MPI channel (weight_sync.transport: mpi), run under `mpirun -np 2`: rank 0
+// broadcasts `updates` versions through a WeightChannel, rank 1 receives each (manifest and
+// checksum verified). Rank 0 prints "seconds S" per update, barrier to barrier.
+int mpi_main(int64_t params, int updates, double bucket_mb) {
+  auto runtime = flywheel::comm::MpiRuntime::init(nullptr, nullptr);
+  if (!runtime.ok()) return 1;
+  auto world = flywheel::comm::MpiCommunicator::world(**runtime, {"bench", 600});
+  if (!world.ok()) return 1;
+  flywheel::trainer::WeightChannel channel(world->get(), world->get());
+  const uint64_t bucket = static_cast<uint64_t>(bucket_mb * (1 << 20));
+  PublishedWeights w;
+  if (channel.rank() == 0) {
+    w = make_weights(1, params, 200, bucket);
+    w.crc32c = crc32c_extend(0, w.payload.data(), w.payload.size());
+  }
+  for (int i = 0; i < updates; ++i) {
+    (*world)->barrier();
+    const auto start = Clock::now();
+    if (channel.rank() == 0) {
+      channel.send(w);
+    } else {
+      while (true) {
+        auto r = channel.receive(&w);
+        if (!r.ok()) {
+          std::fprintf(stderr, "receiver: %s\n", r.status().ToString().c_str());
+          return 1;
+        }
+        if (*r == flywheel::trainer::WeightChannel::Received::kWeights) break;
+      }
+    }
+    (*world)->barrier();
+    if (channel.rank() == 0) {
+      std::printf("seconds %.6f bytes %zu\n", seconds_since(start), w.payload.size());
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+// Runs `command` and collects the "seconds S" lines it prints; empty when it fails.
+std::vector<double> child_seconds(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
+  std::vector<double> times;
+  char line[256];
+  while (pipe != nullptr && std::fgets(line, sizeof(line), pipe) != nullptr) {
+    double s = 0;
+    if (std::sscanf(line, "seconds %lf", &s) == 1) times.push_back(s);
+  }
+  if (pipe == nullptr || pclose(pipe) != 0 || times.empty()) {
+    std::fprintf(stderr, "weight_sync_bench: the receiver failed (%s)\n", command.c_str());
+    return {};
+  }
+  std::sort(times.begin(), times.end());
+  return times;
+}
+
+void print_row(const char* transport, size_t bytes, int tensors, double mb, const char* malloc,
+               double publish_s, const std::vector<double>& sorted_times, double raw) {
+  const double best = sorted_times.front(), median = sorted_times[sorted_times.size() / 2];
+  const double gbs = bytes / best / 1e9;
+  std::printf("%-9s %6.0f MB  %-8d %3.0f MB   %-8s %-12.3f %-10.3f %-10.3f %-7.2f %5.1f%%\n",
+              transport, bytes / 1e6, tensors, mb, malloc, publish_s, best, median, gbs,
+              100 * gbs / (raw / 1e9));
+}
+
 std::string self_path() {
   char self[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -113,6 +181,9 @@ std::string self_path() {
 int main(int argc, char** argv) {
   if (argc == 5 && !std::strcmp(argv[1], "--worker")) {
     return worker_main(argv[2], std::atoi(argv[3]), std::atoi(argv[4]) != 0);
+  }
+  if (argc == 5 && !std::strcmp(argv[1], "--mpi")) {
+    return mpi_main(std::atoll(argv[2]), std::atoi(argv[3]), std::atof(argv[4]));
   }
   int64_t params = 100'000'000;
   int updates = 5;
@@ -148,8 +219,9 @@ int main(int argc, char** argv) {
   auto server = std::move(*ControllerServer::start(core.get(), data.get(), {}, nullptr, &store));
   const std::string address = "127.0.0.1:" + std::to_string(server->port());
 
-  std::printf("\n%-10s %-8s %-8s %-8s %-12s %-10s %-10s %-7s %-7s\n", "payload", "tensors",
-              "bucket", "malloc", "publish (s)", "s/update", "(median)", "GB/s", "of raw");
+  std::printf("\n%-9s %-10s %-8s %-8s %-8s %-12s %-10s %-10s %-7s %-7s\n", "transport", "payload",
+              "tensors", "bucket", "malloc", "publish (s)", "s/update", "(median)", "GB/s",
+              "of raw");
   int64_t version = 0;
   for (const auto& [mb, tuned] : cases) {
     const uint64_t bucket = static_cast<uint64_t>(mb * (1 << 20));
@@ -161,32 +233,33 @@ int main(int argc, char** argv) {
       return 1;
     }
     const double publish_s = seconds_since(publish_start);
-    const std::string command = "exec '" + self_path() + "' --worker " + address + " " +
-                                std::to_string(updates) + (tuned ? " 1" : " 0");
-    FILE* pipe = popen(command.c_str(), "r");
-    std::vector<double> times;
-    char line[256];
-    while (pipe != nullptr && std::fgets(line, sizeof(line), pipe) != nullptr) {
-      double s = 0;
-      if (std::sscanf(line, "seconds %lf", &s) == 1) times.push_back(s);
+    std::vector<double> times =
+        child_seconds("exec '" + self_path() + "' --worker " + address + " " +
+                      std::to_string(updates) + (tuned ? " 1" : " 0"));
+    if (times.empty()) return 1;
+    print_row("grpc", bytes, kTensors, mb, tuned ? "kept" : "default", publish_s, times, raw);
+  }
+  // weight_sync.transport mpi: the same payloads broadcast over a WeightChannel to one rank.
+  for (const auto& [mb, tuned] : cases) {
+    if (!tuned) continue;  // no gRPC receive buffers to keep
+    std::string command = "exec mpirun -np 2 --oversubscribe --bind-to none";
+    if (geteuid() == 0) {
+      command = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + command;
     }
-    if (pipe == nullptr || pclose(pipe) != 0 || times.empty()) {
-      std::fprintf(stderr, "weight_sync_bench: the worker failed\n");
-      return 1;
-    }
-    std::sort(times.begin(), times.end());
-    const double best = times.front(), median = times[times.size() / 2];
-    const double gbs = bytes / best / 1e9;
-    std::printf("%6.0f MB  %-8d %3.0f MB   %-8s %-12.3f %-10.3f %-10.3f %-7.2f %5.1f%%\n",
-                bytes / 1e6, kTensors, mb, tuned ? "kept" : "default", publish_s, best, median, gbs,
-                100 * gbs / (raw / 1e9));
+    command += " '" + self_path() + "' --mpi " + std::to_string(params) + " " +
+               std::to_string(updates) + " " + std::to_string(mb);
+    std::vector<double> times = child_seconds(command);
+    if (times.empty()) return 1;
+    print_row("mpi", static_cast<size_t>(params) * 4, kTensors, mb, "-", 0, times, raw);
   }
   const WeightStore::AckCounters acks = store.ack_counters();
   std::printf(
       "\n(s/update: best of %d fetches into a reused PublishedWeights (the first pays the page "
-      "faults of a fresh payload), every bucket and the whole payload checksummed; malloc kept: "
-      "M_MMAP_THRESHOLD 32 MiB and M_TRIM_THRESHOLD 1 GiB in the worker; acks %lld, mismatches "
-      "%lld)\n",
+      "faults of a fresh payload); grpc: every bucket and the whole payload checksummed, malloc "
+      "kept: M_MMAP_THRESHOLD 32 MiB and M_TRIM_THRESHOLD 1 GiB in the worker; mpi: learner rank "
+      "0 to one rollout rank of `mpirun -np 2` (OpenMPI's shared-memory transport on one host), "
+      "barrier to barrier, the receiver's manifest and whole-payload checksum included; grpc "
+      "acks %lld, mismatches %lld)\n",
       updates, static_cast<long long>(acks.acks), static_cast<long long>(acks.mismatches));
   return 0;
 }

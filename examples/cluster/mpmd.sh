@@ -30,6 +30,10 @@ GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 CONTROLLER_PORT=${CONTROLLER_PORT:-50051}
 NET_IF=${NET_IF:-eth0}         # the cluster network interface (ip -br addr), same name on all nodes
 HOSTFILE=${HOSTFILE:-$(mktemp)}
+# weight_sync.transport: grpc (workers pull from the controller), mpi (learner rank 0 broadcasts
+# to the rollout ranks over MPI; CPU jobs) or nccl (the same between GPUs; built, not yet run on
+# a GPU). Learners and workers must agree.
+WEIGHT_SYNC=${WEIGHT_SYNC:-grpc}
 
 # The shared token: learners and workers read $FLYWHEEL_TOKEN (buffer.server.auth_token_env).
 export FLYWHEEL_TOKEN=${FLYWHEEL_TOKEN:-$(openssl rand -hex 32)}
@@ -58,5 +62,6 @@ exec mpirun --hostfile "$HOSTFILE" \
   -np "$GPUS_PER_NODE" --host "$LEARNER_HOST:$GPUS_PER_NODE" \
     "$HERE/bind_gpu.sh" "$FLYWHEEL" learner "$CONFIG" \
       --set buffer.server.bind_address="0.0.0.0:$CONTROLLER_PORT" \
+      --set weight_sync.transport="$WEIGHT_SYNC" \
   : -np "$num_rollout" --host "$rollout_hosts_csv" \
-    "$HERE/bind_gpu.sh" "$FLYWHEEL" rollout "$CONFIG"
+    "$HERE/bind_gpu.sh" "$FLYWHEEL" rollout "$CONFIG" --set weight_sync.transport="$WEIGHT_SYNC"

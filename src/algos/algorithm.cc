@@ -55,6 +55,14 @@ absl::StatusOr<Algorithm> Algorithm::create(const core::Config& config,
   return out;
 }
 
+absl::StatusOr<bool> needs_greedy_baseline(const core::Config& config,
+                                           core::PluginRegistry& registry) {
+  auto estimator = registry.get<AdvantageEstimator, const EstimatorOptions&>().create(
+      config.algorithm.advantage_estimator, EstimatorOptions());
+  if (!estimator.ok()) return keyed("advantage_estimator", estimator.status());
+  return (*estimator)->needs_greedy_baseline();
+}
+
 absl::Status register_algos_builtins(core::PluginRegistry& registry) {
   auto& estimators = registry.get<AdvantageEstimator, const EstimatorOptions&>();
   FLYWHEEL_RETURN_IF_ERROR(estimators.add("gae", &make_gae));

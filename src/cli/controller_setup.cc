@@ -39,9 +39,9 @@ absl::StatusOr<ControllerSetup> prepare_controller(const JobSetup& job, int64_t 
   o.limits.max_tokens = c.model.max_seq_len;
   o.limits.max_group_bytes = c.buffer.server.max_message_bytes;
   o.dataset_fingerprint = setup.dataset->fingerprint();
-  absl::StatusOr<algos::Algorithm> algorithm = algos::Algorithm::create(c, *job.registry);
-  if (!algorithm.ok()) return algorithm.status();
-  o.limits.require_baseline = algorithm->estimator->needs_greedy_baseline();
+  absl::StatusOr<bool> baseline = algos::needs_greedy_baseline(c, *job.registry);
+  if (!baseline.ok()) return baseline.status();
+  o.limits.require_baseline = *baseline;
 
   if (!c.buffer.filter.empty()) {
     auto created = job.registry->get<algos::GroupFilter, const algos::GroupFilterParams&>().create(

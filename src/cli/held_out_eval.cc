@@ -39,13 +39,7 @@ struct Completion {
 
 absl::StatusOr<SftData> load_eval_data(const core::Config& config, const TokenizerSetup& tokenizers,
                                        int64_t vocab_size, const std::string& path) {
-  SftDataOptions o;
-  o.prompt_key = config.data.prompt_key;
-  o.messages_key = config.data.messages_key;
-  o.response_key = config.sft.response_key;
-  o.answer_key = config.data.answer_key;
-  o.max_tokens = config.model.max_seq_len;
-  o.vocab_size = vocab_size;
+  SftDataOptions o = SftDataOptions::from_config(config, vocab_size);
   o.require_response = false;
   o.keep_records = true;
   const model::ChatTemplate* chat = tokenizers.chat_template ? &*tokenizers.chat_template : nullptr;
@@ -241,7 +235,9 @@ absl::StatusOr<HeldOutEvalResult> HeldOutEvaluator::evaluate_loaded(
     } else {
       sums[0] += static_cast<double>(correct);
       sums[3] += 1;
-      if (span.second > span.first) sums[4] += done[span.first].reward;
+      if (options_.scorer != nullptr && span.second > span.first) {
+        sums[4] += done[span.first].reward;
+      }
     }
   }
   at::Tensor counts = at::tensor(std::vector<double>(sums, sums + 7), at::kDouble);

@@ -5,7 +5,6 @@
 // step count. Under an MPMD mpirun the rollout ranks get the controller's address over MPI.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/cuda.h>
 
 #include <algorithm>
 #include <chrono>
@@ -164,10 +163,8 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
   const bool use_nccl =
       c.cluster.backend == "nccl" || (c.cluster.backend == "auto" && c.model.device == "cuda");
   if (use_nccl) {
-    const int gpus = static_cast<int>(torch::cuda::device_count());
-    if (gpus < 1) return absl::FailedPreconditionError("cluster.backend nccl needs a CUDA GPU");
-    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    const int device = (local != nullptr ? std::atoi(local) : roles->role->rank()) % gpus;
+    const int device = local_cuda_device(roles->role->rank());
+    if (device < 0) return absl::FailedPreconditionError("cluster.backend nccl needs a CUDA GPU");
     auto created = comm::NcclCommunicator::create(
         *roles->role, device, {"learners (nccl)", c.cluster.collective_timeout_s});
     if (!created.ok()) return created.status();
@@ -178,11 +175,6 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
   core::set_log_prefix("learner", rank);
   at::set_num_threads(static_cast<int>(c.cluster.threads_per_process));
 
-  if (c.weight_sync.transport != "auto" && c.weight_sync.transport != "grpc") {
-    return absl::UnimplementedError(
-        absl::StrCat("weight_sync.transport: ", c.weight_sync.transport,
-                     " is not implemented yet; use grpc (or auto, which picks grpc)"));
-  }
   if (c.model.path.empty()) return absl::InvalidArgumentError("model.path must be set");
   absl::StatusOr<model::ModelConfig> model_config =
       model::ModelConfig::from_file((fs::path(c.model.path) / "config.json").string());
@@ -278,12 +270,23 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
   }
   // The controller's address for the rollout ranks of an MPMD job (and the launcher's file).
   const std::string address = broadcast_string(*roles->world, host ? host->address : "");
+  // weight_sync.transport mpi / nccl: rank 0 also broadcasts every version to the MPMD job's
+  // rollout ranks (the controller keeps serving it over gRPC, and checks the workers' acks).
+  WeightGroup weight_group;
+  if (weight_transport(c) != "grpc") {
+    auto joined = join_weight_group(*roles, Role::kLearner, c,
+                                    c.model.device == "cuda" ? local_cuda_device(rank) : -1);
+    if (!joined.ok()) return joined.status();
+    weight_group = std::move(*joined);
+  }
   auto publish = [&]() -> absl::Status {
     absl::StatusOr<buffer::PublishedWeights> payload = gather_payload(
         (*learner)->policy(), *rollout_dtype, (*learner)->version(), c.weight_sync.bucket_bytes);
     if (!payload.ok()) return payload.status();
     if (!host) return absl::OkStatus();
-    return host->weights.publish(std::move(*payload));
+    absl::Status s = host->weights.publish(std::move(*payload));
+    if (s.ok() && weight_group.channel) weight_group.channel->send(*host->weights.latest());
+    return s;
   };
   absl::Status published = publish();
   if (!published.ok()) return published;
@@ -493,6 +496,7 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
     absl::Status flushed = metrics->flush();
     if (!flushed.ok()) return flushed;
   }
+  if (weight_group.channel) weight_group.channel->close();
   if (host) {
     host->core->close();  // workers asking for work hear "done" and stop
     std::this_thread::sleep_for(std::chrono::milliseconds(200));

@@ -3,6 +3,10 @@
 #include <cstdlib>
 
 #include <ATen/ATen.h>
+#include <torch/cuda.h>
+
+#include "absl/strings/str_cat.h"
+#include "flywheel/comm/nccl_communicator.h"
 
 namespace flywheel::cli {
 
@@ -35,6 +39,55 @@ absl::StatusOr<MpmdWorld> join_mpmd_world(const comm::MpiRuntime& runtime, Role 
         "command line");
   }
   return out;
+}
+
+std::string weight_transport(const core::Config& config) {
+  const std::string& t = config.weight_sync.transport;
+  return t == "auto" ? "grpc" : t;
+}
+
+absl::StatusOr<WeightGroup> join_weight_group(MpmdWorld& world, Role role,
+                                              const core::Config& config, int cuda_device) {
+  const std::string transport = weight_transport(config);
+  const bool sender = role == Role::kLearner && world.role->rank() == 0;
+  // How many rollout ranks: the world less the learners (agreed on by every rank).
+  at::Tensor rollout = at::full({1}, role == Role::kRollout ? 1 : 0, at::kLong);
+  world.world->all_reduce_host(rollout, comm::ReduceOp::kSum);
+  if (rollout.item<int64_t>() == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "weight_sync.transport ", transport,
+        " sends weights to the rollout ranks of the learners' MPMD mpirun, and this job has "
+        "none: start them in the same mpirun (mpirun ... flywheel learner c.yaml : ... flywheel "
+        "rollout c.yaml), or use transport grpc"));
+  }
+  const bool member = sender || role == Role::kRollout;
+  auto control = world.world->split(member ? 0 : 1, world.world->rank(), "weights");
+  if (!control.ok()) return control.status();
+  WeightGroup out;
+  out.control = std::move(*control);
+  if (!member) return out;
+  comm::Communicator* data = out.control.get();
+  if (transport == "nccl") {
+    if (cuda_device < 0) {
+      return absl::FailedPreconditionError(
+          "weight_sync.transport nccl needs a CUDA GPU on every learner and rollout rank");
+    }
+    auto nccl = comm::NcclCommunicator::create(
+        *out.control, cuda_device, {"weights (nccl)", config.cluster.collective_timeout_s});
+    if (!nccl.ok()) return nccl.status();
+    out.nccl = std::move(*nccl);
+    data = out.nccl.get();
+  }
+  out.channel = std::make_unique<trainer::WeightChannel>(
+      static_cast<comm::MpiCommunicator*>(out.control.get()), data);
+  return out;
+}
+
+int local_cuda_device(int fallback) {
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  if (gpus < 1) return -1;
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  return (local != nullptr ? std::atoi(local) : fallback) % gpus;
 }
 
 bool launched_by_mpi() {

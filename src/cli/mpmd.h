@@ -10,6 +10,7 @@
 #include "flywheel/comm/communicator.h"
 #include "flywheel/comm/mpi_communicator.h"
 #include "flywheel/core/config.h"
+#include "flywheel/trainer/weight_channel.h"
 
 namespace flywheel::cli {
 
@@ -23,6 +24,29 @@ struct MpmdWorld {
 // Collective over the world. FailedPrecondition when learner rank 0 is not world rank 0.
 absl::StatusOr<MpmdWorld> join_mpmd_world(const comm::MpiRuntime& runtime, Role role,
                                           const core::Config& config);
+
+// How this process's weights travel: "grpc", "mpi" or "nccl" (weight_sync.transport; auto is
+// grpc).
+std::string weight_transport(const core::Config& config);
+
+// The weight channel of an MPMD job (weight_sync.transport mpi or nccl): learner rank 0 sends,
+// every rollout rank receives. Learners other than rank 0 take part in forming it only (channel
+// null).
+struct WeightGroup {
+  std::unique_ptr<comm::Communicator> control;  // MPI: learner rank 0 + the rollout ranks
+  std::unique_ptr<comm::Communicator> nccl;     // the same ranks over NCCL (transport nccl)
+  std::unique_ptr<trainer::WeightChannel> channel;
+};
+
+// Collective over the world (every learner and rollout rank, after join_mpmd_world).
+// `cuda_device` is this process's GPU for transport nccl. FailedPrecondition when the job has no
+// rollout ranks (the workers were started without mpirun: use grpc).
+absl::StatusOr<WeightGroup> join_weight_group(MpmdWorld& world, Role role,
+                                              const core::Config& config, int cuda_device);
+
+// This process's CUDA device: its local rank on the node (OMPI_COMM_WORLD_LOCAL_RANK, else
+// `fallback`) modulo the GPUs visible. -1 without a GPU.
+int local_cuda_device(int fallback);
 
 // True when this process was started by an MPI launcher (mpirun, srun --mpi).
 bool launched_by_mpi();

@@ -4,11 +4,16 @@
 // left out: learner rank 0 sends its address.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -37,7 +42,27 @@ struct RolloutArgs {
   std::vector<std::string> overrides;
   std::string controller;
   std::string worker_id;
+  std::string log_file;
 };
+
+// Appends this process's stdout and stderr to `path` ("{rank}" replaced by `rank`).
+absl::Status redirect_output(std::string path, int rank) {
+  const size_t at = path.find("{rank}");
+  if (at != std::string::npos) path.replace(at, 6, std::to_string(rank));
+  std::error_code ec;
+  if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path(), ec);
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("--log-file: cannot open ", path, ": ", std::strerror(errno)));
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  dup2(fd, STDOUT_FILENO);
+  dup2(fd, STDERR_FILENO);
+  close(fd);
+  return absl::OkStatus();
+}
 
 absl::Status run(const RolloutArgs& args) {
   StopSignal stop("flywheel rollout");
@@ -49,6 +74,7 @@ absl::Status run(const RolloutArgs& args) {
   std::string worker_id = args.worker_id;
   std::unique_ptr<comm::MpiRuntime> mpi;
   std::optional<MpmdWorld> roles;
+  WeightGroup weight_group;
   if (launched_by_mpi()) {
     // Part of an MPMD job: join it (the learners wait for every rank) and hear the address.
     auto runtime = comm::MpiRuntime::init(nullptr, nullptr);
@@ -60,6 +86,22 @@ absl::Status run(const RolloutArgs& args) {
     const std::string announced = broadcast_string(*roles->world, "");
     if (address.empty()) address = announced;
     if (worker_id.empty()) worker_id = absl::StrCat("rollout-", roles->role->rank());
+    if (weight_transport(c) != "grpc") {
+      auto joined = join_weight_group(
+          *roles, Role::kRollout, c,
+          c.model.device == "cuda" ? local_cuda_device(roles->world->rank()) : -1);
+      if (!joined.ok()) return joined.status();
+      weight_group = std::move(*joined);
+    }
+  } else if (weight_transport(c) != "grpc") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "weight_sync.transport ", weight_transport(c),
+        " needs this worker to be a rank of the learners' MPMD mpirun (mpirun ... flywheel "
+        "learner c.yaml : ... flywheel rollout c.yaml); a worker started on its own uses grpc"));
+  }
+  if (!args.log_file.empty()) {
+    absl::Status redirected = redirect_output(args.log_file, roles ? roles->role->rank() : 0);
+    if (!redirected.ok()) return redirected;
   }
   if (address.empty()) {
     return absl::InvalidArgumentError("--controller HOST:PORT is required outside an MPMD mpirun");
@@ -82,7 +124,12 @@ absl::Status run(const RolloutArgs& args) {
   if (!dtype.ok()) return dtype.status();
   model::DecoderOptions decoder_options;
   decoder_options.dtype = *dtype;
-  decoder_options.device = c.model.device == "cuda" ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+  // Under mpirun, one GPU per process of the node (learners and workers alike) where there are
+  // enough.
+  const int cuda_device = std::max(0, local_cuda_device(roles ? roles->world->rank() : 0));
+  decoder_options.device = c.model.device == "cuda"
+                               ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(cuda_device))
+                               : at::Device(at::kCPU);
   // The weights come from the controller (the learners' current version), not from model.path.
   absl::StatusOr<std::unique_ptr<model::DecoderModel>> model =
       model::DecoderModel::create(*model_config, decoder_options);
@@ -112,8 +159,8 @@ absl::Status run(const RolloutArgs& args) {
   auto client = buffer::ControllerClient::connect(*client_options);
   if (!client.ok()) return client.status();
 
-  absl::StatusOr<algos::Algorithm> algorithm = algos::Algorithm::create(c, *job->registry);
-  if (!algorithm.ok()) return algorithm.status();
+  absl::StatusOr<bool> greedy_baseline = algos::needs_greedy_baseline(c, *job->registry);
+  if (!greedy_baseline.ok()) return greedy_baseline.status();
 
   PromptEncoder encoder(*tokenizers, c.data, model_config->vocab_size);
   RolloutWorkerOptions options;
@@ -125,18 +172,34 @@ absl::Status run(const RolloutArgs& args) {
   options.max_staleness = c.buffer.max_staleness;
   options.weight_timeout_s = c.weight_sync.timeout_s;
   options.drain_timeout_s = c.rewards.timeout_s + 5;
-  options.greedy_baseline = algorithm->estimator->needs_greedy_baseline();
-  FLYWHEEL_LOG_INFO("rollout worker %s: controller %s, %d slots, groups of %d, %d thread(s)",
-                    worker_id, address, c.rollout.max_slots, c.rollout.group_size,
-                    c.cluster.threads_per_process);
+  options.greedy_baseline = *greedy_baseline;
+  FLYWHEEL_LOG_INFO(
+      "rollout worker %s: controller %s, %d slots, groups of %d, %d thread(s), weights over %s",
+      worker_id, address, c.rollout.max_slots, c.rollout.group_size, c.cluster.threads_per_process,
+      weight_transport(c));
   const auto start = std::chrono::steady_clock::now();
-  RolloutWorker worker(options, client->get(), engine->get(), &encoder, tokenizers->tokenizer.get(),
-                       pool->get());
-  absl::Status s = worker.run(stop);
+  std::optional<ChannelWeightSource> channel_source;
+  std::optional<GrpcWeightSource> grpc_source;
+  WeightSource* weights = nullptr;
+  if (weight_group.channel) {
+    weights = &channel_source.emplace(weight_group.channel.get(), client->get());
+    options.poll_interval_s = 0.002;  // a probe for a message: no RPC
+  } else {
+    weights = &grpc_source.emplace(client->get());
+  }
+  auto worker = std::make_unique<RolloutWorker>(options, client->get(), weights, engine->get(),
+                                                &encoder, tokenizers->tokenizer.get(), pool->get());
+  absl::Status s = worker->run(stop);
   pool->reset();  // every scoring callback (they use the worker) has run
+  const RolloutWorkerStats stats = worker->stats();
+  worker.reset();  // its fetcher thread is done with the weight source
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const RolloutWorkerStats stats = worker.stats();
+  if (channel_source) {
+    std::cerr << absl::StrFormat(
+        "flywheel rollout %s: %d versions received over %s, %d damaged (fetched over gRPC)\n",
+        worker_id, channel_source->received(), weight_transport(c), channel_source->damaged());
+  }
   std::cerr << absl::StrFormat(
       "flywheel rollout %s: %d groups pushed (%d accepted, %d rejected), %d leases released, "
       "%d tokens in %.1f s (%.0f tokens/s), %d weight updates (%.1f ms staging each)\n",
@@ -161,6 +224,9 @@ void add_rollout_command(CLI::App& app, int* exit_code) {
       "HOST:PORT of the controller (learner rank 0); optional under an MPMD mpirun");
   command->add_option("--worker-id", args->worker_id,
                       "This worker's id (default: HOST-PID, or rollout-RANK under mpirun)");
+  command->add_option("--log-file", args->log_file,
+                      "Append this worker's output to this file ({rank} is replaced by its rank "
+                      "among the rollout ranks of an MPMD mpirun, else 0)");
   command->add_option("--set", args->overrides, "Override a key (repeatable)")
       ->allow_extra_args(false);  // one key=value per --set: a positional after it stays one
   command->callback([args, exit_code] {

@@ -40,10 +40,12 @@ struct RolloutWorker::Active {
 };
 
 RolloutWorker::RolloutWorker(const RolloutWorkerOptions& options, buffer::ControllerClient* client,
-                             rollout::GenerationEngine* engine, const PromptEncoder* encoder,
-                             const model::Tokenizer* tokenizer, rewards::ScoringPool* pool)
+                             WeightSource* weights, rollout::GenerationEngine* engine,
+                             const PromptEncoder* encoder, const model::Tokenizer* tokenizer,
+                             rewards::ScoringPool* pool)
     : options_(options),
       client_(client),
+      weights_(weights),
       engine_(engine),
       encoder_(encoder),
       tokenizer_(tokenizer),
@@ -72,8 +74,7 @@ void RolloutWorker::fetch_loop() {
       std::lock_guard<std::mutex> lock(fetch_mu_);
       into = spare_ ? std::move(spare_) : std::make_shared<buffer::PublishedWeights>();
     }
-    absl::StatusOr<bool> got =
-        client_->fetch_weights_into(known, options_.weight_timeout_s, into.get());
+    absl::StatusOr<bool> got = weights_->fetch_into(known, options_.weight_timeout_s, into.get());
     {
       std::lock_guard<std::mutex> lock(fetch_mu_);
       if (got.ok() && *got) {
@@ -86,6 +87,7 @@ void RolloutWorker::fetch_loop() {
       if (!got.ok()) fetch_error_ = got.status();
       ++fetch_rounds_;
     }
+    weights_finished_.store(weights_->finished());
     fetch_cv_.notify_all();
     std::unique_lock<std::mutex> lock(fetch_mu_);
     fetch_cv_.wait_for(lock, std::chrono::duration<double>(options_.poll_interval_s),
@@ -408,6 +410,13 @@ absl::Status RolloutWorker::run(const StopSignal& stop) {
            ((to_push_.empty() && pushing_ == 0) || !push_error_.ok() || !reachable);
   });
   if (!reachable) FLYWHEEL_LOG_WARN("the controller is unreachable: %s", s.message());
+  lock.unlock();
+  if (s.ok() && !weights_finished_.load()) {
+    // A broadcast transport: the learners send every version to every worker until they close
+    // the channel, however long they still train on what is buffered.
+    FLYWHEEL_LOG_INFO("done; receiving weights until the learners finish");
+    while (!weights_finished_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   return s;
 }
 

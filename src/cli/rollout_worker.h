@@ -1,9 +1,10 @@
 // The rollout worker loop (`flywheel rollout`): acquires prompt leases from the controller,
 // generates each prompt's group with the engine, scores the groups in the reward pool while the
 // engine keeps generating, and pushes them (behaviour log-probs and per-token versions
-// included) from a pusher thread; a fetcher thread polls the controller for newer weights, which
-// the loop hands to the engine (applied between decode steps, or once drained, per
-// rollout.weight_update) and acknowledges with the checksum of what the engine then holds.
+// included) from a pusher thread; a fetcher thread polls its WeightSource (the controller over
+// gRPC, or learner rank 0's weight channel) for newer weights, which the loop hands to the engine
+// (applied between decode steps, or once drained, per rollout.weight_update) and acknowledges with
+// the checksum of what the engine then holds.
 //
 // With greedy_baseline, each lease also gets one greedy request (temperature 0, n 1) whose reward
 // becomes the group's baseline_reward; the group is scored when both requests are done.
@@ -31,6 +32,7 @@
 #include "flywheel/rollout/engine.h"
 #include "prompt_encoder.h"
 #include "stop_signal.h"
+#include "weight_source.h"
 
 namespace flywheel::cli {
 
@@ -59,10 +61,11 @@ struct RolloutWorkerStats {
 
 class RolloutWorker {
  public:
-  // Nothing is owned; everything must outlive run().
+  // Nothing is owned; everything must outlive run(). `weights` is polled by the fetcher thread.
   RolloutWorker(const RolloutWorkerOptions& options, buffer::ControllerClient* client,
-                rollout::GenerationEngine* engine, const PromptEncoder* encoder,
-                const model::Tokenizer* tokenizer, rewards::ScoringPool* pool);
+                WeightSource* weights, rollout::GenerationEngine* engine,
+                const PromptEncoder* encoder, const model::Tokenizer* tokenizer,
+                rewards::ScoringPool* pool);
   ~RolloutWorker();
 
   // Until the controller says every prompt is done (OK), a stop request (OK), or an error
@@ -88,6 +91,7 @@ class RolloutWorker {
 
   RolloutWorkerOptions options_;
   buffer::ControllerClient* client_;
+  WeightSource* weights_;
   rollout::GenerationEngine* engine_;
   const PromptEncoder* encoder_;
   const model::Tokenizer* tokenizer_;
@@ -119,7 +123,8 @@ class RolloutWorker {
   absl::Status push_error_;
   std::thread pusher_;
 
-  std::atomic<int64_t> scoring_{0};  // groups in the scoring pool
+  std::atomic<bool> weights_finished_{false};  // the fetcher's weights_->finished()
+  std::atomic<int64_t> scoring_{0};            // groups in the scoring pool
   std::atomic<bool> stopping_{false};
   mutable std::mutex stats_mu_;
   RolloutWorkerStats stats_;

@@ -113,14 +113,8 @@ absl::Status run(const SftArgs& args) {
       return resolved.status();  // asked for by name: say why it is unavailable
     }
   }
-  SftDataOptions data_options;
-  data_options.prompt_key = c.data.prompt_key;
-  data_options.messages_key = c.data.messages_key;
-  data_options.response_key = c.sft.response_key;
-  data_options.answer_key = c.data.answer_key;
-  data_options.max_tokens = c.model.max_seq_len;
+  SftDataOptions data_options = SftDataOptions::from_config(c, model_config->vocab_size);
   data_options.eos_id = model_config->eos_token_ids.empty() ? -1 : model_config->eos_token_ids[0];
-  data_options.vocab_size = model_config->vocab_size;
   const model::ChatTemplate* chat = chat_template ? &*chat_template : nullptr;
   absl::StatusOr<SftData> train = load_sft_data(c.data.train_path, data_options, **tokenizer, chat);
   if (!train.ok()) return train.status();

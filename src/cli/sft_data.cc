@@ -27,6 +27,17 @@ absl::StatusOr<std::vector<int32_t>> encode(const model::Tokenizer& tokenizer,
 
 }  // namespace
 
+SftDataOptions SftDataOptions::from_config(const core::Config& config, int64_t vocab_size) {
+  SftDataOptions o;
+  o.prompt_key = config.data.prompt_key;
+  o.messages_key = config.data.messages_key;
+  o.response_key = config.sft.response_key;
+  o.answer_key = config.data.answer_key;
+  o.max_tokens = config.model.max_seq_len;
+  o.vocab_size = vocab_size;
+  return o;
+}
+
 absl::StatusOr<SftData> load_sft_data(const std::string& path, const SftDataOptions& options,
                                       const model::Tokenizer& tokenizer,
                                       const model::ChatTemplate* chat_template) {

@@ -43,6 +43,10 @@ struct SftDataOptions {
   // false: a plain record may lack the response (held-out prompts with only an answer).
   bool require_response = true;
   bool keep_records = false;  // keep each record's JSON and prompt text (held-out evaluation)
+
+  // The record keys (data.prompt_key, messages_key, answer_key, sft.response_key) and
+  // model.max_seq_len of `config`, for a model with `vocab_size` ids.
+  static SftDataOptions from_config(const core::Config& config, int64_t vocab_size);
 };
 
 // Reads and tokenizes `path`. InvalidArgument naming path:line for a malformed record, ids

@@ -26,6 +26,7 @@
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/json.h"
 #include "job_setup.h"
+#include "mpmd.h"
 
 namespace flywheel::cli {
 namespace {
@@ -138,6 +139,9 @@ class Launcher {
   std::string run_dir_ = c_.logging.run_dir;
   std::string stop_file_ = (fs::path(c_.logging.run_dir) / "STOP").string();
   std::string address_;
+  // weight_sync.transport mpi / nccl: the workers run inside the learners' mpirun (MPMD), so the
+  // launcher neither starts nor restarts them.
+  bool mpmd_ = weight_transport(c_) != "grpc";
   std::optional<ChildProcess> learners_;
   std::vector<std::optional<ChildProcess>> workers_;
   std::vector<int> restarts_;
@@ -159,6 +163,23 @@ absl::Status Launcher::start_learners() {
         "mpirun is not on PATH: it starts the learner job (cluster.num_learners > 1)");
   }
   for (const std::string& a : job_args("learner")) argv.push_back(a);
+  if (mpmd_) {
+    // The workers are ranks of the same mpirun (a second app context) and receive the weights
+    // over its MPI (or NCCL) channel; each writes logs/worker-RANK.log.
+    if (mpirun.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("mpirun is not on PATH: weight_sync.transport ", weight_transport(c_),
+                       " runs the rollout workers inside the learners' mpirun"));
+    }
+    argv.insert(argv.end(), {":", "-np", std::to_string(c_.rollout.num_workers)});
+    for (const auto& [name, value] : child_env()) {
+      argv.push_back("-x");
+      argv.push_back(name);
+    }
+    for (const std::string& a : job_args("rollout")) argv.push_back(a);
+    argv.push_back("--log-file");
+    argv.push_back((fs::path(run_dir_) / "logs" / "worker-{rank}.log").string());
+  }
   ChildOptions o;
   o.argv = std::move(argv);
   o.env = child_env();
@@ -247,7 +268,7 @@ absl::Status Launcher::run() {
 
   absl::Status s = start_learners();
   if (!s.ok()) return s;
-  workers_.resize(c_.rollout.num_workers);
+  workers_.resize(mpmd_ ? 0 : c_.rollout.num_workers);
   restarts_.assign(c_.rollout.num_workers, 0);
   restart_at_.assign(c_.rollout.num_workers, std::nullopt);
   int stop_requests = 0;
@@ -281,8 +302,13 @@ absl::Status Launcher::run() {
         if (!s.ok()) break;
       }
       if (!s.ok()) break;
-      std::cerr << "flywheel train: controller at " << address_ << "; " << workers_.size()
-                << " rollout worker(s), logs in " << (fs::path(run_dir_) / "logs").string() << "\n";
+      std::cerr << "flywheel train: controller at " << address_ << "; " << c_.rollout.num_workers
+                << " rollout worker(s)"
+                << (mpmd_
+                        ? absl::StrCat(" in the learners' mpirun (weights over ",
+                                       weight_transport(c_), "; a worker that fails ends the job)")
+                        : "")
+                << ", logs in " << (fs::path(run_dir_) / "logs").string() << "\n";
     }
     for (size_t i = 0; i < workers_.size(); ++i) {
       int status = 0;

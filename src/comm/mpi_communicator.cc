@@ -5,6 +5,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 
 #include <ATen/ATen.h>
 
@@ -97,8 +98,10 @@ absl::StatusOr<std::unique_ptr<MpiRuntime>> MpiRuntime::init(int* argc, char*** 
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
+    // SERIALIZED: a rollout rank's weight fetcher thread makes MPI calls after its main thread
+    // made the start-up ones (never two threads at once).
     int provided = 0;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
       return absl::UnavailableError("MPI_Init_thread failed");
     }
     runtime->finalize_ = true;
@@ -108,7 +111,10 @@ absl::StatusOr<std::unique_ptr<MpiRuntime>> MpiRuntime::init(int* argc, char*** 
   return runtime;
 }
 
-void MpiRuntime::abort(int exit_code) const { MPI_Abort(MPI_COMM_WORLD, exit_code); }
+void MpiRuntime::abort(int exit_code) const {
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort does not return; the compiler cannot know
+}
 
 MpiRuntime::~MpiRuntime() {
   int finalized = 0;
@@ -240,6 +246,27 @@ void MpiCommunicator::broadcast(at::Tensor& tensor, int root) {
 }
 
 void MpiCommunicator::barrier() { FLYWHEEL_MPI_TIMED("barrier", MPI_Barrier(handle_->comm)); }
+
+void MpiCommunicator::send_bytes(int dest, int tag, const std::string& bytes) {
+  TORCH_CHECK(dest >= 0 && dest < size_ && dest != rank_, "send_bytes: bad destination ", dest);
+  TORCH_CHECK(bytes.size() <= INT_MAX, "send_bytes: ", bytes.size(), " bytes in one message");
+  FLYWHEEL_MPI_TIMED("send", MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest,
+                                      tag, handle_->comm));
+}
+
+std::optional<std::string> MpiCommunicator::try_receive_bytes(int source, int tag) {
+  int arrived = 0;
+  MPI_Status status;
+  MPI_Iprobe(source, tag, handle_->comm, &arrived, &status);
+  if (!arrived) return std::nullopt;
+  int count = 0;
+  MPI_Get_count(&status, MPI_BYTE, &count);
+  std::string bytes(static_cast<size_t>(count), '\0');
+  // The message has arrived (probed): receiving it does not wait for the sender.
+  FLYWHEEL_MPI_TIMED("receive", MPI_Recv(bytes.data(), count, MPI_BYTE, status.MPI_SOURCE, tag,
+                                         handle_->comm, MPI_STATUS_IGNORE));
+  return bytes;
+}
 
 absl::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::split(int color, int key,
                                                                      const std::string& name) {

@@ -49,7 +49,6 @@ struct Learner::Batch {
   int64_t max_response = 0;
   std::vector<const buffer::Trajectory*> sequences;  // whole batch, group by group
   at::Tensor mask, scores, group_ids;                // [S, R], [S], [S]
-  at::Tensor baselines;                              // [S]: the group's greedy reward, or undefined
   std::vector<int64_t> mine;                         // this rank's sequences (local rows)
   std::vector<std::vector<int64_t>> mini;            // local rows of each mini-batch
   // Per-token tensors of the local rows [S_local, R].
@@ -339,7 +338,7 @@ absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>
     for (const buffer::Trajectory& t : groups[g].trajectories) {
       batch.sequences.push_back(&t);
       group_id.push_back(g);
-      baselines.push_back(groups[g].baseline_reward);
+      if (needs_baseline) baselines.push_back(groups[g].baseline_reward);
       batch.max_response = std::max<int64_t>(batch.max_response, t.response_ids.size());
     }
   }
@@ -359,7 +358,6 @@ absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>
     batch.scores[s] = t.reward;
   }
   batch.group_ids = at::tensor(group_id, at::kLong);
-  if (needs_baseline) batch.baselines = at::tensor(baselines, at::kDouble).to(at::kFloat);
   // This rank's rows: within each mini-batch's groups, group j goes to rank j % world.
   const int64_t per_mini = G / options_.mini_batches;
   for (int64_t m = 0; m < options_.mini_batches; ++m) {
@@ -399,10 +397,10 @@ absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>
   in.scores = batch.scores.to(at::kFloat);
   in.mask = batch.mask;
   in.group_ids = batch.group_ids;
-  in.baselines = batch.baselines;
-  if (batch.baselines.defined()) {
+  if (needs_baseline) {
+    in.baselines = at::tensor(baselines, at::kDouble).to(at::kFloat);  // [S]
     // One value per group: the mean over sequences weighs groups equally (equal sizes).
-    metrics["critic/baseline/mean"] = batch.baselines.mean().item<double>();
+    metrics["critic/baseline/mean"] = in.baselines.mean().item<double>();
   }
   if (critic_) in.values = gather_rows(batch.values, batch.mine, S, *comm_);
   if (reference_ && options_.kl_in_reward) {

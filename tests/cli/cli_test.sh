@@ -211,6 +211,29 @@ YAML
     expect_exit 2 "$flywheel" eval "$work/m" --config "$work/c.yaml" --data "$work/e.jsonl" \
       --set eval.judge=rewards --set 'rewards.functions=[]'
     expect_output "eval.judge is rewards but rewards.functions is empty" ;;
+  weight_transport_alone)
+    # weight_sync.transport mpi needs the workers inside the learners' mpirun: a worker started
+    # on its own, or a learner job without rollout ranks, is refused at start, saying why.
+    printf '{"model_type": "qwen2", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "eos_token_id": 2}' > "$work/c.json"
+    expect_exit 0 "$flywheel" init-model --config "$work/c.json" --out "$work/m" --char-tokenizer
+    expect_exit 0 "$flywheel" make-data addition --digits 1 --train 8 --eval 2 --out "$work/d"
+    cat > "$work/c.yaml" <<YAML
+model: {path: $work/m, max_seq_len: 16}
+tokenizer: {type: char, chat_template: none}
+data: {train_path: $work/d/train.jsonl}
+rollout: {group_size: 2, max_new_tokens: 2}
+trainer: {total_steps: 1, groups_per_step: 1}
+rewards: {functions: [{name: exact_match}]}
+weight_sync: {transport: mpi}
+logging: {run_dir: $work/run, sinks: [jsonl]}
+YAML
+    env -u OMPI_COMM_WORLD_SIZE -u PMI_SIZE -u PMIX_RANK \
+      "$flywheel" rollout "$work/c.yaml" --controller 127.0.0.1:1 > "$work/r.log" 2>&1
+    [[ $? -ne 0 ]] || fail "a lone worker with transport mpi started"
+    out=$(cat "$work/r.log")
+    expect_output "weight_sync.transport mpi needs this worker to be a rank of the learners' MPMD mpirun"
+    expect_exit 1 timeout 60 "$flywheel" learner "$work/c.yaml"
+    expect_output "weight_sync.transport mpi sends weights to the rollout ranks of the learners' MPMD mpirun, and this job has none" ;;
   generate_no_tokenizer)
     # No tokenizer files: ids only (no text, no text_error); stop strings are refused.
     printf '{"model_type": "llama", "vocab_size": 50, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4}' > "$work/c.json"

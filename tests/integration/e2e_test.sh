@@ -5,7 +5,8 @@
 # each worker's checksum of what it holds with the published one); SIGKILL of a rollout worker
 # (restarted, training goes on, no prompt trained twice); SIGKILL of the learner job, then
 # --resume (every prompt of the epoch trained exactly once over both runs); a ReMax run (the
-# workers' greedy baselines reach the learners).
+# workers' greedy baselines reach the learners). The sync and async runs go once with weights over
+# gRPC and once over MPI (the workers inside the learners' mpirun).
 # Usage: e2e_test.sh FLYWHEEL
 set -uo pipefail
 flywheel=$1
@@ -88,18 +89,32 @@ check_metrics() {  # run_dir max_staleness steps min_acks
     "$1/metrics.jsonl" "$2" "$3" "$4"
 }
 
-for staleness in 0 1; do
-  rm -rf "$work/run"
-  out=$(timeout 300 "$flywheel" train "$work/base.yaml" --set buffer.max_staleness=$staleness 2>&1) ||
-    fail "train (max_staleness $staleness) exited with $?: $out"
-  grep -q "flywheel learner: 6 steps" <<<"$out" || fail "not 6 steps (max_staleness $staleness): $out"
-  grep -q "; 0 staleness violations" <<<"$out" || fail "violations: $out"
-  min_acks=$(( staleness == 0 ? 6 : 2 ))
-  m=$(check_metrics "$work/run" $staleness 6 $min_acks 2>&1) || fail "metrics (max_staleness $staleness): $m"
-  n=$(check_prompts "$work/run/trained_prompts.jsonl") || fail "prompts (max_staleness $staleness)"
-  [[ "$n" == 24 ]] || fail "$n prompts trained, want 24"
-  [[ -f "$work/run/hf/model.safetensors" ]] || fail "no export"
-  echo "max_staleness $staleness: 6 steps, 24 prompts once each, $m"
+# grpc: workers are the launcher's children; mpi: ranks of the learners' mpirun (MPMD), weights
+# broadcast by learner rank 0 over MPI (the acks still compare every worker's checksum).
+for transport in grpc mpi; do
+  for staleness in 0 1; do
+    rm -rf "$work/run"
+    run="transport $transport, max_staleness $staleness"
+    out=$(timeout 300 "$flywheel" train "$work/base.yaml" --set buffer.max_staleness=$staleness \
+      --set weight_sync.transport=$transport 2>&1) || fail "train ($run) exited with $?: $out"
+    grep -q "flywheel learner: 6 steps" <<<"$out" || fail "not 6 steps ($run): $out"
+    grep -q "; 0 staleness violations" <<<"$out" || fail "violations ($run): $out"
+    min_acks=$(( staleness == 0 ? 6 : 2 ))
+    m=$(check_metrics "$work/run" $staleness 6 $min_acks 2>&1) || fail "metrics ($run): $m"
+    n=$(check_prompts "$work/run/trained_prompts.jsonl") || fail "prompts ($run)"
+    [[ "$n" == 24 ]] || fail "$n prompts trained, want 24 ($run)"
+    [[ -f "$work/run/hf/model.safetensors" ]] || fail "no export ($run)"
+    for w in 0 1; do
+      log="$work/run/logs/worker-$w.log"
+      grep -q "weights over $transport" "$log" || fail "worker-$w: not over $transport ($run)"
+      # Over MPI every version arrives intact (none re-fetched over gRPC): v0 to v6.
+      if [[ $transport == mpi ]]; then
+        grep -q "7 versions received over mpi, 0 damaged" "$log" ||
+          fail "worker-$w: $(grep 'versions received' "$log") ($run)"
+      fi
+    done
+    echo "$run: 6 steps, 24 prompts once each, $m"
+  done
 done
 
 # ReMax: each worker adds a greedy response per prompt and sends its reward as the group's

@@ -31,6 +31,11 @@ struct Algorithm {
                                           core::PluginRegistry& registry);
 };
 
+// Whether the config's advantage estimator needs a greedy baseline per prompt (remax): the
+// workers then generate it and the controller requires it. NotFound for an unknown estimator.
+absl::StatusOr<bool> needs_greedy_baseline(const core::Config& config,
+                                           core::PluginRegistry& registry);
+
 // The algos component's built-ins: estimators gae, grpo, dr_grpo, rloo, reinforce_pp,
 // reinforce_pp_baseline, remax; losses ppo_clip, gspo, reinforce; IS corrections none, tis,
 // seq_tis, icepop, seq_mask, decoupled; group filter nonzero_reward_std.

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "flywheel/comm/communicator.h"
@@ -60,6 +62,13 @@ class MpiCommunicator final : public Communicator {
   void barrier() override;
   absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key,
                                                       const std::string& name) override;
+
+  // Point-to-point messages beside the collectives, for announcements a receiver polls for
+  // (the weight channel's headers). send_bytes blocks until MPI took the message (under the
+  // deadline); try_receive_bytes never blocks for a message that has not arrived: nullopt then.
+  // A message's bytes are at most INT_MAX. Used by one thread at a time, like the collectives.
+  void send_bytes(int dest, int tag, const std::string& bytes);
+  std::optional<std::string> try_receive_bytes(int source, int tag);
 
  private:
   struct Handle;  // the MPI_Comm

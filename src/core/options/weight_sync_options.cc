@@ -5,8 +5,11 @@ namespace flywheel::core {
 void bind_options(FieldBinder& b, WeightSyncOptions& o) {
   b.field("transport", &o.transport,
           FieldInfo("How weights reach rollout workers: grpc (buckets streamed through the "
-                    "controller; any worker, elastic) or auto (grpc). nccl and mpi are not "
-                    "implemented yet and are refused at start.")
+                    "controller; any worker, elastic, restartable), mpi (learner rank 0 "
+                    "broadcasts each version over MPI to the rollout ranks of the learners' MPMD "
+                    "mpirun; CPU jobs), nccl (the same over NCCL, every rank on a GPU), or auto "
+                    "(grpc). With mpi or nccl, flywheel train runs the workers inside the "
+                    "learners' mpirun and a failed worker ends the job.")
               .one_of({"auto", "nccl", "mpi", "grpc"}));
   b.field("bucket_bytes", &o.bucket_bytes,
           FieldInfo("Bytes per bucket on the wire (smaller buckets overlap sending and "
