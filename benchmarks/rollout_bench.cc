@@ -35,8 +35,9 @@ struct Result {
   const char* limiter;
 };
 
+// Greedy decode, or with `sampled` temperature 1 and top-p 0.9 (what RL rollouts run).
 Result run(std::shared_ptr<flywheel::model::DecoderModel> model, int64_t batch, int64_t steps,
-           double bandwidth_gbs, double peak_gflops) {
+           double bandwidth_gbs, double peak_gflops, bool sampled = false) {
   const ModelConfig& c = model->config();
   const int64_t prompt = 16;
   flywheel::rollout::EngineOptions options;
@@ -47,7 +48,9 @@ Result run(std::shared_ptr<flywheel::model::DecoderModel> model, int64_t batch, 
     flywheel::rollout::GenerationRequest r;
     r.id = std::to_string(b);
     for (int64_t t = 0; t < prompt; ++t) r.prompt_ids.push_back((b * 31 + t * 7) % c.vocab_size);
-    r.sampling.temperature = 0;
+    r.sampling.temperature = sampled ? 1.0 : 0.0;
+    r.sampling.top_p = sampled ? 0.9 : 1.0;
+    r.sampling.seed = static_cast<uint64_t>(b);
     r.sampling.max_new_tokens = steps + 2;
     (void)engine->submit(r);
   }
@@ -172,7 +175,15 @@ int main(int argc, char** argv) {
       }
       std::printf("\n");
     }
-    if (std::string(spec.name) == "100M") report_update_pause(model, 32, 8);
+    if (std::string(spec.name) == "100M") {
+      const double greedy = run(model, 64, steps, bandwidth, peak).tokens_per_s;
+      const double sampled = run(model, 64, steps, bandwidth, peak, /*sampled=*/true).tokens_per_s;
+      std::printf(
+          "\nsampled decode (temperature 1, top-p 0.9), 100M, batch 64: %.1f tokens/s, %.1f%% of "
+          "greedy's %.1f tokens/s in the same run\n",
+          sampled, 100 * sampled / greedy, greedy);
+      report_update_pause(model, 32, 8);
+    }
   }
   return 0;
 }

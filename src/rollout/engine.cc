@@ -6,7 +6,6 @@
 #include <stdexcept>
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -51,7 +50,7 @@ struct GenerationEngine::Sequence {
   int64_t slot = 0;
   std::vector<int64_t> tokens;  // prompt + generated
   int64_t cached = 0;           // tokens[0, cached) are in the slot's KV cache
-  at::Generator generator;
+  uint64_t seed = 0;  // sample_seed(request seed, index): its draws are sample_uniform(seed, i)
   Sample& sample() { return group->samples[index]; }
 };
 
@@ -272,8 +271,7 @@ void GenerationEngine::admit() {
       seq->index = sample;
       seq->slot = slot;
       seq->tokens = group->request.prompt_ids;
-      seq->generator =
-          at::detail::createCPUGenerator(sample_seed(group->request.sampling.seed, sample));
+      seq->seed = sample_seed(group->request.sampling.seed, sample);
       // Positions below the prompt's length are overwritten by the prefill (or its copy).
       clear_slot(slot, length);
       if (sample == 0) first_slots.push_back(slot);
@@ -366,60 +364,102 @@ void GenerationEngine::decode() {
 void GenerationEngine::sample_and_append(const at::Tensor& logits,
                                          const std::vector<Sequence*>& sequences) {
   const int64_t B = sequences.size();
+  const at::TensorOptions longs = at::TensorOptions().dtype(at::kLong).device(logits.device());
   // Behaviour log-probs under temperature-scaled logits (temperature 0 counts as 1), for all
-  // rows at once; rows with a non-finite logit are found in the same pass.
+  // rows at once.
   std::vector<float> temperatures;
   for (Sequence* seq : sequences) {
     const double t = seq->group->request.sampling.temperature;
     temperatures.push_back(t > 0 ? static_cast<float>(t) : 1.0f);
   }
-  at::Tensor scale = at::tensor(temperatures).view({B, 1});
+  at::Tensor scale = at::tensor(temperatures).to(logits.device()).view({B, 1});
   at::Tensor behaviour = at::log_softmax(logits / scale, -1);
-  at::Tensor finite = at::isfinite(logits).all(-1).contiguous();
-  const bool* row_finite = finite.data_ptr<bool>();
+  // Logits processors (rare) run row by row on a copy; every other step is batched.
+  at::Tensor work = logits;
+  std::vector<uint8_t> failed(B, 0);
   for (int64_t b = 0; b < B; ++b) {
     Sequence& seq = *sequences[b];
-    if (!row_finite[b]) {
-      finish(seq, FinishReason::kError, "the model produced non-finite logits");
-      continue;
-    }
-    std::pair<int64_t, float> sampled;
+    if (seq.group->processors.empty()) continue;
+    if (work.data_ptr() == logits.data_ptr()) work = logits.clone();
+    at::Tensor row = work[b];
     try {
-      sampled = sample_row(seq, logits[b], behaviour[b]);
+      for (const auto& processor : seq.group->processors) processor->apply(row, seq.tokens);
     } catch (const std::exception& e) {
       finish(seq, FinishReason::kError, absl::StrCat("sampling failed: ", e.what()));
-      continue;
+      failed[b] = 1;
     }
-    append_token(seq, sampled.first, sampled.second);
   }
-}
-
-std::pair<int64_t, float> GenerationEngine::sample_row(Sequence& seq, const at::Tensor& raw_logits,
-                                                       const at::Tensor& behaviour_logprobs) {
-  const SamplingParams& params = seq.group->request.sampling;
-  at::Tensor row = raw_logits.clone();
-  for (const auto& processor : seq.group->processors) processor->apply(row, seq.tokens);
-  if (!(row.max().item<float>() > -std::numeric_limits<float>::infinity())) {
-    throw std::runtime_error("the logits processors left no token that can be sampled");
+  // Greedy and sampled rows, drawn together whatever their logits hold: rows found unusable
+  // below (non-finite logits, processors that left no token) are discarded after the transfer.
+  std::vector<int64_t> greedy, sampled;
+  for (int64_t b = 0; b < B; ++b) {
+    if (failed[b]) continue;
+    (sequences[b]->group->request.sampling.temperature == 0 ? greedy : sampled).push_back(b);
   }
-  int64_t token;
-  float processed_logprob = 0.0f;
-  if (params.temperature == 0) {
-    token = row.argmax().item<int64_t>();
-  } else {
-    at::Tensor scaled = row / params.temperature;
-    truncate_logits(scaled, params);
+  if (greedy.empty() && sampled.empty()) return;
+  at::Tensor tokens = at::zeros({B}, longs);
+  at::Tensor processed = at::zeros({B}, logits.options());  // 0 for greedy rows
+  if (!greedy.empty()) {
+    at::Tensor rows = at::tensor(greedy, at::kLong).to(logits.device());
+    tokens.index_copy_(0, rows, work.index_select(0, rows).argmax(-1));
+  }
+  if (!sampled.empty()) {
+    at::Tensor rows = at::tensor(sampled, at::kLong).to(logits.device());
+    std::vector<const SamplingParams*> params;
+    std::vector<double> uniforms;
+    for (int64_t b : sampled) {
+      Sequence& seq = *sequences[b];
+      params.push_back(&seq.group->request.sampling);
+      uniforms.push_back(sample_uniform(seq.seed, seq.sample().token_ids.size()));
+    }
+    at::Tensor scaled = work.index_select(0, rows) / scale.index_select(0, rows);
+    truncate_logits_rows(scaled, params);
     at::Tensor probs = at::softmax(scaled, -1);
-    token = at::multinomial(probs, 1, /*replacement=*/false, seq.generator).item<int64_t>();
-    processed_logprob = std::log(probs[token].item<float>());
+    at::Tensor drawn = sample_from_probs(probs, at::tensor(uniforms, at::kDouble));
+    tokens.index_copy_(0, rows, drawn);
+    processed.index_copy_(0, rows, probs.gather(-1, drawn.view({-1, 1})).view({-1}).log());
   }
-  const float logprob = options_.logprob_mode == LogprobMode::kTemperatureScaled
-                            ? behaviour_logprobs[token].item<float>()
-                            : processed_logprob;
-  if (!std::isfinite(logprob)) {
-    throw std::runtime_error(absl::StrCat("token ", token, " has log-prob ", logprob));
+  at::Tensor logprobs = options_.logprob_mode == LogprobMode::kTemperatureScaled
+                            ? behaviour.gather(-1, tokens.view({-1, 1})).view({-1})
+                            : processed;
+  // Per row: finite logits from the model; after the processors (when any ran), no NaN or +inf
+  // and at least one token left.
+  at::Tensor finite = at::isfinite(logits).all(-1);
+  at::Tensor processed_bad = at::zeros_like(finite), any_left = at::ones_like(finite);
+  if (work.data_ptr() != logits.data_ptr()) {
+    processed_bad = (at::isnan(work) | at::isposinf(work)).any(-1);
+    any_left = work.amax(-1) > -std::numeric_limits<float>::infinity();
   }
-  return {token, logprob};
+  // The one transfer of the step: every row's token, log-prob and flags.
+  at::Tensor host =
+      at::stack({tokens.to(at::kDouble), logprobs.to(at::kDouble), finite.to(at::kDouble),
+                 processed_bad.to(at::kDouble), any_left.to(at::kDouble)})
+          .to(at::kCPU)
+          .contiguous();
+  const double* token_of = host[0].data_ptr<double>();
+  const double* logprob_of = host[1].data_ptr<double>();
+  const double* model_finite = host[2].data_ptr<double>();
+  const double* bad_after_processors = host[3].data_ptr<double>();
+  const double* token_left = host[4].data_ptr<double>();
+  for (int64_t b = 0; b < B; ++b) {
+    if (failed[b]) continue;
+    Sequence& seq = *sequences[b];
+    const int64_t token = static_cast<int64_t>(token_of[b]);
+    const float logprob = static_cast<float>(logprob_of[b]);
+    if (model_finite[b] == 0) {
+      finish(seq, FinishReason::kError, "the model produced non-finite logits");
+    } else if (bad_after_processors[b] != 0) {
+      finish(seq, FinishReason::kError,
+             "sampling failed: the logits processors produced NaN or +inf");
+    } else if (token_left[b] == 0) {
+      finish(seq, FinishReason::kError, "the logits processors left no token that can be sampled");
+    } else if (!std::isfinite(logprob)) {
+      finish(seq, FinishReason::kError,
+             absl::StrCat("sampling failed: token ", token, " has log-prob ", logprob));
+    } else {
+      append_token(seq, token, logprob);
+    }
+  }
 }
 
 void GenerationEngine::append_token(Sequence& seq, int64_t token, float logprob) {

@@ -1,7 +1,9 @@
 #include "flywheel/rollout/sampling.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -36,25 +38,54 @@ absl::Status SamplingParams::validate() const {
 }
 
 void truncate_logits(at::Tensor& scaled, const SamplingParams& params) {
+  at::Tensor rows = scaled.unsqueeze(0);  // a view: truncated in place
+  truncate_logits_rows(rows, {&params});
+}
+
+void truncate_logits_rows(at::Tensor& scaled, const std::vector<const SamplingParams*>& params) {
   const float kNegInf = -std::numeric_limits<float>::infinity();
-  const int64_t vocab = scaled.size(-1);
-  if (params.top_k > 0 && params.top_k < vocab) {
-    at::Tensor kth = std::get<0>(at::topk(scaled, params.top_k)).narrow(-1, params.top_k - 1, 1);
+  const int64_t rows = scaled.size(0), vocab = scaled.size(-1);
+  TORCH_CHECK(static_cast<int64_t>(params.size()) == rows, "truncate_logits_rows: ", rows,
+              " rows but ", params.size(), " parameter sets");
+  std::vector<int64_t> kth_index(rows);
+  std::vector<uint8_t> no_top_k(rows);
+  std::vector<float> top_p(rows), min_p(rows);
+  int64_t max_k = 0;
+  bool any_top_p = false, any_min_p = false;
+  for (int64_t r = 0; r < rows; ++r) {
+    const SamplingParams& p = *params[r];
+    const int64_t k = p.top_k > 0 && p.top_k < vocab ? p.top_k : 0;
+    max_k = std::max(max_k, k);
+    kth_index[r] = std::max<int64_t>(k - 1, 0);
+    no_top_k[r] = k == 0;
+    // top_p 1 is off: a threshold no cumulative probability reaches.
+    top_p[r] = p.top_p < 1.0 ? static_cast<float>(p.top_p) : 2.0f;
+    any_top_p |= p.top_p < 1.0;
+    min_p[r] = static_cast<float>(p.min_p);
+    any_min_p |= p.min_p > 0.0;
+  }
+  auto column = [&](auto values, at::ScalarType dtype) {
+    return at::tensor(values, at::TensorOptions().dtype(dtype)).to(scaled.device()).view({rows, 1});
+  };
+  if (max_k > 0) {
+    at::Tensor top = std::get<0>(at::topk(scaled, max_k, -1));  // descending
+    at::Tensor kth = top.gather(-1, column(kth_index, at::kLong));
+    kth.masked_fill_(column(no_top_k, at::kByte).to(at::kBool), kNegInf);
     scaled.masked_fill_(scaled < kth, kNegInf);
   }
-  if (params.top_p < 1.0) {
+  if (any_top_p) {
     auto [sorted, order] = at::sort(scaled, /*dim=*/-1, /*descending=*/true);
-    at::Tensor cumulative = at::softmax(sorted, -1).cumsum(-1);
+    at::Tensor probs = at::softmax(sorted, -1);
     // Drop a token when the tokens before it already reach top_p (the crossing token stays).
-    at::Tensor before = cumulative - at::softmax(sorted, -1);
-    at::Tensor drop_sorted = before >= params.top_p;
+    at::Tensor before = probs.cumsum(-1) - probs;
+    at::Tensor drop_sorted = before >= column(top_p, at::kFloat);
     drop_sorted.narrow(-1, 0, 1).fill_(false);
     at::Tensor drop = at::zeros_like(drop_sorted).scatter_(-1, order, drop_sorted);
     scaled.masked_fill_(drop, kNegInf);
   }
-  if (params.min_p > 0.0) {
+  if (any_min_p) {
     at::Tensor probs = at::softmax(scaled, -1);
-    at::Tensor threshold = probs.max() * params.min_p;
+    at::Tensor threshold = std::get<0>(probs.max(-1, /*keepdim=*/true)) * column(min_p, at::kFloat);
     scaled.masked_fill_(probs < threshold, kNegInf);
   }
 }
@@ -65,6 +96,23 @@ uint64_t sample_seed(uint64_t seed, int64_t index) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
+}
+
+double sample_uniform(uint64_t seed, int64_t position) {
+  // The top 53 bits of splitmix64(seed, position): uniform over [0, 1) in steps of 2^-53.
+  return static_cast<double>(sample_seed(seed, position) >> 11) * 0x1.0p-53;
+}
+
+at::Tensor sample_from_probs(const at::Tensor& probs, const at::Tensor& uniforms) {
+  const int64_t vocab = probs.size(-1);
+  at::Tensor cdf = probs.to(at::kDouble).cumsum(-1);  // float64: no drift over a large vocabulary
+  at::Tensor total = cdf.narrow(-1, vocab - 1, 1);
+  // Strictly below the total, so that the draw lands on a token with positive probability: the
+  // first j with cdf[j] > target has cdf[j - 1] <= target < cdf[j].
+  at::Tensor target =
+      at::minimum(uniforms.to(cdf.options()).view({-1, 1}) * total, total * (1.0 - 0x1.0p-52));
+  at::Tensor index = at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true);
+  return index.view({-1}).clamp_max(vocab - 1);
 }
 
 }  // namespace flywheel::rollout

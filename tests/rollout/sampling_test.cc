@@ -3,24 +3,26 @@
 #include <cmath>
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 
 #include "gtest/gtest.h"
 
 namespace flywheel::rollout {
 namespace {
 
-// Samples `draws` tokens from logits of the distribution `probs` after truncation and returns
-// the empirical frequencies.
+// Samples `draws` tokens from logits of the distribution `probs` after truncation, as the engine
+// does (every draw a row of one batch: truncate_logits_rows, softmax, sample_from_probs at
+// sample_uniform), and returns the empirical frequencies.
 std::vector<double> frequencies(const std::vector<float>& probs, const SamplingParams& params,
                                 int draws = 20000) {
-  at::Tensor logits = at::log(at::tensor(probs));
-  truncate_logits(logits, params);
+  at::Tensor logits = at::log(at::tensor(probs)).expand({draws, -1}).contiguous();
+  truncate_logits_rows(logits, std::vector<const SamplingParams*>(draws, &params));
   at::Tensor p = at::softmax(logits, -1);
-  at::Generator gen = at::detail::createCPUGenerator(123);
-  at::Tensor samples = at::multinomial(p, draws, /*replacement=*/true, gen);
+  std::vector<double> uniforms;
+  for (int i = 0; i < draws; ++i) uniforms.push_back(sample_uniform(sample_seed(123, 0), i));
+  at::Tensor samples = sample_from_probs(p, at::tensor(uniforms, at::kDouble));
   std::vector<double> freq(probs.size(), 0.0);
-  for (int64_t i = 0; i < draws; ++i) freq[samples[i].item<int64_t>()] += 1.0 / draws;
+  const int64_t* s = samples.data_ptr<int64_t>();
+  for (int64_t i = 0; i < draws; ++i) freq[s[i]] += 1.0 / draws;
   return freq;
 }
 
@@ -72,6 +74,51 @@ TEST(TruncationTest, FiltersComposeInHuggingFaceOrder) {
 
 TEST(TruncationTest, NoFiltersKeepsTheDistribution) {
   expect_distribution(frequencies(kProbs, SamplingParams()), {0, 1, 2, 3, 4});
+}
+
+TEST(TruncationTest, RowsOfOneBatchFollowTheirOwnParameters) {
+  std::vector<SamplingParams> params(5);
+  params[1].top_k = 2;
+  params[2].top_p = 0.75;
+  params[3].min_p = 0.3;
+  params[4].top_k = 3;
+  params[4].min_p = 0.45;
+  at::Tensor logits = at::randn({5, 50}, at::TensorOptions().dtype(at::kFloat)) * 3;
+  at::Tensor batch = logits.clone();
+  std::vector<const SamplingParams*> rows;
+  for (const SamplingParams& p : params) rows.push_back(&p);
+  truncate_logits_rows(batch, rows);
+  for (int64_t r = 0; r < 5; ++r) {
+    at::Tensor alone = logits[r].clone();
+    truncate_logits(alone, params[r]);
+    EXPECT_TRUE(at::equal(alone, batch[r])) << "row " << r;
+  }
+}
+
+TEST(SamplerTest, ZeroProbabilityTokensAreNeverDrawn) {
+  // The largest uniform below 1 on a distribution whose last tokens are truncated away.
+  at::Tensor probs = at::tensor(std::vector<float>{0.5f, 0.25f, 0.25f, 0.0f, 0.0f}).view({1, 5});
+  for (double u : {0.0, 0.4999, 0.5, 0.75, 0.9999999, 1.0 - 0x1.0p-53}) {
+    at::Tensor token = sample_from_probs(probs, at::tensor(std::vector<double>{u}));
+    EXPECT_LT(token.item<int64_t>(), 3) << u;
+  }
+  at::Tensor leading_zero = at::tensor(std::vector<float>{0.0f, 1.0f}).view({1, 2});
+  EXPECT_EQ(sample_from_probs(leading_zero, at::tensor(std::vector<double>{0.0})).item<int64_t>(),
+            1);
+}
+
+TEST(SamplerTest, UniformsAreStableInRangeAndDifferPerPosition) {
+  EXPECT_EQ(sample_uniform(7, 3), sample_uniform(7, 3));
+  EXPECT_NE(sample_uniform(7, 3), sample_uniform(7, 4));
+  EXPECT_NE(sample_uniform(7, 3), sample_uniform(8, 3));
+  double sum = 0;
+  for (int i = 0; i < 10000; ++i) {
+    const double u = sample_uniform(sample_seed(1, 2), i);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    sum += u;
+  }
+  EXPECT_NEAR(sum / 10000, 0.5, 0.015);  // 5 sigma of the mean of 10^4 uniforms
 }
 
 TEST(SamplingParamsTest, ValidationNamesTheField) {

@@ -168,12 +168,10 @@ class GenerationEngine {
   // contribute exactly nothing to attention, and 0 x NaN is NaN.
   void clear_slot(int64_t slot, int64_t from);
   void decode();
-  // Samples one token per row of `logits` ([rows, vocab] float32) for `sequences`.
+  // Samples one token per row of `logits` ([rows, vocab] float32) for `sequences`, every row at
+  // once (logits processors alone run row by row), with one transfer of the sampled ids and
+  // log-probs to the host. A row that cannot be sampled ends its sequence with an error.
   void sample_and_append(const at::Tensor& logits, const std::vector<Sequence*>& sequences);
-  // The sampled token of one row and its behaviour log-prob; throws (c10::Error or
-  // std::runtime_error) when the row cannot be sampled.
-  std::pair<int64_t, float> sample_row(Sequence& seq, const at::Tensor& raw_logits,
-                                       const at::Tensor& behaviour_logprobs);
   void append_token(Sequence& seq, int64_t token, float logprob);
   void finish(Sequence& seq, FinishReason reason, const std::string& error = "");
   void fail_active(const std::string& error);

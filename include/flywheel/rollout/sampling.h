@@ -49,8 +49,20 @@ enum class LogprobMode { kTemperatureScaled, kProcessed };
 // that top-k, top-p and min-p exclude, in Hugging Face's order (top-k, top-p, min-p). At least
 // one token always survives.
 void truncate_logits(at::Tensor& scaled, const SamplingParams& params);
+// The same for every row of `scaled` [R, V] at once, row r under params[r] (R entries).
+void truncate_logits_rows(at::Tensor& scaled, const std::vector<const SamplingParams*>& params);
 
 // A reproducible 64-bit seed for sample `index` of a request seeded with `seed`.
 uint64_t sample_seed(uint64_t seed, int64_t index);
+
+// The uniform number in [0, 1) that draws the token at `position` (tokens generated before it)
+// of a sample seeded with `seed` (sample_seed()). Counter-based: a sample's draws do not depend
+// on which other sequences share its batch.
+double sample_uniform(uint64_t seed, int64_t position);
+
+// One token per row of `probs` [R, V] (non-negative rows with a positive sum) by inverse CDF at
+// `uniforms` [R] (in [0, 1), any floating dtype): token j with probability probs[r][j] / sum; a
+// zero entry is never drawn. int64 [R], on probs' device.
+at::Tensor sample_from_probs(const at::Tensor& probs, const at::Tensor& uniforms);
 
 }  // namespace flywheel::rollout
