@@ -50,10 +50,10 @@ absl::StatusOr<WeightGroup> join_weight_group(MpmdWorld& world, Role role,
                                               const core::Config& config, int cuda_device) {
   const std::string transport = weight_transport(config);
   const bool sender = role == Role::kLearner && world.role->rank() == 0;
-  // How many rollout ranks: the world less the learners (agreed on by every rank).
-  at::Tensor rollout = at::full({1}, role == Role::kRollout ? 1 : 0, at::kLong);
-  world.world->all_reduce_host(rollout, comm::ReduceOp::kSum);
-  if (rollout.item<int64_t>() == 0) {
+  // The rollout ranks: the world less the learners (every rank knows its own role's size).
+  const int rollout_ranks =
+      role == Role::kRollout ? world.role->size() : world.world->size() - world.role->size();
+  if (rollout_ranks == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "weight_sync.transport ", transport,
         " sends weights to the rollout ranks of the learners' MPMD mpirun, and this job has "

@@ -376,11 +376,13 @@ void GenerationEngine::sample_and_append(const at::Tensor& logits,
   at::Tensor behaviour = at::log_softmax(logits / scale, -1);
   // Logits processors (rare) run row by row on a copy; every other step is batched.
   at::Tensor work = logits;
+  bool processors_ran = false;
   std::vector<uint8_t> failed(B, 0);
   for (int64_t b = 0; b < B; ++b) {
     Sequence& seq = *sequences[b];
     if (seq.group->processors.empty()) continue;
-    if (work.data_ptr() == logits.data_ptr()) work = logits.clone();
+    if (!processors_ran) work = logits.clone();
+    processors_ran = true;
     at::Tensor row = work[b];
     try {
       for (const auto& processor : seq.group->processors) processor->apply(row, seq.tokens);
@@ -426,7 +428,7 @@ void GenerationEngine::sample_and_append(const at::Tensor& logits,
   // and at least one token left.
   at::Tensor finite = at::isfinite(logits).all(-1);
   at::Tensor processed_bad = at::zeros_like(finite), any_left = at::ones_like(finite);
-  if (work.data_ptr() != logits.data_ptr()) {
+  if (processors_ran) {
     processed_bad = (at::isnan(work) | at::isposinf(work)).any(-1);
     any_left = work.amax(-1) > -std::numeric_limits<float>::infinity();
   }

@@ -105,7 +105,8 @@ double sample_uniform(uint64_t seed, int64_t position) {
 
 at::Tensor sample_from_probs(const at::Tensor& probs, const at::Tensor& uniforms) {
   const int64_t vocab = probs.size(-1);
-  at::Tensor cdf = probs.to(at::kDouble).cumsum(-1);  // float64: no drift over a large vocabulary
+  // Accumulated in float64 (no drift over a large vocabulary), without a float64 copy of probs.
+  at::Tensor cdf = probs.cumsum(-1, at::kDouble);
   at::Tensor total = cdf.narrow(-1, vocab - 1, 1);
   // Strictly below the total, so that the draw lands on a token with positive probability: the
   // first j with cdf[j] > target has cdf[j - 1] <= target < cdf[j].

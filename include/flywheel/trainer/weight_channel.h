@@ -2,9 +2,9 @@
 // workers are ranks of the learners' MPMD mpirun: learner rank 0 (the channel's rank 0) sends
 // every published version to all other ranks of the channel.
 //
-//   root:      channel.send(*store.latest());   ...   channel.close();
-//   receivers: while (!channel.closed()) if (*channel.receive(&weights) == kWeights)
-//   apply(weights);
+//   root:     channel.send(*store.latest());  ...  channel.close();
+//   receiver: while (!channel.closed())
+//               if (*channel.receive(&weights) == Received::kWeights) apply(weights);
 //
 // A version travels as a header (version, payload size, bucket size, the payload's CRC-32C and
 // the manifest: names, dtypes, shapes, byte ranges) sent point to point over `control`, then the
