@@ -1,0 +1,61 @@
+// How a process splits its thread budget between ATen's intra-op pool (OpenMP) and the BLAS
+// library's own pool.
+//
+// Debian's LibTorch runs float32 GEMMs in the system OpenBLAS, whose pthread pool is separate
+// from ATen's OpenMP pool: with both at N threads on N cores, ATen's threads spin while OpenBLAS
+// runs, and float32 decode on 2 threads ran at 120 instead of 192 tokens/s. bfloat16 GEMMs run in
+// oneDNN inside the OpenMP pool and do not use BLAS. The layout is chosen per dtype (measured in
+// docs/benchmarks.md) and set at start through the BLAS library's own functions, found at run
+// time, so no environment variable is needed and a LibTorch without them still links.
+#pragma once
+
+#include <string>
+
+#include <c10/core/ScalarType.h>
+
+namespace flywheel::model {
+
+enum class ThreadSplit {
+  kAuto,  // by dtype: kBlas for float32 (and float16), kAten for bfloat16
+  kBlas,  // ATen intra-op 1 thread, BLAS the whole budget
+  kAten,  // ATen intra-op the whole budget, BLAS 1 thread
+};
+
+// "auto" | "blas" | "aten" (the spellings of cluster.thread_split and --thread-split).
+const char* thread_split_name(ThreadSplit split);
+bool parse_thread_split(const std::string& name, ThreadSplit* split);
+
+struct ThreadLayoutOptions {
+  static constexpr int kDefaultThreads = 0;
+  int threads = kDefaultThreads;      // budget; kDefaultThreads = at::get_num_threads() at the time
+                                      // (OMP_NUM_THREADS if set, else the cores)
+  at::ScalarType dtype = at::kFloat;  // the compute dtype of the process's model
+  ThreadSplit split = ThreadSplit::kAuto;
+};
+
+struct ThreadLayout {
+  int threads = 1;       // the budget
+  int aten_threads = 1;  // ATen intra-op threads
+  int blas_threads = 0;  // BLAS threads; 0 = not settable (no BLAS control in this process)
+  std::string blas;      // "OpenBLAS" | "MKL" | "" (none found)
+  at::ScalarType dtype = at::kFloat;
+
+  // One log line: "threads: 2 (ATen intra-op 1, OpenBLAS 2) for float32".
+  std::string to_string() const;
+};
+
+// The layout for `threads` (>= 1) in `dtype` under `split`, given the name of the BLAS library
+// whose threads can be set ("" = none: ATen takes the whole budget and BLAS is left alone). Pure.
+ThreadLayout plan_thread_layout(int threads, at::ScalarType dtype, ThreadSplit split,
+                                const std::string& blas);
+
+// Plans the layout for `options` with the BLAS control this process has (openblas_set_num_threads
+// or mkl_set_num_threads, looked up with dlsym) and applies it: at::set_num_threads, then the
+// BLAS thread count. Process-wide by nature: call it once at start, before the model runs.
+ThreadLayout apply_thread_layout(const ThreadLayoutOptions& options);
+
+// The BLAS threads this process runs now (openblas_get_num_threads / mkl_get_max_threads); 0 when
+// there is no BLAS control.
+int current_blas_threads();
+
+}  // namespace flywheel::model
