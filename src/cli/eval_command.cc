@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "flywheel/comm/mpi_communicator.h"
 #include "flywheel/core/json.h"
+#include "flywheel/model/cpu_features.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/trainer/checkpoint.h"
 #include "held_out_eval.h"
@@ -86,7 +87,8 @@ absl::Status run(const EvalArgs& args) {
   if (!mpi.ok()) return mpi.status();
   auto world = comm::MpiCommunicator::world(**mpi, {"eval", c.cluster.collective_timeout_s});
   if (!world.ok()) return world.status();
-  absl::StatusOr<at::ScalarType> dtype = model::parse_dtype(c.model.dtype);
+  absl::StatusOr<at::ScalarType> dtype =
+      model::resolve_dtype(c.model.dtype, /*on_cuda=*/c.model.device == "cuda");
   if (!dtype.ok()) return dtype.status();
   absl::StatusOr<ModelDir> dir = ModelDir::open(args.model, *dtype, **world);
   if (!dir.ok()) return dir.status();

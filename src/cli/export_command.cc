@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "commands.h"
 #include "flywheel/core/file_io.h"
+#include "flywheel/model/cpu_features.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/model/tokenizer.h"
 #include "flywheel/trainer/checkpoint.h"
@@ -30,7 +31,7 @@ struct ExportArgs {
 
 // A learner or SFT checkpoint step directory (checkpoint.h), gathered from its rank files.
 absl::Status export_checkpoint(const ExportArgs& args) {
-  absl::StatusOr<at::ScalarType> dtype = model::parse_dtype(args.model.dtype);
+  absl::StatusOr<at::ScalarType> dtype = model::resolve_dtype(args.model.dtype, /*on_cuda=*/false);
   if (!dtype.ok()) return dtype.status();
   model::SaveOptions save;
   save.max_shard_bytes = static_cast<int64_t>(args.shard_gib * (int64_t{1} << 30));
@@ -38,7 +39,7 @@ absl::Status export_checkpoint(const ExportArgs& args) {
       trainer::export_checkpoint(args.model.dir, args.which, args.out_dir, *dtype, save);
   if (!exported.ok()) return exported;
   std::cout << "exported the " << args.which << " of checkpoint " << args.model.dir << " ("
-            << args.model.dtype << ") to " << args.out_dir << "\n";
+            << model::dtype_name(*dtype) << ") to " << args.out_dir << "\n";
   return absl::OkStatus();
 }
 
@@ -98,8 +99,8 @@ absl::Status run(const ExportArgs& args) {
     ++copied;
   }
   std::cout << "exported " << (*model)->config().num_parameters() << " parameters ("
-            << args.model.dtype << ") and " << copied << " tokenizer/config file(s) to "
-            << args.out_dir << "\n";
+            << model::dtype_name((*model)->options().dtype) << ") and " << copied
+            << " tokenizer/config file(s) to " << args.out_dir << "\n";
   return absl::OkStatus();
 }
 

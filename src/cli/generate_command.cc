@@ -16,6 +16,7 @@
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/plugin_registry.h"
 #include "flywheel/model/chat_template.h"
+#include "flywheel/model/cpu_features.h"
 #include "flywheel/model/tokenizer.h"
 #include "flywheel/rollout/engine.h"
 #include "jsonl_io.h"
@@ -122,8 +123,11 @@ absl::StatusOr<std::vector<int64_t>> prompt_ids(const core::Json& record, const 
 }
 
 absl::Status run(const GenerateArgs& args) {
-  absl::StatusOr<std::unique_ptr<model::DecoderModel>> loaded = args.model.load();
+  model::ThreadLayout layout;
+  absl::StatusOr<std::unique_ptr<model::DecoderModel>> loaded = args.model.load(&layout);
   if (!loaded.ok()) return loaded.status();
+  std::cerr << "flywheel generate: cpu: " << model::describe(model::detect_cpu_features()) << "; "
+            << layout.to_string() << "\n";
   std::shared_ptr<model::DecoderModel> model(loaded->release());
   absl::StatusOr<std::unique_ptr<model::Tokenizer>> loaded_tokenizer =
       model_tokenizer(args.model.dir);

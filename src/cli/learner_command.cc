@@ -26,6 +26,7 @@
 #include "flywheel/comm/nccl_communicator.h"
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/logging.h"
+#include "flywheel/model/cpu_features.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/trainer/checkpoint.h"
 #include "flywheel/trainer/learner.h"
@@ -181,7 +182,8 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
   if (!model_config.ok()) return model_config.status();
   absl::StatusOr<TokenizerSetup> tokenizers = load_tokenizer_setup(c);
   if (!tokenizers.ok()) return tokenizers.status();
-  absl::StatusOr<at::ScalarType> rollout_dtype = model::parse_dtype(c.model.dtype);
+  absl::StatusOr<at::ScalarType> rollout_dtype =
+      model::resolve_dtype(c.model.dtype, /*on_cuda=*/c.model.device == "cuda");
   if (!rollout_dtype.ok()) return rollout_dtype.status();
 
   auto learner = trainer::Learner::create(c, *model_config, &learners, *job->registry);

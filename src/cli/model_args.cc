@@ -5,12 +5,12 @@
 #include <exception>
 #include <filesystem>
 
-#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "flywheel/model/cpu_features.h"
 #include "flywheel/model/hf_checkpoint.h"
 
 namespace flywheel::cli {
@@ -30,16 +30,35 @@ void ModelArgs::add_to(CLI::App* command, const std::string& dir_flag) {
   if (!dir_flag.empty()) {
     command->add_option(dir_flag, dir, "Hugging Face model directory")->required();
   }
-  command->add_option("--dtype", dtype, "Compute dtype: float32, bfloat16 or float16 (GPU)")
-      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
-  command->add_option("--threads", threads, "Intra-op threads (0 = LibTorch's default)")
+  command
+      ->add_option("--dtype", dtype,
+                   "Compute dtype: float32, bfloat16, float16 (GPU) or auto (bfloat16 on a CPU "
+                   "with native bf16, float32 otherwise)")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16", "auto"}));
+  command
+      ->add_option("--threads", threads,
+                   "Thread budget, LibTorch intra-op + BLAS (0 = OMP_NUM_THREADS if set, else "
+                   "the cores)")
       ->check(CLI::Range(0, 1024));
+  command
+      ->add_option("--thread-split", thread_split,
+                   "Split of --threads: auto (by dtype), blas (LibTorch 1, BLAS all: float32 "
+                   "GEMMs) or aten (LibTorch all, BLAS 1)")
+      ->check(CLI::IsMember({"auto", "blas", "aten"}));
 }
 
-absl::StatusOr<std::unique_ptr<model::DecoderModel>> ModelArgs::load() const {
-  if (threads > 0) at::set_num_threads(threads);
-  absl::StatusOr<at::ScalarType> type = model::parse_dtype(dtype);
+absl::StatusOr<std::unique_ptr<model::DecoderModel>> ModelArgs::load(
+    model::ThreadLayout* layout) const {
+  absl::StatusOr<at::ScalarType> type = model::resolve_dtype(dtype, /*on_cuda=*/false);
   if (!type.ok()) return type.status();
+  model::ThreadLayoutOptions layout_options;
+  layout_options.threads = threads;
+  layout_options.dtype = *type;
+  if (!model::parse_thread_split(thread_split, &layout_options.split)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown --thread-split ", thread_split));
+  }
+  const model::ThreadLayout applied = model::apply_thread_layout(layout_options);
+  if (layout != nullptr) *layout = applied;
   const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
   absl::StatusOr<model::ModelConfig> config = model::ModelConfig::from_file(config_path);
   if (!config.ok()) return config.status();
@@ -50,6 +69,15 @@ absl::StatusOr<std::unique_ptr<model::DecoderModel>> ModelArgs::load() const {
   } catch (const std::exception& e) {
     return model_exception_error(*config, config_path, e);
   }
+}
+
+model::ThreadLayout apply_thread_layout(const core::ClusterOptions& cluster, at::ScalarType dtype) {
+  model::ThreadLayoutOptions options;
+  options.threads = static_cast<int>(cluster.threads_per_process);
+  options.dtype = dtype;
+  // The config's one_of admits only names parse_thread_split knows (else options.split stays auto).
+  (void)model::parse_thread_split(cluster.thread_split, &options.split);
+  return model::apply_thread_layout(options);
 }
 
 absl::Status check_model_memory(const model::ModelConfig& config, at::ScalarType dtype,

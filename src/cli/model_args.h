@@ -5,7 +5,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "flywheel/core/options/cluster_options.h"
 #include "flywheel/model/decoder.h"
+#include "flywheel/model/thread_layout.h"
 
 namespace CLI {
 class App;
@@ -15,16 +17,24 @@ namespace flywheel::cli {
 
 struct ModelArgs {
   std::string dir;
-  std::string dtype = "float32";
-  int threads = 0;  // 0 = LibTorch's default
+  std::string dtype = "float32";      // or "auto" (model::resolve_dtype)
+  int threads = 0;                    // budget; 0 = OMP_NUM_THREADS if set, else the cores
+  std::string thread_split = "auto";  // model::ThreadSplit name
 
-  // Adds --model (required unless `dir_flag` is empty), --dtype and --threads to `command`.
+  // Adds --model (required unless `dir_flag` is empty), --dtype, --threads and --thread-split to
+  // `command`.
   void add_to(CLI::App* command, const std::string& dir_flag = "--model");
-  // Sets the thread count, then loads `dir` (an HF directory) on the CPU. Errors name the file
-  // and field: the config's and the checkpoint's, a model too large for this machine
-  // (check_model_memory), and an allocation failure or LibTorch error while loading.
-  absl::StatusOr<std::unique_ptr<model::DecoderModel>> load() const;
+  // Resolves the dtype, applies the thread layout (into `*layout` when given, for the caller to
+  // print), then loads `dir` (an HF directory) on the CPU. Errors name the file and field: the
+  // config's and the checkpoint's, a model too large for this machine (check_model_memory), and
+  // an allocation failure or LibTorch error while loading.
+  absl::StatusOr<std::unique_ptr<model::DecoderModel>> load(
+      model::ThreadLayout* layout = nullptr) const;
 };
+
+// Applies cluster.threads_per_process and cluster.thread_split to this process for a model
+// computing in `dtype`; returns the layout for the caller to log. Call once, at start.
+model::ThreadLayout apply_thread_layout(const core::ClusterOptions& cluster, at::ScalarType dtype);
 
 // ResourceExhausted naming `source` and the config's sizes when the parameters of `config` in
 // `dtype` need more than this machine's physical memory: allocating them would get the process

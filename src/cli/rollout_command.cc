@@ -3,7 +3,6 @@
 // goes away, or SIGINT / SIGTERM. Under an MPMD mpirun with the learners, --controller may be
 // left out: learner rank 0 sends its address.
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -22,11 +21,13 @@
 #include "controller_setup.h"
 #include "flywheel/algos/algorithm.h"
 #include "flywheel/core/logging.h"
+#include "flywheel/model/cpu_features.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/rewards/composite_reward.h"
 #include "flywheel/rollout/engine_config.h"
 #include "job_setup.h"
 #include "learner_job.h"
+#include "model_args.h"
 #include "mpmd.h"
 #include "prompt_encoder.h"
 #include "rollout_worker.h"
@@ -112,7 +113,6 @@ absl::Status run(const RolloutArgs& args) {
     worker_id = absl::StrCat(host, "-", getpid());
   }
   core::set_log_prefix(worker_id, roles ? roles->role->rank() : 0);
-  at::set_num_threads(static_cast<int>(c.cluster.threads_per_process));
 
   if (c.model.path.empty()) return absl::InvalidArgumentError("model.path must be set");
   absl::StatusOr<model::ModelConfig> model_config =
@@ -120,8 +120,12 @@ absl::Status run(const RolloutArgs& args) {
   if (!model_config.ok()) return model_config.status();
   absl::StatusOr<TokenizerSetup> tokenizers = load_tokenizer_setup(c);
   if (!tokenizers.ok()) return tokenizers.status();
-  absl::StatusOr<at::ScalarType> dtype = model::parse_dtype(c.model.dtype);
+  absl::StatusOr<at::ScalarType> dtype =
+      model::resolve_dtype(c.model.dtype, /*on_cuda=*/c.model.device == "cuda");
   if (!dtype.ok()) return dtype.status();
+  const model::ThreadLayout layout = apply_thread_layout(c.cluster, *dtype);
+  FLYWHEEL_LOG_INFO("cpu: %s; %s", model::describe(model::detect_cpu_features()),
+                    layout.to_string());
   model::DecoderOptions decoder_options;
   decoder_options.dtype = *dtype;
   // Under mpirun, one GPU per process of the node (learners and workers alike) where there are

@@ -72,6 +72,22 @@ TEST_F(ConfigLoaderTest, AppliesValuesAndKeepsDefaultsForTheRest) {
   EXPECT_EQ(loaded->origins.at("trainer.lr"), path + ":2:7");
 }
 
+TEST_F(ConfigLoaderTest, AcceptsAutoDtypeAndAThreadSplit) {
+  std::string path = write("a.yaml",
+                           "model:\n  dtype: auto\ncluster:\n  threads_per_process: 2\n"
+                           "  thread_split: blas\n");
+  absl::StatusOr<LoadedConfig> loaded = load_config_file(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->config.model.dtype, "auto");
+  EXPECT_EQ(loaded->config.cluster.thread_split, "blas");
+  EXPECT_EQ(Config().cluster.thread_split, "auto");
+}
+
+TEST_F(ConfigLoaderTest, RejectsAnUnknownThreadSplit) {
+  EXPECT_THAT(error_of(write("a.yaml", "cluster:\n  thread_split: both\n")),
+              HasSubstr("thread_split"));
+}
+
 TEST_F(ConfigLoaderTest, EmptyFileGivesDefaults) {
   absl::StatusOr<LoadedConfig> loaded = load_config_file(write("empty.yaml", ""));
   ASSERT_TRUE(loaded.ok()) << loaded.status();

@@ -11,8 +11,11 @@ void bind_options(FieldBinder& b, ModelOptions& o) {
   b.field("critic_path", &o.critic_path,
           FieldInfo("Critic checkpoint (PPO with GAE). Empty: initialised from `path`."));
   b.field("dtype", &o.dtype,
-          FieldInfo("Parameter dtype. Norms and softmax always accumulate in float32.")
-              .one_of({"float32", "bfloat16", "float16"}));
+          FieldInfo("Compute dtype of the rollout engines (and of the weights learners publish). "
+                    "auto: bfloat16 on cuda or on a CPU with native bf16 (AVX512-BF16 or "
+                    "AMX-BF16), float32 otherwise; each process decides on its own CPU. Norms and "
+                    "softmax always accumulate in float32.")
+              .one_of({"float32", "bfloat16", "float16", "auto"}));
   b.field("device", &o.device,
           FieldInfo("Device for learners and rollout engines; auto picks cuda when available.")
               .one_of({"cpu", "cuda", "auto"}));

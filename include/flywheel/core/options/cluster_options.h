@@ -9,10 +9,11 @@
 namespace flywheel::core {
 
 struct ClusterOptions {
-  int64_t num_learners = 1;         // MPI ranks started by `flywheel train`
-  std::string controller_address;   // HOST:PORT rollout workers connect to; "" = local
-  int64_t threads_per_process = 1;  // intra-op threads (torch, OpenBLAS) per process
-  std::string backend = "auto";     // auto | mpi | nccl
+  int64_t num_learners = 1;           // MPI ranks started by `flywheel train`
+  std::string controller_address;     // HOST:PORT rollout workers connect to; "" = local
+  int64_t threads_per_process = 1;    // thread budget (ATen intra-op + BLAS) per process
+  std::string thread_split = "auto";  // auto | blas | aten (model::ThreadSplit)
+  std::string backend = "auto";       // auto | mpi | nccl
   double collective_timeout_s = 300.0;
 };
 
