@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -11,7 +12,9 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/model/model_config.h"
+#include "flywheel/model/thread_layout.h"
 
 namespace flywheel::bench {
 
@@ -49,27 +52,67 @@ inline double memory_bandwidth_gbs() {
   return buffer.numel() * 4.0 / t / 1e9;
 }
 
-// The flags the model benchmarks share: --threads N (0 = LibTorch's default), --dtype NAME,
-// --steps S.
+// The flags the model benchmarks share: --threads N (the budget; 0 = LibTorch's default),
+// --thread-split auto|blas|aten|none (none: only at::set_num_threads(N), BLAS left at its own
+// default, as before flywheel chose the layout), --dtype NAME, --steps S, --batches 1,8,64,
+// --models small,100M, --no-extras.
 struct BenchArgs {
   int threads = 0;
+  std::string thread_split = "auto";
   std::string dtype = "float32";
   int64_t steps = 32;
+  std::string batches;     // comma-separated; "" = the bench's own list
+  std::string models;      // comma-separated; "" = all
+  bool no_extras = false;  // --no-extras: rollout_bench skips the sampled row and update pause
 };
 
-// Parses the flags and applies --threads.
 inline BenchArgs parse_bench_args(int argc, char** argv) {
   BenchArgs args;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--no-extras")) args.no_extras = true;
+  }
   for (int i = 1; i + 1 < argc; ++i) {
     if (!std::strcmp(argv[i], "--threads"))
       args.threads = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--thread-split"))
+      args.thread_split = argv[++i];
     else if (!std::strcmp(argv[i], "--dtype"))
       args.dtype = argv[++i];
     else if (!std::strcmp(argv[i], "--steps"))
       args.steps = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--batches"))
+      args.batches = argv[++i];
+    else if (!std::strcmp(argv[i], "--models"))
+      args.models = argv[++i];
   }
-  if (args.threads > 0) at::set_num_threads(args.threads);
   return args;
+}
+
+// Applies --threads and --thread-split for a model in `dtype`; returns the layout's log line
+// ("" and exits with status 2 on an unknown split).
+inline std::string apply_bench_threads(const BenchArgs& args, at::ScalarType dtype) {
+  if (args.thread_split == "none") {
+    if (args.threads > 0) at::set_num_threads(args.threads);
+    const int blas = model::current_blas_threads();
+    return "threads: " + std::to_string(at::get_num_threads()) + " (ATen intra-op " +
+           std::to_string(at::get_num_threads()) + ", BLAS " +
+           (blas > 0 ? std::to_string(blas) : std::string("unknown")) +
+           ", its own default: --thread-split none) for " + model::dtype_name(dtype);
+  }
+  model::ThreadLayoutOptions options;
+  options.threads = args.threads;
+  options.dtype = dtype;
+  if (!model::parse_thread_split(args.thread_split, &options.split)) {
+    std::fprintf(stderr, "--thread-split: expected auto, blas, aten or none\n");
+    std::exit(2);
+  }
+  return model::apply_thread_layout(options).to_string();
+}
+
+// Whether `item` is in the comma-separated `list` (an empty list holds everything).
+inline bool listed(const std::string& list, const std::string& item) {
+  if (list.empty()) return true;
+  return ("," + list + ",").find("," + item + ",") != std::string::npos;
 }
 
 // A Qwen2-shaped config with tied embeddings and q/k/v biases.

@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(dtype.status().message()).c_str());
     return 2;
   }
+  const std::string layout = flywheel::bench::apply_bench_threads(args, *dtype);
   at::NoGradGuard no_grad;
   const double peak = matmul_gflops(*dtype);
   auto config = bench_config();
@@ -57,8 +58,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   (*model)->init_random(1);
-  std::printf("model_bench: qwen2-shaped decoder, %.1fM parameters, %s, %d thread(s)\n",
-              config.num_parameters() / 1e6, dtype_name.c_str(), at::get_num_threads());
+  std::printf("model_bench: qwen2-shaped decoder, %.1fM parameters, %s\n%s\n",
+              config.num_parameters() / 1e6, dtype_name.c_str(), layout.c_str());
   std::printf("machine: %s matmul 1024^3 = %.1f GFLOP/s (measured in this run)\n\n",
               dtype_name.c_str(), peak);
   std::printf("%6s %6s %12s %12s %12s %10s\n", "batch", "seq", "forward_s", "tokens/s", "GFLOP/s",

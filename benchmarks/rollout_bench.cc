@@ -2,7 +2,11 @@
 // small and a ~100M-parameter model, each beside its roofline on this machine: the memory
 // bandwidth and matmul GFLOP/s the bench measures itself, in the same run.
 //
-//   build/benchmarks/rollout_bench [--threads N] [--dtype float32|bfloat16] [--steps S]
+//   build/benchmarks/rollout_bench [--threads N] [--thread-split auto|blas|aten|none]
+//       [--dtype float32|bfloat16|auto] [--steps S] [--batches 1,8,64] [--models small,100M]
+//       [--no-extras]
+//
+// It prints the CPU model, whether it has native bf16 and the thread layout first.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +20,7 @@
 #include <ATen/Parallel.h>
 
 #include "bench_util.h"
+#include "flywheel/model/cpu_features.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/rollout/engine.h"
 
@@ -129,18 +134,21 @@ void report_update_pause(std::shared_ptr<flywheel::model::DecoderModel> model, i
 
 int main(int argc, char** argv) {
   const flywheel::bench::BenchArgs args = flywheel::bench::parse_bench_args(argc, argv);
-  const std::string& dtype_name = args.dtype;
   const int64_t steps = args.steps;
-  auto dtype = flywheel::model::parse_dtype(dtype_name);
+  const flywheel::model::CpuFeatures cpu = flywheel::model::detect_cpu_features();
+  auto dtype = flywheel::model::resolve_dtype(args.dtype, /*on_cuda=*/false, cpu.native_bf16);
   if (!dtype.ok()) {
     std::fprintf(stderr, "%s\n", std::string(dtype.status().message()).c_str());
     return 2;
   }
+  const std::string dtype_name = flywheel::model::dtype_name(*dtype);
+  const std::string layout = flywheel::bench::apply_bench_threads(args, *dtype);
   at::NoGradGuard no_grad;
   const double bandwidth = memory_bandwidth_gbs();
   const double peak = matmul_gflops(*dtype);
-  std::printf("rollout_bench: greedy decode through the engine, %s, %d thread(s), %lld steps\n",
-              dtype_name.c_str(), at::get_num_threads(), static_cast<long long>(steps));
+  std::printf("rollout_bench: greedy decode through the engine, %s, %lld steps\n",
+              dtype_name.c_str(), static_cast<long long>(steps));
+  std::printf("cpu: %s\n%s\n", flywheel::model::describe(cpu).c_str(), layout.c_str());
   std::printf("machine (measured in this run): memory read %.1f GB/s, %s matmul %.1f GFLOP/s\n\n",
               bandwidth, dtype_name.c_str(), peak);
   std::printf("%-8s %8s %6s %12s %14s %9s %9s   %s\n", "model", "params", "batch", "tokens/s",
@@ -152,6 +160,7 @@ int main(int argc, char** argv) {
   std::vector<Spec> specs = {{"small", qwen2_config(4096, 256, 768, 4, 4, 2)},
                              {"100M", qwen2_config(32000, 768, 2048, 12, 12, 4)}};
   for (const Spec& spec : specs) {
+    if (!flywheel::bench::listed(args.models, spec.name)) continue;
     auto created = flywheel::model::DecoderModel::create(spec.config, {*dtype, at::kCPU});
     if (!created.ok()) {
       std::fprintf(stderr, "%s\n", std::string(created.status().message()).c_str());
@@ -161,6 +170,7 @@ int main(int argc, char** argv) {
     model->init_random(1);
     double batch1 = 0, batch1_bound = 0;
     for (int64_t batch : {1, 8, 32, 64}) {
+      if (!flywheel::bench::listed(args.batches, std::to_string(batch))) continue;
       Result r = run(model, batch, steps, bandwidth, peak);
       if (batch == 1) {
         batch1 = r.tokens_per_s;
@@ -169,13 +179,13 @@ int main(int argc, char** argv) {
       std::printf("%-8s %7.1fM %6lld %12.1f %14.1f %9s %8.1f%%", spec.name,
                   spec.config.num_parameters() / 1e6, static_cast<long long>(batch), r.tokens_per_s,
                   r.bound_tokens_per_s, r.limiter, 100 * r.tokens_per_s / r.bound_tokens_per_s);
-      if (batch > 1) {
+      if (batch > 1 && batch1 > 0) {
         std::printf("   %.1fx (%.1fx)", r.tokens_per_s / batch1,
                     r.bound_tokens_per_s / batch1_bound);
       }
       std::printf("\n");
     }
-    if (std::string(spec.name) == "100M") {
+    if (std::string(spec.name) == "100M" && !args.no_extras) {
       const double greedy = run(model, 64, steps, bandwidth, peak).tokens_per_s;
       const double sampled = run(model, 64, steps, bandwidth, peak, /*sampled=*/true).tokens_per_s;
       std::printf(
