@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/version.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -132,6 +133,19 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
   const int64_t L = keys.size(2);
   // Grouped-query attention without repeating K/V: the `groups` query heads that share kv head
   // h (query head j reads kv head j / groups) are stacked as rows of one matrix.
+#if TORCH_VERSION_MAJOR >= 2
+  if (x.is_cuda()) {
+    // LibTorch's fused attention (2.x): the same stacking, the mask repeated for every group.
+    at::Tensor qs =
+        q.view({B, T, kvh, groups, hd}).permute({0, 2, 3, 1, 4}).reshape({B, kvh, groups * T, hd});
+    at::Tensor allowed =
+        mask.view({B, 1, 1, T, L}).expand({B, 1, groups, T, L}).reshape({B, 1, groups * T, L});
+    at::Tensor fused = at::scaled_dot_product_attention(qs, keys.to(qs.scalar_type()),
+                                                        values.to(qs.scalar_type()), allowed);
+    fused = fused.view({B, kvh, groups, T, hd}).permute({0, 3, 1, 2, 4}).reshape({B, T, -1});
+    return project(fused, layer.o, layer.o_bias);
+  }
+#endif
   at::Tensor qg = q.view({B, T, kvh, groups, hd})
                       .permute({0, 2, 3, 1, 4})
                       .reshape({B, kvh, groups * T, hd})

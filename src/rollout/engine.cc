@@ -305,7 +305,7 @@ void GenerationEngine::admit() {
     at::NoGradGuard no_grad;
     at::Tensor hidden = model_->forward(batch, cache_.get());
     at::Tensor rows = hidden.index({at::arange(G, at::kLong), last.to(hidden.device())});
-    logits = model_->logits(rows).to(at::kCPU);
+    logits = model_->logits(rows);  // stays on the model's device: sampled there
   } catch (const std::exception& e) {
     for (auto& seq : slots_) {
       if (seq && !seq->group->samples.empty() && seq->cached == 0) {
@@ -328,7 +328,8 @@ void GenerationEngine::admit() {
       logit_rows.push_back(g);
     }
   }
-  sample_and_append(logits.index_select(0, at::tensor(logit_rows, at::kLong)), sequences);
+  sample_and_append(logits.index_select(0, at::tensor(logit_rows, at::kLong).to(logits.device())),
+                    sequences);
 }
 
 void GenerationEngine::decode() {
@@ -351,7 +352,7 @@ void GenerationEngine::decode() {
   at::Tensor logits;
   try {
     at::NoGradGuard no_grad;
-    logits = model_->logits(model_->forward(batch, cache_.get())).view({B, -1}).to(at::kCPU);
+    logits = model_->logits(model_->forward(batch, cache_.get())).view({B, -1});
   } catch (const std::exception& e) {
     fail_active(absl::StrCat("decode step failed: ", e.what()));
     return;
