@@ -55,11 +55,13 @@ inline double memory_bandwidth_gbs() {
 // The flags the model benchmarks share: --threads N (the budget; 0 = LibTorch's default),
 // --thread-split auto|blas|aten|none (none: only at::set_num_threads(N), BLAS left at its own
 // default, as before flywheel chose the layout), --dtype NAME, --steps S, --batches 1,8,64,
-// --models small,100M, --no-extras.
+// --models small,100M, --no-extras, --device cpu|cuda.
 struct BenchArgs {
   int threads = 0;
   std::string thread_split = "auto";
   std::string dtype = "float32";
+  bool dtype_given = false;    // --dtype was on the command line (else the bench may pick its own)
+  std::string device = "cpu";  // rollout_bench only: cpu or cuda
   int64_t steps = 32;
   std::string batches;     // comma-separated; "" = the bench's own list
   std::string models;      // comma-separated; "" = all
@@ -72,18 +74,22 @@ inline BenchArgs parse_bench_args(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--no-extras")) args.no_extras = true;
   }
   for (int i = 1; i + 1 < argc; ++i) {
-    if (!std::strcmp(argv[i], "--threads"))
+    if (!std::strcmp(argv[i], "--threads")) {
       args.threads = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--thread-split"))
+    } else if (!std::strcmp(argv[i], "--thread-split")) {
       args.thread_split = argv[++i];
-    else if (!std::strcmp(argv[i], "--dtype"))
+    } else if (!std::strcmp(argv[i], "--dtype")) {
       args.dtype = argv[++i];
-    else if (!std::strcmp(argv[i], "--steps"))
+      args.dtype_given = true;
+    } else if (!std::strcmp(argv[i], "--device")) {
+      args.device = argv[++i];
+    } else if (!std::strcmp(argv[i], "--steps")) {
       args.steps = std::atoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--batches"))
+    } else if (!std::strcmp(argv[i], "--batches")) {
       args.batches = argv[++i];
-    else if (!std::strcmp(argv[i], "--models"))
+    } else if (!std::strcmp(argv[i], "--models")) {
       args.models = argv[++i];
+    }
   }
   return args;
 }

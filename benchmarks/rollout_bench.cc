@@ -2,11 +2,14 @@
 // small and a ~100M-parameter model, each beside its roofline on this machine: the memory
 // bandwidth and matmul GFLOP/s the bench measures itself, in the same run.
 //
-//   build/benchmarks/rollout_bench [--threads N] [--thread-split auto|blas|aten|none]
-//       [--dtype float32|bfloat16|auto] [--steps S] [--batches 1,8,64] [--models small,100M]
-//       [--no-extras]
+//   build/benchmarks/rollout_bench [--device cpu|cuda] [--threads N]
+//       [--thread-split auto|blas|aten|none] [--dtype float32|bfloat16|auto] [--steps S]
+//       [--batches 1,8,64] [--models small,100M] [--no-extras]
 //
-// It prints the CPU model, whether it has native bf16 and the thread layout first.
+// It prints the CPU model, whether it has native bf16 and the thread layout first. With
+// --device cuda the model runs on cuda:0 (dtype bfloat16 unless --dtype says otherwise) and the
+// roofline is the device's: the bandwidth of a 1 GiB device-to-device copy (bytes read +
+// written) and an 8192^3 matmul in the run's dtype; timed regions end with a device sync.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +21,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/cuda.h>
 
 #include "bench_util.h"
 #include "flywheel/model/cpu_features.h"
@@ -33,6 +37,46 @@ using flywheel::bench::qwen2_config;
 using flywheel::bench::seconds_since;
 using Clock = flywheel::bench::Clock;
 using flywheel::model::ModelConfig;
+
+constexpr const char* kUsage =
+    "usage: rollout_bench [--device cpu|cuda] [--threads N] [--thread-split auto|blas|aten|none]\n"
+    "                     [--dtype float32|bfloat16|auto] [--steps S] [--batches 1,8,32,64]\n"
+    "                     [--models small,100M] [--no-extras]\n"
+    "  --device cuda: the model on cuda:0, dtype bfloat16 by default, the device's roofline\n";
+
+// Waits for the work queued on `device` (nothing to wait for on the CPU), so that a timed
+// region ends when the device has finished it.
+void sync(const at::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+// Device memory bandwidth in GB/s: a 1 GiB device-to-device copy, bytes read + written.
+double device_copy_bandwidth_gbs(const at::Device& device) {
+  const int64_t n = int64_t{1} << 28;
+  const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
+  at::Tensor src = at::ones({n}, options), dst = at::empty({n}, options);
+  sync(device);
+  const double t = best_time(5, [&] {
+    dst.copy_(src);
+    sync(device);
+  });
+  return 2.0 * n * 4.0 / t / 1e9;
+}
+
+// Matmul throughput on `device` in GFLOP/s: four 8192^3 GEMMs in `dtype` per timed region.
+double device_matmul_gflops(at::ScalarType dtype, const at::Device& device) {
+  const int64_t n = 8192;
+  const int reps = 4;
+  const auto options = at::TensorOptions().dtype(dtype).device(device);
+  at::Tensor a = at::randn({n, n}, options), b = at::randn({n, n}, options);
+  at::Tensor c = at::empty({n, n}, options);
+  sync(device);
+  const double t = best_time(3, [&] {
+    for (int i = 0; i < reps; ++i) at::mm_out(c, a, b);
+    sync(device);
+  });
+  return reps * 2.0 * n * n * n / t / 1e9;
+}
 
 struct Result {
   double tokens_per_s;
@@ -59,11 +103,14 @@ Result run(std::shared_ptr<flywheel::model::DecoderModel> model, int64_t batch, 
     r.sampling.max_new_tokens = steps + 2;
     (void)engine->submit(r);
   }
+  const at::Device device = model->options().device;
   engine->step();  // prefill + first decode
   engine->step();  // warm-up decode
   const int64_t before = engine->stats().generated_tokens;
+  sync(device);
   auto start = Clock::now();
   for (int64_t s = 0; s < steps; ++s) engine->step();
+  sync(device);
   const double elapsed = seconds_since(start);
   const double tokens_per_s = (engine->stats().generated_tokens - before) / elapsed;
 
@@ -102,10 +149,13 @@ void report_update_pause(std::shared_ptr<flywheel::model::DecoderModel> model, i
     r.sampling.max_new_tokens = steps + 12;
     (void)engine->submit(r);
   }
+  const at::Device device = model->options().device;
   engine->step();
   engine->step();
+  sync(device);
   auto start = Clock::now();
   for (int64_t s = 0; s < steps; ++s) engine->step();
+  sync(device);
   const double step_s = seconds_since(start) / steps;
   std::vector<std::pair<std::string, at::Tensor>> weights;
   double bytes = 0;
@@ -113,11 +163,14 @@ void report_update_pause(std::shared_ptr<flywheel::model::DecoderModel> model, i
     weights.emplace_back(name, p.clone());
     bytes += static_cast<double>(p.numel() * p.element_size());
   }
+  sync(device);
   start = Clock::now();
   absl::Status staged = engine->update_weights(weights, engine->version() + 1);
+  sync(device);
   const double stage_s = seconds_since(start);
   start = Clock::now();
   engine->step();  // applies the update, then decodes
+  sync(device);
   const double apply_step_s = seconds_since(start);
   if (!staged.ok() || engine->version() != 1) {
     std::printf("weight update failed: %s\n", std::string(staged.message()).c_str());
@@ -133,10 +186,31 @@ void report_update_pause(std::shared_ptr<flywheel::model::DecoderModel> model, i
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+  }
   const flywheel::bench::BenchArgs args = flywheel::bench::parse_bench_args(argc, argv);
   const int64_t steps = args.steps;
+  if (args.device != "cpu" && args.device != "cuda") {
+    std::fprintf(stderr, "rollout_bench: --device: expected cpu or cuda, got %s\n%s",
+                 args.device.c_str(), kUsage);
+    return 2;
+  }
+  const bool on_cuda = args.device == "cuda";
+  if (on_cuda && !torch::cuda::is_available()) {
+    std::fprintf(stderr,
+                 "rollout_bench: --device cuda: no CUDA device (this LibTorch was built without "
+                 "CUDA, or no GPU is visible)\n");
+    return 2;
+  }
+  const at::Device device = on_cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
   const flywheel::model::CpuFeatures cpu = flywheel::model::detect_cpu_features();
-  auto dtype = flywheel::model::resolve_dtype(args.dtype, /*on_cuda=*/false, cpu.native_bf16);
+  // On the GPU the default is bfloat16 (float32 there only when asked for).
+  const std::string dtype_arg = on_cuda && !args.dtype_given ? "bfloat16" : args.dtype;
+  auto dtype = flywheel::model::resolve_dtype(dtype_arg, on_cuda, cpu.native_bf16);
   if (!dtype.ok()) {
     std::fprintf(stderr, "%s\n", std::string(dtype.status().message()).c_str());
     return 2;
@@ -144,13 +218,23 @@ int main(int argc, char** argv) {
   const std::string dtype_name = flywheel::model::dtype_name(*dtype);
   const std::string layout = flywheel::bench::apply_bench_threads(args, *dtype);
   at::NoGradGuard no_grad;
-  const double bandwidth = memory_bandwidth_gbs();
-  const double peak = matmul_gflops(*dtype);
-  std::printf("rollout_bench: greedy decode through the engine, %s, %lld steps\n",
-              dtype_name.c_str(), static_cast<long long>(steps));
+  const double bandwidth = on_cuda ? device_copy_bandwidth_gbs(device) : memory_bandwidth_gbs();
+  const double peak = on_cuda ? device_matmul_gflops(*dtype, device) : matmul_gflops(*dtype);
+  std::printf("rollout_bench: greedy decode through the engine, %s on %s, %lld steps\n",
+              dtype_name.c_str(), device.str().c_str(), static_cast<long long>(steps));
   std::printf("cpu: %s\n%s\n", flywheel::model::describe(cpu).c_str(), layout.c_str());
-  std::printf("machine (measured in this run): memory read %.1f GB/s, %s matmul %.1f GFLOP/s\n\n",
-              bandwidth, dtype_name.c_str(), peak);
+  if (on_cuda) {
+    std::printf(
+        "device (measured in this run): memory %.1f GB/s (1 GiB device-to-device copy, read + "
+        "written), %s matmul %.1f TFLOP/s (8192^3)\n",
+        bandwidth, dtype_name.c_str(), peak / 1e3);
+  } else {
+    std::printf("machine (measured in this run): memory read %.1f GB/s, %s matmul %.1f GFLOP/s\n",
+                bandwidth, dtype_name.c_str(), peak);
+  }
+  std::printf(
+      "roofline per decode step: max(bytes / bandwidth, FLOPs / matmul peak), bytes = weights + "
+      "KV cache read\n\n");
   std::printf("%-8s %8s %6s %12s %14s %9s %9s   %s\n", "model", "params", "batch", "tokens/s",
               "roofline tok/s", "limit", "fraction", "vs batch 1 (roofline allows)");
   struct Spec {
@@ -161,7 +245,8 @@ int main(int argc, char** argv) {
                              {"100M", qwen2_config(32000, 768, 2048, 12, 12, 4)}};
   for (const Spec& spec : specs) {
     if (!flywheel::bench::listed(args.models, spec.name)) continue;
-    auto created = flywheel::model::DecoderModel::create(spec.config, {*dtype, at::kCPU});
+    auto created = flywheel::model::DecoderModel::create(
+        spec.config, flywheel::model::DecoderOptions{*dtype, device});
     if (!created.ok()) {
       std::fprintf(stderr, "%s\n", std::string(created.status().message()).c_str());
       return 1;
