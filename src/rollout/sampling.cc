@@ -42,7 +42,28 @@ void truncate_logits(at::Tensor& scaled, const SamplingParams& params) {
   truncate_logits_rows(rows, {&params});
 }
 
-void truncate_logits_rows(at::Tensor& scaled, const std::vector<const SamplingParams*>& params) {
+bool truncate_top_p_among_candidates(at::Tensor& scaled, const at::Tensor& top_p,
+                                     int64_t candidates) {
+  const int64_t vocab = scaled.size(-1);
+  if (!scaled.device().is_cpu() || candidates <= 0 || candidates >= vocab) return false;
+  auto [top, order] = at::topk(scaled, candidates, -1);  // descending
+  at::Tensor probs = (top - at::logsumexp(scaled, -1, /*keepdim=*/true)).exp();
+  at::Tensor reached = probs.cumsum(-1);
+  // Every row's first dropped position (where the tokens before it reach top_p) is a candidate;
+  // rows without top-p (threshold above 1) drop nothing.
+  at::Tensor off = top_p > 1.0f;
+  if (!((reached.narrow(-1, candidates - 1, 1) >= top_p) | off).all().item<bool>()) return false;
+  at::Tensor drop_sorted = (reached - probs) >= top_p;
+  drop_sorted.narrow(-1, 0, 1).fill_(false);
+  at::Tensor drop = at::ones_like(scaled, scaled.options().dtype(at::kBool))
+                        .scatter_(-1, order, drop_sorted)
+                        .logical_and_(off.logical_not());
+  scaled.masked_fill_(drop, -std::numeric_limits<float>::infinity());
+  return true;
+}
+
+void truncate_logits_rows(at::Tensor& scaled, const std::vector<const SamplingParams*>& params,
+                          int64_t top_p_candidates) {
   const float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t rows = scaled.size(0), vocab = scaled.size(-1);
   TORCH_CHECK(static_cast<int64_t>(params.size()) == rows, "truncate_logits_rows: ", rows,
@@ -73,7 +94,8 @@ void truncate_logits_rows(at::Tensor& scaled, const std::vector<const SamplingPa
     kth.masked_fill_(column(no_top_k, at::kByte).to(at::kBool), kNegInf);
     scaled.masked_fill_(scaled < kth, kNegInf);
   }
-  if (any_top_p) {
+  if (any_top_p &&
+      !truncate_top_p_among_candidates(scaled, column(top_p, at::kFloat), top_p_candidates)) {
     auto [sorted, order] = at::sort(scaled, /*dim=*/-1, /*descending=*/true);
     at::Tensor probs = at::softmax(sorted, -1);
     // Drop a token when the tokens before it already reach top_p (the crossing token stays).
