@@ -28,14 +28,23 @@ struct MakeDataArgs {
   int64_t train = 20000;
   int64_t eval = 200;
   uint64_t seed = 7;
-  bool reversed = false;
+  std::string digit_order = "msd";  // msd | sum-lsd | lsd
+  bool reversed = false;            // --reversed: digit_order sum-lsd
 };
 
-std::string record(int64_t a, int64_t b, bool reversed) {
+// `n` written least-significant digit first when `lsd`.
+std::string digits_of(int64_t n, bool lsd) {
+  std::string s = std::to_string(n);
+  if (lsd) std::reverse(s.begin(), s.end());
+  return s;
+}
+
+std::string record(int64_t a, int64_t b, const std::string& order) {
   core::Json json = core::Json::object();
-  std::string sum = std::to_string(a + b);
-  if (reversed) std::reverse(sum.begin(), sum.end());
-  json.set("prompt", absl::StrCat(a, "+", b, "="));
+  const bool operands_lsd = order == "lsd";
+  const std::string sum = digits_of(a + b, order != "msd");
+  json.set("prompt",
+           absl::StrCat(digits_of(a, operands_lsd), "+", digits_of(b, operands_lsd), "="));
   json.set("response", sum);
   json.set("answer", sum);
   return json.dump();
@@ -63,7 +72,7 @@ absl::Status run(const MakeDataArgs& args) {
     for (int64_t i = 0; i < n;) {
       const int64_t a = operand(rng), b = operand(rng);
       if (!seen.insert({a, b}).second) continue;  // held-out pairs never appear in training
-      lines += record(a, b, args.reversed) + "\n";
+      lines += record(a, b, args.digit_order) + "\n";
       ++i;
     }
     return lines;
@@ -78,8 +87,8 @@ absl::Status run(const MakeDataArgs& args) {
     if (!s.ok()) return s;
   }
   std::cout << "wrote " << args.train << " training and " << args.eval << " held-out "
-            << args.digits << "-digit additions (seed " << args.seed << ") to " << args.out_dir
-            << "\n";
+            << args.digits << "-digit additions (seed " << args.seed << ", digit order "
+            << args.digit_order << ") to " << args.out_dir << "\n";
   return absl::OkStatus();
 }
 
@@ -103,11 +112,20 @@ void add_make_data_command(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}))
       ->capture_default_str();
   command->add_option("--seed", args->seed, "Generator seed")->capture_default_str();
-  command->add_flag("--reversed", args->reversed,
-                    "Write each sum least-significant digit first (\"123+456=\" -> \"975\"): "
-                    "carries then flow in the order the model writes, which a small model learns "
-                    "far faster");
+  CLI::Option* order =
+      command
+          ->add_option("--digit-order", args->digit_order,
+                       "msd: \"123+456=\" -> \"579\"; sum-lsd: the sum least-significant digit "
+                       "first, \"123+456=\" -> \"975\"; lsd: every number least-significant "
+                       "digit first, \"321+654=\" -> \"975\" (each answer digit then sits at "
+                       "the same distance from the operand digits it depends on, which a small "
+                       "model learns fastest)")
+          ->check(CLI::IsMember({"msd", "sum-lsd", "lsd"}))
+          ->capture_default_str();
+  command->add_flag("--reversed", args->reversed, "Shorthand for --digit-order sum-lsd")
+      ->excludes(order);
   command->callback([args, exit_code] {
+    if (args->reversed) args->digit_order = "sum-lsd";
     absl::Status status = run(*args);
     if (!status.ok()) std::cerr << "flywheel make-data: " << status.message() << "\n";
     *exit_code = status.ok() ? kExitOk : kExitUsage;

@@ -133,6 +133,43 @@ JSON
     expect_output "vocab_size: missing required key"
     expect_exit 2 "$flywheel" score --model "$work/nothing" --input "$work/in.jsonl"
     expect_output "cannot read model config" ;;
+  make_data)
+    # Every digit order writes correct sums; held-out pairs never appear in training; --reversed
+    # is sum-lsd; the same seed writes the same files.
+    for order in msd sum-lsd lsd; do
+      expect_exit 0 "$flywheel" make-data addition --digits 3 --train 300 --eval 50 --seed 4 \
+        --digit-order "$order" --out "$work/$order"
+      expect_output "digit order $order"
+    done
+    node -e '
+      const fs = require("fs");
+      const read = (d, f) => fs.readFileSync(`${d}/${f}.jsonl`, "utf8").trim().split("\n").map(JSON.parse);
+      const rev = (s) => s.split("").reverse().join("");
+      for (const order of ["msd", "sum-lsd", "lsd"]) {
+        const dir = `${process.argv[1]}/${order}`;
+        const train = read(dir, "train"), held = read(dir, "eval");
+        if (train.length !== 300 || held.length !== 50) throw new Error(`${order}: record counts`);
+        const seen = new Set(train.map((r) => r.prompt));
+        for (const r of held) if (seen.has(r.prompt)) throw new Error(`${order}: ${r.prompt} in both`);
+        for (const r of [...train, ...held]) {
+          const m = /^([0-9]{3})\+([0-9]{3})=$/.exec(r.prompt);
+          if (!m) throw new Error(`${order}: prompt ${r.prompt}`);
+          let [a, b] = [m[1], m[2]];
+          if (order === "lsd") [a, b] = [rev(a), rev(b)];
+          const sum = String(Number(a) + Number(b));
+          const want = order === "msd" ? sum : rev(sum);
+          if (r.answer !== want || r.response !== want) throw new Error(`${order}: ${r.prompt} -> ${r.answer}, want ${want}`);
+        }
+      }
+    ' "$work" || fail "make-data output is wrong"
+    expect_exit 0 "$flywheel" make-data addition --digits 3 --train 300 --eval 50 --seed 4 \
+      --reversed --out "$work/reversed"
+    cmp -s "$work/reversed/train.jsonl" "$work/sum-lsd/train.jsonl" || fail "--reversed is not sum-lsd"
+    expect_exit 0 "$flywheel" make-data addition --digits 3 --train 300 --eval 50 --seed 4 \
+      --digit-order lsd --out "$work/again"
+    cmp -s "$work/again/eval.jsonl" "$work/lsd/eval.jsonl" || fail "same seed, different data"
+    expect_exit 2 "$flywheel" make-data addition --digit-order backwards --out "$work/x"
+    expect_exit 2 "$flywheel" make-data addition --reversed --digit-order lsd --out "$work/x" ;;
   generate)
     cat > "$work/config.json" <<'JSON'
 {"model_type": "llama", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
