@@ -84,4 +84,25 @@ out=$(run --set checkpoint.resume=never --set sft.eval_every=10 --set sft.stop_a
       --set logging.run_dir="$work/run2") || fail "stop run exited with $?: $out"
 grep -q "stopped by held-out accuracy" <<<"$out" || fail "no early stop: $out"
 grep -vq "150 steps" <<<"$(grep 'flywheel sft:' <<<"$out")" || fail "ran every step: $out"
+# sft.eval_every_near_stop: every 10 steps, and the step after any evaluation at half the stop or
+# above; the run stops at the first evaluation at or above it.
+out=$(run --set checkpoint.resume=never --set sft.eval_every=10 --set sft.eval_every_near_stop=1 \
+      --set sft.stop_at_accuracy=0.3 --set logging.run_dir="$work/run3") ||
+  fail "near-stop run exited with $?: $out"
+node -e '
+  const fs = require("fs");
+  const evals = fs.readFileSync(process.argv[1], "utf8").trim().split("\n").map(JSON.parse)
+    .filter(m => "eval/accuracy" in m.scalars).map(m => [m.step, m.scalars["eval/accuracy"]]);
+  console.log("evaluations (step, accuracy):", JSON.stringify(evals));
+  let per_step = 0;
+  for (let i = 1; i < evals.length; ++i) {
+    const [prev, acc] = evals[i - 1];
+    const want = acc >= 0.15 ? prev + 1 : (Math.floor(prev / 10) + 1) * 10;
+    if (evals[i][0] !== want) throw new Error(`evaluation at ${evals[i][0]}, want ${want}`);
+    if (acc >= 0.15) ++per_step;
+  }
+  if (per_step === 0) throw new Error("no per-step evaluation near the stop");
+  const stop = evals.findIndex(([, a]) => a >= 0.3);
+  if (stop !== evals.length - 1) throw new Error("did not stop at the first evaluation >= 0.3");
+' "$work/run3/metrics.jsonl" || fail "near-stop evaluations: $out"
 echo "PASS"

@@ -15,6 +15,11 @@ void bind_options(FieldBinder& b, SftOptions& o) {
   b.field(
       "stop_at_accuracy", &o.stop_at_accuracy,
       FieldInfo("Stop once held-out exact-match accuracy reaches this; 0 = off.").min(0).max(1));
+  b.field("eval_every_near_stop", &o.eval_every_near_stop,
+          FieldInfo("Steps between evaluations while the last held-out accuracy is at least "
+                    "half of stop_at_accuracy, so that a fast climb stops close to it; 0 = "
+                    "eval_every.")
+              .min(0));
 }
 
 }  // namespace flywheel::core

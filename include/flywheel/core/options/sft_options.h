@@ -14,6 +14,7 @@ struct SftOptions {
   int64_t eval_every = 0;                 // steps between held-out evaluations; 0 = at the end
   int64_t eval_max_new_tokens = 32;       // greedy completion length for exact-match accuracy
   double stop_at_accuracy = 0;            // stop once held-out accuracy reaches this; 0 = off
+  int64_t eval_every_near_stop = 0;       // while accuracy >= stop_at_accuracy / 2; 0 = eval_every
 };
 
 void bind_options(FieldBinder& b, SftOptions& o);
