@@ -3,7 +3,7 @@
 #   scripts/quickstart.sh            # seed 7, everything under runs/quickstart/
 #   SEED=11 scripts/quickstart.sh    # another seed, under runs/quickstart-seed11/
 # Steps: bootstrap (packages + build; a no-op when up to date), the synthetic task (3-digit addition,
-# the sum written least-significant digit first; generated from the seed), a small random
+# every number written least-significant digit first; generated from the seed), a small random
 # Qwen2-architecture model, a short SFT warm-up that
 # stops at >= 25% held-out accuracy (cached: reused when present), then `flywheel train
 # configs/quickstart.yaml`: DAPO with 2 learner ranks and 1 rollout worker, asynchronous.
@@ -26,9 +26,11 @@ paths=(--set "model.path=$run/sft/hf" --set "data.train_path=$run/data/train.jso
        --set "trainer.seed=$seed" --set "rollout.seed=$seed")
 
 "$flywheel" version
-if [[ ! -f "$run/sft/hf/model.safetensors" ]]; then
-  "$flywheel" make-data addition --reversed --digits 3 --train 20000 --eval 200 --seed "$seed" \
-    --out "$run/data"
+# The cached warm-up is reused only for the same task (an older cache may hold another format).
+task=(addition --digit-order lsd --digits 3 --train 20000 --eval 200 --seed "$seed")
+if [[ ! -f "$run/sft/hf/model.safetensors" || "$(cat "$run/task" 2>/dev/null)" != "${task[*]}" ]]; then
+  rm -rf "$run/data" "$run/init" "$run/sft" "$run/task"
+  "$flywheel" make-data "${task[@]}" --out "$run/data"
   mkdir -p "$run/init"
   cat > "$run/init/config.json" <<'JSON'
 {"model_type": "qwen2", "vocab_size": 100, "hidden_size": 128, "intermediate_size": 512,
@@ -44,6 +46,7 @@ JSON
     --set trainer.total_steps=3000 \
     --set checkpoint.every_steps=0 --set checkpoint.resume=never \
     --set logging.console_interval_s=10
+  echo "${task[*]}" > "$run/task"
 else
   echo "== SFT warm-up: reusing $run/sft/hf =="
 fi
