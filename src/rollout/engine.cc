@@ -374,7 +374,8 @@ void GenerationEngine::sample_and_append(const at::Tensor& logits,
     temperatures.push_back(t > 0 ? static_cast<float>(t) : 1.0f);
   }
   at::Tensor scale = at::tensor(temperatures).to(logits.device()).view({B, 1});
-  at::Tensor behaviour = at::log_softmax(logits / scale, -1);
+  at::Tensor scaled_all = logits / scale;
+  at::Tensor behaviour_norm = at::logsumexp(scaled_all, -1, /*keepdim=*/true);
   // Logits processors (rare) run row by row on a copy; every other step is batched.
   at::Tensor work = logits;
   bool processors_ran = false;
@@ -415,16 +416,43 @@ void GenerationEngine::sample_and_append(const at::Tensor& logits,
       params.push_back(&seq.group->request.sampling);
       uniforms.push_back(sample_uniform(seq.seed, seq.sample().token_ids.size()));
     }
-    at::Tensor scaled = work.index_select(0, rows) / scale.index_select(0, rows);
-    truncate_logits_rows(scaled, params);
-    at::Tensor probs = at::softmax(scaled, -1);
-    at::Tensor drawn = sample_from_probs(probs, at::tensor(uniforms, at::kDouble));
+    at::Tensor scaled = processors_ran
+                            ? work.index_select(0, rows) / scale.index_select(0, rows)
+                            : scaled_all.index_select(0, rows);  // a copy: truncated in place
+    at::Tensor u = at::tensor(uniforms, at::kDouble);
+    // Rows that truncate within their most likely tokens are drawn among those alone (CPU); the
+    // rest over the whole vocabulary.
+    at::Tensor drawn, drawn_logprobs;
+    at::Tensor among_candidates =
+        sample_among_candidates(scaled, params, u, kTopPCandidates, &drawn, &drawn_logprobs);
+    std::vector<int64_t> rest;
+    if (!among_candidates.defined()) {
+      drawn = at::zeros({static_cast<int64_t>(sampled.size())}, longs);
+      drawn_logprobs = at::zeros({static_cast<int64_t>(sampled.size())}, logits.options());
+    }
+    const at::Tensor drawn_here =
+        among_candidates.defined() ? among_candidates.contiguous() : among_candidates;
+    for (size_t i = 0; i < sampled.size(); ++i) {
+      if (!drawn_here.defined() || !drawn_here.data_ptr<bool>()[i]) rest.push_back(i);
+    }
+    if (!rest.empty()) {
+      at::Tensor which = at::tensor(rest, at::kLong).to(logits.device());
+      std::vector<const SamplingParams*> rest_params;
+      for (int64_t i : rest) rest_params.push_back(params[i]);
+      at::Tensor sub = scaled.index_select(0, which);
+      truncate_logits_rows(sub, rest_params);
+      at::Tensor probs = at::softmax(sub, -1);
+      at::Tensor d = sample_from_probs(probs, u.index_select(0, which.to(at::kCPU)));
+      drawn.index_copy_(0, which, d);
+      drawn_logprobs.index_copy_(0, which, probs.gather(-1, d.view({-1, 1})).view({-1}).log());
+    }
     tokens.index_copy_(0, rows, drawn);
-    processed.index_copy_(0, rows, probs.gather(-1, drawn.view({-1, 1})).view({-1}).log());
+    processed.index_copy_(0, rows, drawn_logprobs);
   }
-  at::Tensor logprobs = options_.logprob_mode == LogprobMode::kTemperatureScaled
-                            ? behaviour.gather(-1, tokens.view({-1, 1})).view({-1})
-                            : processed;
+  at::Tensor logprobs =
+      options_.logprob_mode == LogprobMode::kTemperatureScaled
+          ? (scaled_all.gather(-1, tokens.view({-1, 1})) - behaviour_norm).view({-1})
+          : processed;
   // Per row: finite logits from the model; after the processors (when any ran), no NaN or +inf
   // and at least one token left.
   at::Tensor finite = at::isfinite(logits).all(-1);

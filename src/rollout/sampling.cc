@@ -112,6 +112,55 @@ void truncate_logits_rows(at::Tensor& scaled, const std::vector<const SamplingPa
   }
 }
 
+at::Tensor sample_among_candidates(const at::Tensor& scaled,
+                                   const std::vector<const SamplingParams*>& params,
+                                   const at::Tensor& uniforms, int64_t candidates,
+                                   at::Tensor* tokens, at::Tensor* logprobs) {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t rows = scaled.size(0), vocab = scaled.size(-1);
+  if (!scaled.device().is_cpu() || candidates <= 0 || candidates >= vocab) return at::Tensor();
+  TORCH_CHECK(static_cast<int64_t>(params.size()) == rows, "sample_among_candidates: ", rows,
+              " rows but ", params.size(), " parameter sets");
+  std::vector<int64_t> top_k(rows);
+  std::vector<uint8_t> too_wide(rows);  // a top-k that may keep more than the candidates
+  std::vector<float> top_p(rows), min_p(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const SamplingParams& p = *params[r];
+    top_k[r] = p.top_k > 0 && p.top_k < vocab ? p.top_k : 0;
+    too_wide[r] = top_k[r] > candidates;
+    if (too_wide[r]) top_k[r] = 0;
+    top_p[r] = p.top_p < 1.0 ? static_cast<float>(p.top_p) : 2.0f;  // 2: never reached
+    min_p[r] = static_cast<float>(p.min_p);
+  }
+  auto column = [&](auto values, at::ScalarType dtype) {
+    return at::tensor(values, at::TensorOptions().dtype(dtype)).view({rows, 1});
+  };
+  at::Tensor k = column(top_k, at::kLong), p = column(top_p, at::kFloat);
+  at::Tensor m = column(min_p, at::kFloat);
+  auto [top, order] = at::topk(scaled, candidates, -1);  // descending
+  // Top-k, then top-p on the distribution top-k left (the first k candidates, or the whole row).
+  at::Tensor has_k = k > 0;
+  at::Tensor logits = top.masked_fill(has_k & (at::arange(candidates).view({1, -1}) >= k), kNegInf);
+  at::Tensor norm = at::where(has_k, at::logsumexp(logits, -1, /*keepdim=*/true),
+                              at::logsumexp(scaled, -1, /*keepdim=*/true));
+  at::Tensor probs = (logits - norm).exp();
+  at::Tensor reached = probs.cumsum(-1);
+  at::Tensor drop = (reached - probs) >= p;
+  drop.narrow(-1, 0, 1).fill_(false);
+  // Min-p: below min_p times the most likely token (the first candidate, never dropped).
+  at::Tensor below = probs < probs.narrow(-1, 0, 1) * m;
+  // A row is drawn here when its kept tokens end within its candidates.
+  at::Tensor last = at::full({rows, 1}, candidates - 1, at::kLong);
+  at::Tensor covered = (has_k | (reached.gather(-1, last) >= p) | below.gather(-1, last)) &
+                       column(too_wide, at::kByte).logical_not();
+  logits.masked_fill_(drop | below, kNegInf);
+  at::Tensor kept = at::softmax(logits, -1);
+  at::Tensor index = sample_from_probs(kept, uniforms).view({-1, 1});
+  *tokens = order.gather(-1, index).view({-1});
+  *logprobs = kept.gather(-1, index).view({-1}).log();
+  return covered.view({-1});
+}
+
 uint64_t sample_seed(uint64_t seed, int64_t index) {
   // splitmix64 of the pair.
   uint64_t z = seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(index) + 1);

@@ -131,6 +131,101 @@ TEST(TruncationTest, TopPAmongCandidatesEqualsTheFullSort) {
   }
 }
 
+// kProbs over the first 5 of 1000 tokens, the rest sharing a 1e-6 of the mass: the candidate
+// sampler keeps and draws what the whole-vocabulary path would.
+std::vector<double> candidate_frequencies(const SamplingParams& params, int draws = 20000) {
+  std::vector<float> probs(1000, 1e-6f / 995);
+  for (size_t i = 0; i < kProbs.size(); ++i) probs[i] = kProbs[i] * (1 - 1e-6f);
+  at::Tensor logits = at::log(at::tensor(probs)).expand({draws, -1}).contiguous();
+  std::vector<double> uniforms;
+  for (int i = 0; i < draws; ++i) uniforms.push_back(sample_uniform(sample_seed(123, 0), i));
+  at::Tensor tokens, logprobs;
+  at::Tensor drawn =
+      sample_among_candidates(logits, std::vector<const SamplingParams*>(draws, &params),
+                              at::tensor(uniforms, at::kDouble), 64, &tokens, &logprobs);
+  EXPECT_TRUE(drawn.all().item<bool>());
+  std::vector<double> freq(kProbs.size(), 0.0);
+  const int64_t* t = tokens.data_ptr<int64_t>();
+  for (int64_t i = 0; i < draws; ++i) {
+    EXPECT_LT(t[i], static_cast<int64_t>(kProbs.size()));
+    if (t[i] < static_cast<int64_t>(kProbs.size())) freq[t[i]] += 1.0 / draws;
+  }
+  return freq;
+}
+
+TEST(CandidateSamplerTest, DrawsTheTruncatedDistribution) {
+  SamplingParams p;
+  p.top_p = 0.75;
+  expect_distribution(candidate_frequencies(p), {0, 1, 2});
+  p.top_p = 1.0;
+  p.top_k = 2;
+  expect_distribution(candidate_frequencies(p), {0, 1});
+  p.top_k = 0;
+  p.min_p = 0.3;
+  expect_distribution(candidate_frequencies(p), {0, 1, 2});
+  p.top_k = 3;
+  p.min_p = 0.45;
+  expect_distribution(candidate_frequencies(p), {0, 1});
+}
+
+// On peaked rows every drawn token survives the whole-vocabulary truncation and its log-prob is
+// the one under that truncated, renormalised distribution; rows that need more of the vocabulary
+// (flat ones, or no truncation at all) are left to the whole-vocabulary path, each row on its own.
+TEST(CandidateSamplerTest, MatchesTheWholeVocabularyPathOrDeclines) {
+  const int64_t vocab = 2000, candidates = 64;
+  std::vector<SamplingParams> params(5);
+  params[0].top_p = 0.9;
+  params[1].top_k = 40;
+  params[2].top_k = 50;
+  params[2].top_p = 0.8;
+  params[3].min_p = 0.02;
+  params[4].top_p = 0.5;
+  params[4].min_p = 0.1;
+  std::vector<const SamplingParams*> rows;
+  for (const SamplingParams& p : params) rows.push_back(&p);
+  at::manual_seed(9);
+  for (int trial = 0; trial < 20; ++trial) {
+    at::Tensor logits = at::randn({5, vocab}) * 10;
+    at::Tensor full = logits.clone();
+    truncate_logits_rows(full, rows, /*top_p_candidates=*/vocab);
+    at::Tensor want = at::log_softmax(full, -1);
+    std::vector<double> uniforms;
+    for (int r = 0; r < 5; ++r) uniforms.push_back(sample_uniform(trial, r));
+    at::Tensor tokens, logprobs;
+    at::Tensor drawn = sample_among_candidates(logits, rows, at::tensor(uniforms, at::kDouble),
+                                               candidates, &tokens, &logprobs);
+    ASSERT_TRUE(drawn.all().item<bool>());
+    for (int64_t r = 0; r < 5; ++r) {
+      const float expected = want[r][tokens[r].item<int64_t>()].item<float>();
+      ASSERT_TRUE(std::isfinite(expected)) << "row " << r << " drew a truncated token";
+      EXPECT_NEAR(logprobs[r].item<float>(), expected, 1e-4) << "row " << r;
+    }
+  }
+  at::Tensor flat = at::randn({5, vocab}) * 0.1;
+  at::Tensor tokens, logprobs;
+  std::vector<double> uniforms(5, 0.5);
+  // On flat rows only those with a top-k within the candidates (rows 1 and 2) are drawn here.
+  at::Tensor on_flat = sample_among_candidates(flat, rows, at::tensor(uniforms, at::kDouble),
+                                               candidates, &tokens, &logprobs);
+  EXPECT_TRUE(at::equal(on_flat, at::tensor(std::vector<uint8_t>{0, 1, 1, 0, 0}).to(at::kBool)))
+      << on_flat;
+  // Row by row: a flat row does not keep a peaked one from being drawn here.
+  at::Tensor mixed = at::randn({5, vocab}) * 10;
+  mixed[0] = flat[0];
+  at::Tensor which = sample_among_candidates(mixed, rows, at::tensor(uniforms, at::kDouble),
+                                             candidates, &tokens, &logprobs);
+  EXPECT_FALSE(which[0].item<bool>());
+  EXPECT_TRUE(which.narrow(0, 1, 4).all().item<bool>());
+  std::vector<SamplingParams> plain(5);  // temperature alone: the whole vocabulary is kept
+  std::vector<const SamplingParams*> plain_rows;
+  for (const SamplingParams& p : plain) plain_rows.push_back(&p);
+  EXPECT_FALSE(sample_among_candidates(at::randn({5, vocab}) * 10, plain_rows,
+                                       at::tensor(uniforms, at::kDouble), candidates, &tokens,
+                                       &logprobs)
+                   .any()
+                   .item<bool>());
+}
+
 TEST(SamplerTest, ZeroProbabilityTokensAreNeverDrawn) {
   // The largest uniform below 1 on a distribution whose last tokens are truncated away.
   at::Tensor probs = at::tensor(std::vector<float>{0.5f, 0.25f, 0.25f, 0.0f, 0.0f}).view({1, 5});

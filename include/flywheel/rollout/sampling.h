@@ -53,6 +53,8 @@ void truncate_logits(at::Tensor& scaled, const SamplingParams& params);
 // CPU, top-p first looks among each row's `top_p_candidates` most likely tokens and sorts the
 // whole vocabulary only when some row needs more of it; the result is the same either way.
 constexpr int64_t kTopPCandidates = 256;
+void truncate_logits_rows(at::Tensor& scaled, const std::vector<const SamplingParams*>& params,
+                          int64_t top_p_candidates = kTopPCandidates);
 
 // Top-p over the `candidates` most likely tokens of every row of `scaled` [R, V], when they hold
 // each row's top_p ([R, 1] float32; above 1 = off for that row) of its mass: exact, without sorting
@@ -61,8 +63,21 @@ constexpr int64_t kTopPCandidates = 256;
 // answer on the host).
 bool truncate_top_p_among_candidates(at::Tensor& scaled, const at::Tensor& top_p,
                                      int64_t candidates);
-void truncate_logits_rows(at::Tensor& scaled, const std::vector<const SamplingParams*>& params,
-                          int64_t top_p_candidates = kTopPCandidates);
+
+// Truncates (top-k, top-p, min-p, as truncate_logits_rows), renormalises and draws row r of
+// `scaled` [R, V] at uniforms[r] ([R] float64) among its `candidates` most likely tokens alone,
+// into tokens[r] (int64) and logprobs[r] (float32: the token's log-probability under that
+// distribution). Returns which rows (bool [R]) are valid: those whose truncation keeps only
+// candidates (top-k <= candidates, or top-p or min-p cutting within them), for which the tokens
+// kept, and so the distribution drawn from, are those of the whole-vocabulary path, without its
+// passes over [V]. Which rows qualify depends on each row alone. The other rows' entries are
+// meaningless: draw them over the whole vocabulary. Undefined off the CPU or when `candidates`
+// covers the vocabulary. Candidates are drawn in descending order of probability, so a uniform
+// picks a different token than sample_from_probs in vocabulary order would.
+at::Tensor sample_among_candidates(const at::Tensor& scaled,
+                                   const std::vector<const SamplingParams*>& params,
+                                   const at::Tensor& uniforms, int64_t candidates,
+                                   at::Tensor* tokens, at::Tensor* logprobs);
 
 // A reproducible 64-bit seed for sample `index` of a request seeded with `seed`.
 uint64_t sample_seed(uint64_t seed, int64_t index);
