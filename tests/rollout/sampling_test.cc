@@ -9,6 +9,13 @@
 namespace flywheel::rollout {
 namespace {
 
+// One pointer per entry of `params`, the form truncate_logits_rows takes.
+std::vector<const SamplingParams*> pointers(const std::vector<SamplingParams>& params) {
+  std::vector<const SamplingParams*> out;
+  for (const SamplingParams& p : params) out.push_back(&p);
+  return out;
+}
+
 // Samples `draws` tokens from logits of the distribution `probs` after truncation, as the engine
 // does (every draw a row of one batch: truncate_logits_rows, softmax, sample_from_probs at
 // sample_uniform), and returns the empirical frequencies.
@@ -85,8 +92,7 @@ TEST(TruncationTest, RowsOfOneBatchFollowTheirOwnParameters) {
   params[4].min_p = 0.45;
   at::Tensor logits = at::randn({5, 50}, at::TensorOptions().dtype(at::kFloat)) * 3;
   at::Tensor batch = logits.clone();
-  std::vector<const SamplingParams*> rows;
-  for (const SamplingParams& p : params) rows.push_back(&p);
+  const std::vector<const SamplingParams*> rows = pointers(params);
   truncate_logits_rows(batch, rows);
   for (int64_t r = 0; r < 5; ++r) {
     at::Tensor alone = logits[r].clone();
@@ -106,8 +112,7 @@ TEST(TruncationTest, TopPAmongCandidatesEqualsTheFullSort) {
   params[2].top_k = 20;
   params[3].min_p = 0.05;
   params[4].top_p = 0.5;
-  std::vector<const SamplingParams*> rows;
-  for (const SamplingParams& p : params) rows.push_back(&p);
+  const std::vector<const SamplingParams*> rows = pointers(params);
   at::manual_seed(5);
   for (double sharpness : {12.0, 0.5}) {  // peaked: the candidates suffice; flat: they do not
     at::Tensor logits = at::randn({6, vocab}) * sharpness;
@@ -181,8 +186,7 @@ TEST(CandidateSamplerTest, MatchesTheWholeVocabularyPathOrDeclines) {
   params[3].min_p = 0.02;
   params[4].top_p = 0.5;
   params[4].min_p = 0.1;
-  std::vector<const SamplingParams*> rows;
-  for (const SamplingParams& p : params) rows.push_back(&p);
+  const std::vector<const SamplingParams*> rows = pointers(params);
   at::manual_seed(9);
   for (int trial = 0; trial < 20; ++trial) {
     at::Tensor logits = at::randn({5, vocab}) * 10;
@@ -217,8 +221,7 @@ TEST(CandidateSamplerTest, MatchesTheWholeVocabularyPathOrDeclines) {
   EXPECT_FALSE(which[0].item<bool>());
   EXPECT_TRUE(which.narrow(0, 1, 4).all().item<bool>());
   std::vector<SamplingParams> plain(5);  // temperature alone: the whole vocabulary is kept
-  std::vector<const SamplingParams*> plain_rows;
-  for (const SamplingParams& p : plain) plain_rows.push_back(&p);
+  const std::vector<const SamplingParams*> plain_rows = pointers(plain);
   EXPECT_FALSE(sample_among_candidates(at::randn({5, vocab}) * 10, plain_rows,
                                        at::tensor(uniforms, at::kDouble), candidates, &tokens,
                                        &logprobs)
