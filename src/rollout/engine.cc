@@ -424,7 +424,7 @@ void GenerationEngine::sample_and_append(const at::Tensor& logits,
     // rest over the whole vocabulary.
     at::Tensor drawn, drawn_logprobs;
     at::Tensor among_candidates =
-        sample_among_candidates(scaled, params, u, kTopPCandidates, &drawn, &drawn_logprobs);
+        sample_among_candidates(scaled, params, u, kSampleCandidates, &drawn, &drawn_logprobs);
     std::vector<int64_t> rest;
     if (!among_candidates.defined()) {
       drawn = at::zeros({static_cast<int64_t>(sampled.size())}, longs);

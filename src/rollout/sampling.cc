@@ -42,72 +42,75 @@ void truncate_logits(at::Tensor& scaled, const SamplingParams& params) {
   truncate_logits_rows(rows, {&params});
 }
 
-bool truncate_top_p_among_candidates(at::Tensor& scaled, const at::Tensor& top_p,
-                                     int64_t candidates) {
-  const int64_t vocab = scaled.size(-1);
-  if (!scaled.device().is_cpu() || candidates <= 0 || candidates >= vocab) return false;
-  auto [top, order] = at::topk(scaled, candidates, -1);  // descending
-  at::Tensor probs = (top - at::logsumexp(scaled, -1, /*keepdim=*/true)).exp();
-  at::Tensor reached = probs.cumsum(-1);
-  // Every row's first dropped position (where the tokens before it reach top_p) is a candidate;
-  // rows without top-p (threshold above 1) drop nothing.
-  at::Tensor off = top_p > 1.0f;
-  if (!((reached.narrow(-1, candidates - 1, 1) >= top_p) | off).all().item<bool>()) return false;
-  at::Tensor drop_sorted = (reached - probs) >= top_p;
-  drop_sorted.narrow(-1, 0, 1).fill_(false);
-  at::Tensor drop = at::ones_like(scaled, scaled.options().dtype(at::kBool))
-                        .scatter_(-1, order, drop_sorted)
-                        .logical_and_(off.logical_not());
-  scaled.masked_fill_(drop, -std::numeric_limits<float>::infinity());
-  return true;
+namespace {
+
+// Each row's truncation limits, as the filters read them (the same for both sampling paths).
+struct RowLimits {
+  std::vector<int64_t> top_k;  // 0 = off (also for top_k >= vocab)
+  std::vector<float> top_p;    // 2 = off: a threshold no cumulative probability reaches
+  std::vector<float> min_p;
+  int64_t max_k = 0;
+  bool any_top_p = false, any_min_p = false;
+};
+
+RowLimits row_limits(const std::vector<const SamplingParams*>& params, int64_t vocab) {
+  RowLimits l;
+  for (const SamplingParams* p : params) {
+    const int64_t k = p->top_k > 0 && p->top_k < vocab ? p->top_k : 0;
+    l.top_k.push_back(k);
+    l.max_k = std::max(l.max_k, k);
+    l.top_p.push_back(p->top_p < 1.0 ? static_cast<float>(p->top_p) : 2.0f);
+    l.any_top_p |= p->top_p < 1.0;
+    l.min_p.push_back(static_cast<float>(p->min_p));
+    l.any_min_p |= p->min_p > 0.0;
+  }
+  return l;
 }
 
-void truncate_logits_rows(at::Tensor& scaled, const std::vector<const SamplingParams*>& params,
-                          int64_t top_p_candidates) {
+// `values` as a [rows, 1] column of `dtype` on `device`.
+template <typename T>
+at::Tensor column(const std::vector<T>& values, at::ScalarType dtype, const at::Device& device) {
+  return at::tensor(values, at::TensorOptions().dtype(dtype))
+      .to(device)
+      .view({static_cast<int64_t>(values.size()), 1});
+}
+
+}  // namespace
+
+void truncate_logits_rows(at::Tensor& scaled, const std::vector<const SamplingParams*>& params) {
   const float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t rows = scaled.size(0), vocab = scaled.size(-1);
   TORCH_CHECK(static_cast<int64_t>(params.size()) == rows, "truncate_logits_rows: ", rows,
               " rows but ", params.size(), " parameter sets");
+  const RowLimits l = row_limits(params, vocab);
+  const int64_t max_k = l.max_k;
   std::vector<int64_t> kth_index(rows);
   std::vector<uint8_t> no_top_k(rows);
-  std::vector<float> top_p(rows), min_p(rows);
-  int64_t max_k = 0;
-  bool any_top_p = false, any_min_p = false;
   for (int64_t r = 0; r < rows; ++r) {
-    const SamplingParams& p = *params[r];
-    const int64_t k = p.top_k > 0 && p.top_k < vocab ? p.top_k : 0;
-    max_k = std::max(max_k, k);
-    kth_index[r] = std::max<int64_t>(k - 1, 0);
-    no_top_k[r] = k == 0;
-    // top_p 1 is off: a threshold no cumulative probability reaches.
-    top_p[r] = p.top_p < 1.0 ? static_cast<float>(p.top_p) : 2.0f;
-    any_top_p |= p.top_p < 1.0;
-    min_p[r] = static_cast<float>(p.min_p);
-    any_min_p |= p.min_p > 0.0;
+    kth_index[r] = std::max<int64_t>(l.top_k[r] - 1, 0);
+    no_top_k[r] = l.top_k[r] == 0;
   }
-  auto column = [&](auto values, at::ScalarType dtype) {
-    return at::tensor(values, at::TensorOptions().dtype(dtype)).to(scaled.device()).view({rows, 1});
-  };
+  const at::Device device = scaled.device();
   if (max_k > 0) {
     at::Tensor top = std::get<0>(at::topk(scaled, max_k, -1));  // descending
-    at::Tensor kth = top.gather(-1, column(kth_index, at::kLong));
-    kth.masked_fill_(column(no_top_k, at::kByte).to(at::kBool), kNegInf);
+    at::Tensor kth = top.gather(-1, column(kth_index, at::kLong, device));
+    kth.masked_fill_(column(no_top_k, at::kByte, device).to(at::kBool), kNegInf);
     scaled.masked_fill_(scaled < kth, kNegInf);
   }
-  if (any_top_p &&
-      !truncate_top_p_among_candidates(scaled, column(top_p, at::kFloat), top_p_candidates)) {
+  if (l.any_top_p) {
     auto [sorted, order] = at::sort(scaled, /*dim=*/-1, /*descending=*/true);
     at::Tensor probs = at::softmax(sorted, -1);
     // Drop a token when the tokens before it already reach top_p (the crossing token stays).
     at::Tensor before = probs.cumsum(-1) - probs;
-    at::Tensor drop_sorted = before >= column(top_p, at::kFloat);
+    at::Tensor drop_sorted = before >= column(l.top_p, at::kFloat, device);
     drop_sorted.narrow(-1, 0, 1).fill_(false);
     at::Tensor drop = at::zeros_like(drop_sorted).scatter_(-1, order, drop_sorted);
     scaled.masked_fill_(drop, kNegInf);
   }
-  if (any_min_p) {
+  if (l.any_min_p) {
     at::Tensor probs = at::softmax(scaled, -1);
-    at::Tensor threshold = std::get<0>(probs.max(-1, /*keepdim=*/true)) * column(min_p, at::kFloat);
+    at::Tensor threshold =
+        std::get<0>(probs.max(-1, /*keepdim=*/true)) * column(l.min_p, at::kFloat, device);
     scaled.masked_fill_(probs < threshold, kNegInf);
   }
 }
@@ -121,22 +124,15 @@ at::Tensor sample_among_candidates(const at::Tensor& scaled,
   if (!scaled.device().is_cpu() || candidates <= 0 || candidates >= vocab) return at::Tensor();
   TORCH_CHECK(static_cast<int64_t>(params.size()) == rows, "sample_among_candidates: ", rows,
               " rows but ", params.size(), " parameter sets");
-  std::vector<int64_t> top_k(rows);
+  RowLimits l = row_limits(params, vocab);
   std::vector<uint8_t> too_wide(rows);  // a top-k that may keep more than the candidates
-  std::vector<float> top_p(rows), min_p(rows);
   for (int64_t r = 0; r < rows; ++r) {
-    const SamplingParams& p = *params[r];
-    top_k[r] = p.top_k > 0 && p.top_k < vocab ? p.top_k : 0;
-    too_wide[r] = top_k[r] > candidates;
-    if (too_wide[r]) top_k[r] = 0;
-    top_p[r] = p.top_p < 1.0 ? static_cast<float>(p.top_p) : 2.0f;  // 2: never reached
-    min_p[r] = static_cast<float>(p.min_p);
+    too_wide[r] = l.top_k[r] > candidates;
+    if (too_wide[r]) l.top_k[r] = 0;
   }
-  auto column = [&](auto values, at::ScalarType dtype) {
-    return at::tensor(values, at::TensorOptions().dtype(dtype)).view({rows, 1});
-  };
-  at::Tensor k = column(top_k, at::kLong), p = column(top_p, at::kFloat);
-  at::Tensor m = column(min_p, at::kFloat);
+  const at::Device cpu(at::kCPU);
+  at::Tensor k = column(l.top_k, at::kLong, cpu), p = column(l.top_p, at::kFloat, cpu);
+  at::Tensor m = column(l.min_p, at::kFloat, cpu);
   auto [top, order] = at::topk(scaled, candidates, -1);  // descending
   // Top-k, then top-p on the distribution top-k left (the first k candidates, or the whole row).
   at::Tensor has_k = k > 0;
@@ -152,7 +148,7 @@ at::Tensor sample_among_candidates(const at::Tensor& scaled,
   // A row is drawn here when its kept tokens end within its candidates.
   at::Tensor last = at::full({rows, 1}, candidates - 1, at::kLong);
   at::Tensor covered = (has_k | (reached.gather(-1, last) >= p) | below.gather(-1, last)) &
-                       column(too_wide, at::kByte).logical_not();
+                       column(too_wide, at::kByte, cpu).logical_not();
   logits.masked_fill_(drop | below, kNegInf);
   at::Tensor kept = at::softmax(logits, -1);
   at::Tensor index = sample_from_probs(kept, uniforms).view({-1, 1});

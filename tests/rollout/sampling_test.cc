@@ -101,41 +101,6 @@ TEST(TruncationTest, RowsOfOneBatchFollowTheirOwnParameters) {
   }
 }
 
-// Top-p among each row's most likely tokens equals top-p over the sorted vocabulary: on peaked
-// rows (where the candidates hold top_p), on flat rows (where it falls back to the full sort), and
-// on a batch mixing rows without top-p, with top-k, and with min-p.
-TEST(TruncationTest, TopPAmongCandidatesEqualsTheFullSort) {
-  const int64_t vocab = 1000, candidates = 64;
-  std::vector<SamplingParams> params(6);
-  for (SamplingParams& p : params) p.top_p = 0.9;
-  params[1].top_p = 1.0;  // off
-  params[2].top_k = 20;
-  params[3].min_p = 0.05;
-  params[4].top_p = 0.5;
-  const std::vector<const SamplingParams*> rows = pointers(params);
-  at::manual_seed(5);
-  for (double sharpness : {12.0, 0.5}) {  // peaked: the candidates suffice; flat: they do not
-    at::Tensor logits = at::randn({6, vocab}) * sharpness;
-    at::Tensor fast = logits.clone(), full = logits.clone();
-    truncate_logits_rows(fast, rows, candidates);
-    truncate_logits_rows(full, rows, /*top_p_candidates=*/vocab);
-    EXPECT_TRUE(at::equal(fast, full)) << "sharpness " << sharpness;
-    // Which path ran: the candidates alone on peaked rows, the full sort on flat ones.
-    at::Tensor direct = logits.clone();
-    at::Tensor top_p = at::full({6, 1}, 0.9f);
-    top_p[1][0] = 2.0f;
-    top_p[4][0] = 0.5f;
-    EXPECT_EQ(truncate_top_p_among_candidates(direct, top_p, candidates), sharpness > 1);
-    const int64_t kept_row0 = at::isfinite(full[0]).sum().item<int64_t>();
-    if (sharpness > 1) {
-      EXPECT_LT(kept_row0, candidates);
-    } else {
-      EXPECT_GT(kept_row0, candidates);  // the fallback was needed
-    }
-    EXPECT_EQ(at::isfinite(full[1]).sum().item<int64_t>(), vocab);  // top-p off: all kept
-  }
-}
-
 // kProbs over the first 5 of 1000 tokens, the rest sharing a 1e-6 of the mass: the candidate
 // sampler keeps and draws what the whole-vocabulary path would.
 std::vector<double> candidate_frequencies(const SamplingParams& params, int draws = 20000) {
@@ -191,7 +156,7 @@ TEST(CandidateSamplerTest, MatchesTheWholeVocabularyPathOrDeclines) {
   for (int trial = 0; trial < 20; ++trial) {
     at::Tensor logits = at::randn({5, vocab}) * 10;
     at::Tensor full = logits.clone();
-    truncate_logits_rows(full, rows, /*top_p_candidates=*/vocab);
+    truncate_logits_rows(full, rows);
     at::Tensor want = at::log_softmax(full, -1);
     std::vector<double> uniforms;
     for (int r = 0; r < 5; ++r) uniforms.push_back(sample_uniform(trial, r));

@@ -49,20 +49,11 @@ enum class LogprobMode { kTemperatureScaled, kProcessed };
 // that top-k, top-p and min-p exclude, in Hugging Face's order (top-k, top-p, min-p). At least
 // one token always survives.
 void truncate_logits(at::Tensor& scaled, const SamplingParams& params);
-// The same for every row of `scaled` [R, V] at once, row r under params[r] (R entries). On the
-// CPU, top-p first looks among each row's `top_p_candidates` most likely tokens and sorts the
-// whole vocabulary only when some row needs more of it; the result is the same either way.
-constexpr int64_t kTopPCandidates = 256;
-void truncate_logits_rows(at::Tensor& scaled, const std::vector<const SamplingParams*>& params,
-                          int64_t top_p_candidates = kTopPCandidates);
+// The same for every row of `scaled` [R, V] at once, row r under params[r] (R entries).
+void truncate_logits_rows(at::Tensor& scaled, const std::vector<const SamplingParams*>& params);
 
-// Top-p over the `candidates` most likely tokens of every row of `scaled` [R, V], when they hold
-// each row's top_p ([R, 1] float32; above 1 = off for that row) of its mass: exact, without sorting
-// the vocabulary (a trained model's distribution is peaked: a few hundred tokens cover 0.9).
-// False, with `scaled` untouched, when some row needs more, or off the CPU (the check needs the
-// answer on the host).
-bool truncate_top_p_among_candidates(at::Tensor& scaled, const at::Tensor& top_p,
-                                     int64_t candidates);
+// How many of each row's most likely tokens sample_among_candidates looks at.
+constexpr int64_t kSampleCandidates = 256;
 
 // Truncates (top-k, top-p, min-p, as truncate_logits_rows), renormalises and draws row r of
 // `scaled` [R, V] at uniforms[r] ([R] float64) among its `candidates` most likely tokens alone,
