@@ -8,12 +8,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/model/model_config.h"
+#include "flywheel/model/small_gemm.h"
 #include "flywheel/model/thread_layout.h"
 
 namespace flywheel::bench {
@@ -45,16 +47,31 @@ inline double matmul_gflops(at::ScalarType dtype) {
   return 2.0 * n * n * n / t / 1e9;
 }
 
-// Streaming read bandwidth in GB/s: the sum of a 1 GiB float32 tensor.
-inline double memory_bandwidth_gbs() {
+// flywheel's float32 projection kernels (small_gemm.h) on a 1024^3 problem, in GFLOP/s, on
+// `pool`'s threads: on CPUs where they beat BLAS, the float32 matmul peak a decode step can reach.
+inline double kernel_matmul_gflops(model::WorkerPool* pool) {
+  const int64_t n = 1024;
+  at::Tensor x = at::randn({n, n}), w = at::randn({n, n});
+  double t = best_time(5, [&] { model::small_linear(x, w, {}, {model::GemmIsa::kAuto, pool}); });
+  return 2.0 * n * n * n / t / 1e9;
+}
+
+// Streaming read bandwidth in GB/s: the sum of a 1 GiB float32 tensor, on `threads` ATen threads
+// (0: the current count). ATen's thread count is restored afterwards, and the bench waits for
+// its OpenMP threads to stop spinning before anything else is timed.
+inline double memory_bandwidth_gbs(int threads = 0) {
+  const int before = at::get_num_threads();
+  if (threads > 0) at::set_num_threads(threads);
   at::Tensor buffer = at::ones({int64_t{1} << 28}, at::kFloat);
   double t = best_time(3, [&] { buffer.sum().item<float>(); });
+  at::set_num_threads(before);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   return buffer.numel() * 4.0 / t / 1e9;
 }
 
 // The flags the model benchmarks share: --threads N (the budget; 0 = LibTorch's default),
-// --thread-split auto|blas|aten|none (none: only at::set_num_threads(N), BLAS left at its own
-// default, as before flywheel chose the layout), --dtype NAME, --steps S, --batches 1,8,64,
+// --thread-split auto|kernels|blas|aten|none (none: only at::set_num_threads(N), BLAS left at its
+// own default, as before flywheel chose the layout), --dtype NAME, --steps S, --batches 1,8,64,
 // --models small,100M, --no-extras, --device cpu|cuda.
 struct BenchArgs {
   int threads = 0;
@@ -94,6 +111,12 @@ inline BenchArgs parse_bench_args(int argc, char** argv) {
   return args;
 }
 
+// The thread budget of a bench run: --threads, else LibTorch's default (OMP_NUM_THREADS if set,
+// else the cores). Call it before apply_bench_threads changes LibTorch's count.
+inline int bench_budget(const BenchArgs& args) {
+  return args.threads > 0 ? args.threads : std::max(1, at::get_num_threads());
+}
+
 // Applies --threads and --thread-split for a model in `dtype`; returns the layout's log line
 // ("" and exits with status 2 on an unknown split).
 inline std::string apply_bench_threads(const BenchArgs& args, at::ScalarType dtype) {
@@ -109,7 +132,7 @@ inline std::string apply_bench_threads(const BenchArgs& args, at::ScalarType dty
   options.threads = args.threads;
   options.dtype = dtype;
   if (!model::parse_thread_split(args.thread_split, &options.split)) {
-    std::fprintf(stderr, "--thread-split: expected auto, blas, aten or none\n");
+    std::fprintf(stderr, "--thread-split: expected auto, kernels, blas, aten or none\n");
     std::exit(2);
   }
   return model::apply_thread_layout(options).to_string();

@@ -48,11 +48,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(dtype.status().message()).c_str());
     return 2;
   }
+  const int budget = flywheel::bench::bench_budget(args);
   const std::string layout = flywheel::bench::apply_bench_threads(args, *dtype);
   at::NoGradGuard no_grad;
   const double peak = matmul_gflops(*dtype);
   auto config = bench_config();
-  auto model = flywheel::model::DecoderModel::create(config, {*dtype, at::kCPU});
+  auto model = flywheel::model::DecoderModel::create(config, {*dtype, at::kCPU, budget});
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());
     return 1;

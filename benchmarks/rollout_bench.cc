@@ -3,8 +3,12 @@
 // bandwidth and matmul GFLOP/s the bench measures itself, in the same run.
 //
 //   build/benchmarks/rollout_bench [--device cpu|cuda] [--threads N]
-//       [--thread-split auto|blas|aten|none] [--dtype float32|bfloat16|auto] [--steps S]
+//       [--thread-split auto|kernels|blas|aten|none] [--dtype float32|bfloat16|auto] [--steps S]
 //       [--batches 1,8,64] [--models small,100M] [--no-extras]
+//
+// After the table (unless --no-extras), for the 100M model: batch 1 on one thread against the
+// whole budget beside each one's memory bandwidth, the engine's pause for a weight update, and
+// sampled against greedy decode at batch 64.
 //
 // It prints the CPU model, whether it has native bf16 and the thread layout first. With
 // --device cuda the model runs on cuda:0 (dtype bfloat16 unless --dtype says otherwise) and the
@@ -24,8 +28,10 @@
 #include <torch/cuda.h>
 
 #include "bench_util.h"
+#include "flywheel/model/cpu_allocator.h"
 #include "flywheel/model/cpu_features.h"
 #include "flywheel/model/hf_checkpoint.h"
+#include "flywheel/model/small_gemm.h"
 #include "flywheel/rollout/engine.h"
 
 namespace {
@@ -39,7 +45,8 @@ using Clock = flywheel::bench::Clock;
 using flywheel::model::ModelConfig;
 
 constexpr const char* kUsage =
-    "usage: rollout_bench [--device cpu|cuda] [--threads N] [--thread-split auto|blas|aten|none]\n"
+    "usage: rollout_bench [--device cpu|cuda] [--threads N] [--thread-split "
+    "auto|kernels|blas|aten|none]\n"
     "                     [--dtype float32|bfloat16|auto] [--steps S] [--batches 1,8,32,64]\n"
     "                     [--models small,100M] [--no-extras]\n"
     "  --device cuda: the model on cuda:0, dtype bfloat16 by default, the device's roofline\n";
@@ -223,6 +230,32 @@ void report_sampled(std::shared_ptr<flywheel::model::DecoderModel> model, int64_
   }
 }
 
+// Batch-1 decode on one thread against the whole budget, each with its own thread layout and
+// model (the float32 kernels' threads are the model's), beside the memory bandwidth each thread
+// count reaches: batch 1 is bandwidth-bound, so that ratio bounds the speed-up.
+void report_thread_scaling(const ModelConfig& config, at::ScalarType dtype,
+                           const flywheel::bench::BenchArgs& args, int budget, int64_t steps,
+                           double peak) {
+  double tokens[2] = {0, 0}, bandwidth[2] = {0, 0};
+  const int threads[2] = {1, budget};
+  for (int i = 0; i < 2; ++i) {
+    flywheel::bench::BenchArgs at_count = args;
+    at_count.threads = threads[i];
+    (void)flywheel::bench::apply_bench_threads(at_count, dtype);
+    auto created = flywheel::model::DecoderModel::create(
+        config, flywheel::model::DecoderOptions{dtype, at::kCPU, threads[i]});
+    std::shared_ptr<flywheel::model::DecoderModel> model(created->release());
+    model->init_random(1);
+    bandwidth[i] = memory_bandwidth_gbs(threads[i]);
+    tokens[i] = run(model, 1, steps, bandwidth[i], peak).tokens_per_s;
+  }
+  std::printf(
+      "\nbatch 1, 1 thread vs %d threads: %.1f vs %.1f tokens/s = %.2fx; memory read %.1f vs "
+      "%.1f GB/s = %.2fx in the same run (batch 1 is bandwidth-bound: the ratio it allows)\n",
+      budget, tokens[0], tokens[1], tokens[1] / tokens[0], bandwidth[0], bandwidth[1],
+      bandwidth[1] / bandwidth[0]);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -240,6 +273,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool on_cuda = args.device == "cuda";
+  // As `flywheel rollout` and `generate` set up their processes.
+  flywheel::model::use_huge_pages_for_large_cpu_tensors();
+  flywheel::model::keep_freed_cpu_memory_for_reuse();
   if (on_cuda && !torch::cuda::is_available()) {
     std::fprintf(stderr,
                  "rollout_bench: --device cuda: no CUDA device (this LibTorch was built without "
@@ -256,10 +292,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dtype_name = flywheel::model::dtype_name(*dtype);
+  const int budget = flywheel::bench::bench_budget(args);
   const std::string layout = flywheel::bench::apply_bench_threads(args, *dtype);
   at::NoGradGuard no_grad;
-  const double bandwidth = on_cuda ? device_copy_bandwidth_gbs(device) : memory_bandwidth_gbs();
-  const double peak = on_cuda ? device_matmul_gflops(*dtype, device) : matmul_gflops(*dtype);
+  const double bandwidth =
+      on_cuda ? device_copy_bandwidth_gbs(device) : memory_bandwidth_gbs(budget);
+  const double blas_peak = on_cuda ? device_matmul_gflops(*dtype, device) : matmul_gflops(*dtype);
+  // Float32 decode runs its projections in flywheel's kernels where the CPU has them: the peak
+  // is the faster of the two.
+  const bool kernels = !on_cuda && *dtype == at::kFloat &&
+                       flywheel::model::gemm_isa_supported(flywheel::model::GemmIsa::kAuto);
+  flywheel::model::WorkerPool peak_pool(budget);
+  const double kernel_peak = kernels ? flywheel::bench::kernel_matmul_gflops(&peak_pool) : 0;
+  const double peak = std::max(blas_peak, kernel_peak);
   std::printf("rollout_bench: greedy decode through the engine, %s on %s, %lld steps\n",
               dtype_name.c_str(), device.str().c_str(), static_cast<long long>(steps));
   std::printf("cpu: %s\n%s\n", flywheel::model::describe(cpu).c_str(), layout.c_str());
@@ -269,8 +314,15 @@ int main(int argc, char** argv) {
         "written), %s matmul %.1f TFLOP/s (8192^3)\n",
         bandwidth, dtype_name.c_str(), peak / 1e3);
   } else {
-    std::printf("machine (measured in this run): memory read %.1f GB/s, %s matmul %.1f GFLOP/s\n",
-                bandwidth, dtype_name.c_str(), peak);
+    std::printf(
+        "machine (measured in this run): memory read %.1f GB/s (%d threads), %s matmul %.1f "
+        "GFLOP/s (BLAS, 1024^3)",
+        bandwidth, budget, dtype_name.c_str(), blas_peak);
+    if (kernels) {
+      std::printf(", flywheel kernels (%s) %.1f GFLOP/s (1024^3)",
+                  flywheel::model::gemm_isa_name(flywheel::model::detect_gemm_isa()), kernel_peak);
+    }
+    std::printf("; compute roofline %.1f GFLOP/s\n", peak);
   }
   std::printf(
       "roofline per decode step: max(bytes / bandwidth, FLOPs / matmul peak), bytes = weights + "
@@ -286,7 +338,7 @@ int main(int argc, char** argv) {
   for (const Spec& spec : specs) {
     if (!flywheel::bench::listed(args.models, spec.name)) continue;
     auto created = flywheel::model::DecoderModel::create(
-        spec.config, flywheel::model::DecoderOptions{*dtype, device});
+        spec.config, flywheel::model::DecoderOptions{*dtype, device, budget});
     if (!created.ok()) {
       std::fprintf(stderr, "%s\n", std::string(created.status().message()).c_str());
       return 1;
@@ -311,6 +363,10 @@ int main(int argc, char** argv) {
       std::printf("\n");
     }
     if (std::string(spec.name) == "100M" && !args.no_extras) {
+      if (!on_cuda && budget > 1) {
+        report_thread_scaling(spec.config, *dtype, args, budget, steps, peak);
+        (void)flywheel::bench::apply_bench_threads(args, *dtype);
+      }
       report_update_pause(model, 32, 8);
       report_sampled(model, steps, bandwidth, peak);  // last: it rescales the final norm
     }

@@ -10,6 +10,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "flywheel/model/cpu_allocator.h"
 #include "flywheel/model/cpu_features.h"
 #include "flywheel/model/hf_checkpoint.h"
 
@@ -42,9 +43,10 @@ void ModelArgs::add_to(CLI::App* command, const std::string& dir_flag) {
       ->check(CLI::Range(0, 1024));
   command
       ->add_option("--thread-split", thread_split,
-                   "Split of --threads: auto (by dtype), blas (LibTorch 1, BLAS all: float32 "
-                   "GEMMs) or aten (LibTorch all, BLAS 1)")
-      ->check(CLI::IsMember({"auto", "blas", "aten"}));
+                   "Split of --threads: auto (by dtype), kernels (flywheel's float32 kernels "
+                   "all, LibTorch 1, BLAS 1), blas (LibTorch 1, BLAS all: float32 GEMMs) or aten "
+                   "(LibTorch all, BLAS 1)")
+      ->check(CLI::IsMember({"auto", "kernels", "blas", "aten"}));
 }
 
 absl::StatusOr<std::unique_ptr<model::DecoderModel>> ModelArgs::load(
@@ -58,6 +60,7 @@ absl::StatusOr<std::unique_ptr<model::DecoderModel>> ModelArgs::load(
     return absl::InvalidArgumentError(absl::StrCat("unknown --thread-split ", thread_split));
   }
   const model::ThreadLayout applied = model::apply_thread_layout(layout_options);
+  model::keep_freed_cpu_memory_for_reuse();
   if (layout != nullptr) *layout = applied;
   const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
   absl::StatusOr<model::ModelConfig> config = model::ModelConfig::from_file(config_path);
@@ -65,7 +68,7 @@ absl::StatusOr<std::unique_ptr<model::DecoderModel>> ModelArgs::load(
   absl::Status fits = check_model_memory(*config, *type, config_path);
   if (!fits.ok()) return fits;
   try {
-    return model::load_hf_model(dir, model::DecoderOptions{*type, at::kCPU});
+    return model::load_hf_model(dir, model::DecoderOptions{*type, at::kCPU, applied.threads});
   } catch (const std::exception& e) {
     return model_exception_error(*config, config_path, e);
   }

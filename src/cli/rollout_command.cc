@@ -21,6 +21,7 @@
 #include "controller_setup.h"
 #include "flywheel/algos/algorithm.h"
 #include "flywheel/core/logging.h"
+#include "flywheel/model/cpu_allocator.h"
 #include "flywheel/model/cpu_features.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/rewards/composite_reward.h"
@@ -124,10 +125,12 @@ absl::Status run(const RolloutArgs& args) {
       model::resolve_dtype(c.model.dtype, /*on_cuda=*/c.model.device == "cuda");
   if (!dtype.ok()) return dtype.status();
   const model::ThreadLayout layout = apply_thread_layout(c.cluster, *dtype);
+  model::keep_freed_cpu_memory_for_reuse();
   FLYWHEEL_LOG_INFO("cpu: %s; %s", model::describe(model::detect_cpu_features()),
                     layout.to_string());
   model::DecoderOptions decoder_options;
   decoder_options.dtype = *dtype;
+  decoder_options.threads = layout.threads;
   // Under mpirun, one GPU per process of the node (learners and workers alike) where there are
   // enough.
   const int cuda_device = std::max(0, local_cuda_device(roles ? roles->world->rank() : 0));

@@ -1,5 +1,6 @@
 #include "flywheel/model/cpu_allocator.h"
 
+#include <malloc.h>
 #include <sys/mman.h>
 
 #include <cstdlib>
@@ -13,6 +14,11 @@ namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kThreshold = size_t{4} << 20;
+// keep_freed_cpu_memory_for_reuse(): glibc's malloc keeps freed blocks below kMmapThreshold for
+// reuse instead of unmapping them, and returns free memory at the top of its heap only beyond
+// kTrimThreshold.
+constexpr int kMmapThreshold = 64 << 20;
+constexpr int kTrimThreshold = 256 << 20;
 
 // Both LibTorch's default allocator and this one hand out memory that free() releases, so one raw
 // deleter serves every pointer (LibTorch's raw_allocate/raw_deallocate need one).
@@ -54,6 +60,11 @@ void use_huge_pages_for_large_cpu_tensors() {
     static auto* allocator = new HugePageAllocator(c10::GetCPUAllocator());
     c10::SetCPUAllocator(allocator, /*priority=*/1);
   });
+}
+
+void keep_freed_cpu_memory_for_reuse() {
+  mallopt(M_MMAP_THRESHOLD, kMmapThreshold);
+  mallopt(M_TRIM_THRESHOLD, kTrimThreshold);
 }
 
 }  // namespace flywheel::model

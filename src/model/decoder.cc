@@ -7,10 +7,12 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <torch/version.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "flywheel/model/small_gemm.h"
 
 namespace flywheel::model {
 
@@ -58,13 +60,25 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
   return x * cos + rotated * sin;
 }
 
-// x @ w^T + b. A single float32 row takes the matrix-vector kernel: GEMM with one row repacks
-// the weight matrix and runs 2-3x slower on CPU (../shared/CPU_PERFORMANCE.md).
-at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
+// x @ w^T + b. With a pool, float32 CPU projections that need no gradient run in flywheel's
+// kernels (small_gemm.h), which read w in place. Otherwise a single float32 row takes the
+// matrix-vector kernel: GEMM with one row repacks the weight matrix and runs 2-3x slower on CPU
+// (../shared/CPU_PERFORMANCE.md).
+at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {},
+                   WorkerPool* pool = nullptr) {
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = w.size(0);
   at::Tensor rows = x.reshape({-1, x.size(-1)});
-  if (rows.size(0) == 1 && x.scalar_type() == at::kFloat && x.device().is_cpu()) {
+  const bool float_cpu = x.scalar_type() == at::kFloat && x.device().is_cpu();
+  const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad() ||
+                                                         (b.defined() && b.requires_grad()));
+  if (pool != nullptr && float_cpu && !needs_grad && w.is_contiguous() &&
+      w.scalar_type() == at::kFloat) {
+    return small_linear(rows.stride(-1) == 1 ? rows : rows.contiguous(), w, b,
+                        {GemmIsa::kAuto, pool})
+        .view(shape);
+  }
+  if (rows.size(0) == 1 && float_cpu) {
     at::Tensor v = rows.view({-1});
     return (b.defined() ? at::addmv(b, w, v) : at::mv(w, v)).view(shape);
   }
@@ -88,23 +102,34 @@ struct CacheIndex {
   bool all_valid = false;   // no padding: every (row, step) is written
 };
 
+// What every layer of one forward shares.
+struct LayerContext {
+  at::Tensor cos, sin, mask;          // RoPE tables and attention mask
+  const CacheIndex* where = nullptr;  // with a cache: where the valid tokens go
+  KvCache* cache = nullptr;
+  WorkerPool* pool = nullptr;  // float32 projections in small_gemm.h's kernels; null: LibTorch
+};
+
 // Self-attention of one layer; with a cache, the valid tokens are written to layer `index` of
-// `cache` at `where` and the rows read their slots.
+// context.cache at context.where and the rows read their slots.
 at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer, int64_t index,
-                     const at::Tensor& x, const CacheIndex* where, const at::Tensor& cos,
-                     const at::Tensor& sin, const at::Tensor& mask, KvCache* cache) {
+                     const at::Tensor& x, const LayerContext& context) {
+  const CacheIndex* where = context.where;
+  const at::Tensor& mask = context.mask;
+  KvCache* cache = context.cache;
+  WorkerPool* pool = context.pool;
   const int64_t B = x.size(0), T = x.size(1), hd = config.head_dim;
   const int64_t kvh = config.num_key_value_heads;
   const int64_t groups = config.num_attention_heads / kvh;
-  at::Tensor q = project(x, layer.q, layer.q_bias).view({B, T, -1, hd});
-  at::Tensor k = project(x, layer.k, layer.k_bias).view({B, T, kvh, hd});
-  at::Tensor v = project(x, layer.v, layer.v_bias).view({B, T, kvh, hd});
+  at::Tensor q = project(x, layer.q, layer.q_bias, pool).view({B, T, -1, hd});
+  at::Tensor k = project(x, layer.k, layer.k_bias, pool).view({B, T, kvh, hd});
+  at::Tensor v = project(x, layer.v, layer.v_bias, pool).view({B, T, kvh, hd});
   if (config.qk_norm) {
     q = rms_norm(q, layer.q_norm, config.rms_norm_eps);
     k = rms_norm(k, layer.k_norm, config.rms_norm_eps);
   }
-  q = apply_rope(q, cos, sin);
-  k = apply_rope(k, cos, sin);
+  q = apply_rope(q, context.cos, context.sin);
+  k = apply_rope(k, context.cos, context.sin);
 
   // keys / values: [B, kvh, L, hd].
   at::Tensor keys = k.permute({0, 2, 1, 3}), values = v.permute({0, 2, 1, 3});
@@ -143,7 +168,7 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
     at::Tensor fused = at::scaled_dot_product_attention(qs, keys.to(qs.scalar_type()),
                                                         values.to(qs.scalar_type()), allowed);
     fused = fused.view({B, kvh, groups, T, hd}).permute({0, 3, 1, 2, 4}).reshape({B, T, -1});
-    return project(fused, layer.o, layer.o_bias);
+    return project(fused, layer.o, layer.o_bias, pool);
   }
 #endif
   at::Tensor qg = q.view({B, T, kvh, groups, hd})
@@ -157,18 +182,18 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
   at::Tensor probs = at::softmax(scores, -1).to(x.scalar_type()).view({B, kvh, groups * T, L});
   at::Tensor out = at::matmul(probs, values);  // [B, kvh, g*T, hd]
   out = out.view({B, kvh, groups, T, hd}).permute({0, 3, 1, 2, 4}).reshape({B, T, -1});
-  return project(out, layer.o, layer.o_bias);
+  return project(out, layer.o, layer.o_bias, pool);
 }
 
 // Attention then MLP, each with its pre-norm and residual.
 at::Tensor layer_forward(const ModelConfig& config, const DecoderLayerWeights& layer, int64_t index,
-                         const at::Tensor& x, const CacheIndex* where, const at::Tensor& cos,
-                         const at::Tensor& sin, const at::Tensor& mask, KvCache* cache) {
-  at::Tensor h =
-      x + attention(config, layer, index, rms_norm(x, layer.input_norm, config.rms_norm_eps), where,
-                    cos, sin, mask, cache);
+                         const at::Tensor& x, const LayerContext& context) {
+  at::Tensor h = x + attention(config, layer, index,
+                               rms_norm(x, layer.input_norm, config.rms_norm_eps), context);
   at::Tensor m = rms_norm(h, layer.post_norm, config.rms_norm_eps);
-  return h + project(at::silu(project(m, layer.gate)) * project(m, layer.up), layer.down);
+  WorkerPool* pool = context.pool;
+  return h + project(at::silu(project(m, layer.gate, {}, pool)) * project(m, layer.up, {}, pool),
+                     layer.down, {}, pool);
 }
 
 // RoPE tables in the compute dtype (computed in float32, as transformers does).
@@ -256,8 +281,7 @@ SequenceContext sequence_context(const ModelConfig& config, const ForwardBatch& 
 
 at::Tensor decoder_layer(const ModelConfig& config, const DecoderLayerWeights& weights,
                          const at::Tensor& x, const SequenceContext& context) {
-  return layer_forward(config, weights, 0, x, nullptr, context.cos, context.sin, context.mask,
-                       nullptr);
+  return layer_forward(config, weights, 0, x, {context.cos, context.sin, context.mask});
 }
 
 DecoderModel::DecoderModel(const ModelConfig& config, const DecoderOptions& options)
@@ -295,6 +319,11 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelCo
   model->final_norm_ = find("model.norm.weight");
   model->lm_head_ = config.tie_word_embeddings ? model->embed_ : find("lm_head.weight");
   model->inv_freq_ = rope_inverse_frequencies(config).to(options.device);
+  if (options.device.is_cpu() && options.dtype == at::kFloat &&
+      gemm_isa_supported(GemmIsa::kAuto)) {
+    model->pool_ = std::make_shared<WorkerPool>(
+        options.threads > 0 ? options.threads : std::max(1, at::get_num_threads()));
+  }
   return model;
 }
 
@@ -371,9 +400,14 @@ absl::StatusOr<std::unique_ptr<KvCache>> DecoderModel::make_cache(int64_t slots,
 
 at::Tensor DecoderModel::forward(const ForwardBatch& batch, KvCache* cache) const {
   if (cache != nullptr) return forward_with_cache(batch, cache);
-  const SequenceContext context = sequence_context(config_, batch, options_.dtype, options_.device);
+  const SequenceContext sequence =
+      sequence_context(config_, batch, options_.dtype, options_.device);
+  LayerContext context{sequence.cos, sequence.sin, sequence.mask};
+  context.pool = pool_.get();
   at::Tensor x = at::embedding(embed_, batch.tokens.to(options_.device));
-  for (const DecoderLayerWeights& layer : layers_) x = decoder_layer(config_, layer, x, context);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    x = layer_forward(config_, layers_[i], static_cast<int64_t>(i), x, context);
+  }
   return rms_norm(x, final_norm_, config_.rms_norm_eps);
 }
 
@@ -430,16 +464,16 @@ at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* 
   index.slots = on_device(batch.slots);
   index.first_slot = is_contiguous_range(batch.slots) ? batch.slots[0] : -1;
 
+  const LayerContext layer_context{cos, sin, mask, &index, cache, pool_.get()};
   at::Tensor x = at::embedding(embed_, tokens.to(device));
   for (size_t i = 0; i < layers_.size(); ++i) {
-    x = layer_forward(config_, layers_[i], static_cast<int64_t>(i), x, &index, cos, sin, mask,
-                      cache);
+    x = layer_forward(config_, layers_[i], static_cast<int64_t>(i), x, layer_context);
   }
   return rms_norm(x, final_norm_, config_.rms_norm_eps);
 }
 
 at::Tensor DecoderModel::logits(const at::Tensor& hidden) const {
-  return project(hidden, lm_head_).to(at::kFloat);
+  return project(hidden, lm_head_, {}, pool_.get()).to(at::kFloat);
 }
 
 }  // namespace flywheel::model

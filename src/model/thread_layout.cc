@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "flywheel/model/hf_checkpoint.h"
+#include "flywheel/model/small_gemm.h"
 
 namespace flywheel::model {
 namespace {
@@ -39,6 +40,8 @@ BlasControl find_blas_control() {
 
 const char* thread_split_name(ThreadSplit split) {
   switch (split) {
+    case ThreadSplit::kKernels:
+      return "kernels";
     case ThreadSplit::kBlas:
       return "blas";
     case ThreadSplit::kAten:
@@ -49,7 +52,8 @@ const char* thread_split_name(ThreadSplit split) {
 }
 
 bool parse_thread_split(const std::string& name, ThreadSplit* split) {
-  for (ThreadSplit s : {ThreadSplit::kAuto, ThreadSplit::kBlas, ThreadSplit::kAten}) {
+  for (ThreadSplit s :
+       {ThreadSplit::kAuto, ThreadSplit::kKernels, ThreadSplit::kBlas, ThreadSplit::kAten}) {
     if (name == thread_split_name(s)) {
       *split = s;
       return true;
@@ -61,22 +65,34 @@ bool parse_thread_split(const std::string& name, ThreadSplit* split) {
 std::string ThreadLayout::to_string() const {
   const std::string blas_part = blas.empty() ? "BLAS threads not settable in this process"
                                              : absl::StrCat(blas, " ", blas_threads);
-  return absl::StrCat("threads: ", threads, " (ATen intra-op ", aten_threads, ", ", blas_part,
-                      ") for ", dtype_name(dtype));
+  return absl::StrCat("threads: ", threads, " (",
+                      kernels ? absl::StrCat("flywheel kernels ", threads, ", ") : "",
+                      "ATen intra-op ", aten_threads, ", ", blas_part, ") for ", dtype_name(dtype));
 }
 
 ThreadLayout plan_thread_layout(int threads, at::ScalarType dtype, ThreadSplit split,
-                                const std::string& blas) {
+                                const std::string& blas, bool kernels_available) {
   ThreadLayout layout;
   layout.threads = std::max(1, threads);
   layout.dtype = dtype;
   layout.blas = blas;
+  if (split == ThreadSplit::kAuto) {
+    if (dtype == at::kBFloat16) {
+      split = ThreadSplit::kAten;
+    } else {
+      split = kernels_available ? ThreadSplit::kKernels : ThreadSplit::kBlas;
+    }
+  }
+  if (split == ThreadSplit::kKernels && !kernels_available) split = ThreadSplit::kBlas;
+  layout.kernels = split == ThreadSplit::kKernels;
+  if (layout.kernels) {
+    layout.aten_threads = 1;
+    layout.blas_threads = blas.empty() ? 0 : 1;
+    return layout;
+  }
   if (blas.empty()) {
     layout.aten_threads = layout.threads;
     return layout;
-  }
-  if (split == ThreadSplit::kAuto) {
-    split = dtype == at::kBFloat16 ? ThreadSplit::kAten : ThreadSplit::kBlas;
   }
   layout.aten_threads = split == ThreadSplit::kBlas ? 1 : layout.threads;
   layout.blas_threads = split == ThreadSplit::kBlas ? layout.threads : 1;
@@ -86,7 +102,8 @@ ThreadLayout plan_thread_layout(int threads, at::ScalarType dtype, ThreadSplit s
 ThreadLayout apply_thread_layout(const ThreadLayoutOptions& options) {
   const BlasControl blas = find_blas_control();
   const int threads = options.threads > 0 ? options.threads : std::max(1, at::get_num_threads());
-  const ThreadLayout layout = plan_thread_layout(threads, options.dtype, options.split, blas.name);
+  const ThreadLayout layout = plan_thread_layout(threads, options.dtype, options.split, blas.name,
+                                                 gemm_isa_supported(GemmIsa::kAuto));
   // ATen first: with MKL, at::set_num_threads also sets MKL's count, which the BLAS call then
   // overrides.
   at::set_num_threads(layout.aten_threads);

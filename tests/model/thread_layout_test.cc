@@ -7,41 +7,60 @@
 namespace flywheel::model {
 namespace {
 
-TEST(ThreadLayoutTest, Float32GivesTheBudgetToBlas) {
-  const ThreadLayout l =
-      plan_thread_layout(/*threads=*/4, at::kFloat, ThreadSplit::kAuto, /*blas=*/"OpenBLAS");
+TEST(ThreadLayoutTest, Float32GivesTheBudgetToFlywheelsKernels) {
+  const ThreadLayout l = plan_thread_layout(/*threads=*/4, at::kFloat, ThreadSplit::kAuto,
+                                            /*blas=*/"OpenBLAS", /*kernels_available=*/true);
+  EXPECT_TRUE(l.kernels);
   EXPECT_EQ(l.aten_threads, 1);
-  EXPECT_EQ(l.blas_threads, 4);
-  EXPECT_EQ(l.to_string(), "threads: 4 (ATen intra-op 1, OpenBLAS 4) for float32");
+  EXPECT_EQ(l.blas_threads, 1);
+  EXPECT_EQ(l.to_string(),
+            "threads: 4 (flywheel kernels 4, ATen intra-op 1, OpenBLAS 1) for float32");
+}
+
+TEST(ThreadLayoutTest, Float32WithoutTheKernelsGivesTheBudgetToBlas) {
+  for (ThreadSplit split : {ThreadSplit::kAuto, ThreadSplit::kKernels}) {
+    const ThreadLayout l = plan_thread_layout(/*threads=*/4, at::kFloat, split,
+                                              /*blas=*/"OpenBLAS", /*kernels_available=*/false);
+    EXPECT_FALSE(l.kernels);
+    EXPECT_EQ(l.aten_threads, 1);
+    EXPECT_EQ(l.blas_threads, 4);
+    EXPECT_EQ(l.to_string(), "threads: 4 (ATen intra-op 1, OpenBLAS 4) for float32");
+  }
 }
 
 TEST(ThreadLayoutTest, Bfloat16GivesTheBudgetToAten) {
   const ThreadLayout l =
-      plan_thread_layout(/*threads=*/4, at::kBFloat16, ThreadSplit::kAuto, /*blas=*/"OpenBLAS");
+      plan_thread_layout(/*threads=*/4, at::kBFloat16, ThreadSplit::kAuto, /*blas=*/"OpenBLAS",
+                         /*kernels_available=*/true);
+  EXPECT_FALSE(l.kernels);
   EXPECT_EQ(l.aten_threads, 4);
   EXPECT_EQ(l.blas_threads, 1);
 }
 
 TEST(ThreadLayoutTest, ForcedSplitOverridesTheDtypeRule) {
   ThreadLayout l =
-      plan_thread_layout(/*threads=*/2, at::kFloat, ThreadSplit::kAten, /*blas=*/"OpenBLAS");
+      plan_thread_layout(/*threads=*/2, at::kFloat, ThreadSplit::kAten, /*blas=*/"OpenBLAS",
+                         /*kernels_available=*/true);
   EXPECT_EQ(l.aten_threads, 2);
   EXPECT_EQ(l.blas_threads, 1);
-  l = plan_thread_layout(/*threads=*/2, at::kBFloat16, ThreadSplit::kBlas, /*blas=*/"MKL");
+  l = plan_thread_layout(/*threads=*/2, at::kBFloat16, ThreadSplit::kBlas, /*blas=*/"MKL",
+                         /*kernels_available=*/true);
   EXPECT_EQ(l.aten_threads, 1);
   EXPECT_EQ(l.blas_threads, 2);
 }
 
 TEST(ThreadLayoutTest, OneThreadIsOneEverywhere) {
   const ThreadLayout l =
-      plan_thread_layout(/*threads=*/1, at::kFloat, ThreadSplit::kAuto, /*blas=*/"OpenBLAS");
+      plan_thread_layout(/*threads=*/1, at::kFloat, ThreadSplit::kAuto, /*blas=*/"OpenBLAS",
+                         /*kernels_available=*/true);
   EXPECT_EQ(l.aten_threads, 1);
   EXPECT_EQ(l.blas_threads, 1);
 }
 
 TEST(ThreadLayoutTest, WithoutBlasControlAtenTakesTheBudgetAndTheLineSaysSo) {
   const ThreadLayout l =
-      plan_thread_layout(/*threads=*/2, at::kFloat, ThreadSplit::kBlas, /*blas=*/"");
+      plan_thread_layout(/*threads=*/2, at::kFloat, ThreadSplit::kBlas, /*blas=*/"",
+                         /*kernels_available=*/true);
   EXPECT_EQ(l.aten_threads, 2);
   EXPECT_EQ(l.blas_threads, 0);
   EXPECT_EQ(l.to_string(),
@@ -49,7 +68,8 @@ TEST(ThreadLayoutTest, WithoutBlasControlAtenTakesTheBudgetAndTheLineSaysSo) {
 }
 
 TEST(ThreadLayoutTest, SplitNamesRoundTrip) {
-  for (ThreadSplit s : {ThreadSplit::kAuto, ThreadSplit::kBlas, ThreadSplit::kAten}) {
+  for (ThreadSplit s :
+       {ThreadSplit::kAuto, ThreadSplit::kKernels, ThreadSplit::kBlas, ThreadSplit::kAten}) {
     ThreadSplit parsed = ThreadSplit::kAuto;
     ASSERT_TRUE(parse_thread_split(thread_split_name(s), &parsed));
     EXPECT_EQ(parsed, s);

@@ -18,12 +18,18 @@
 #include "absl/status/statusor.h"
 #include "flywheel/model/kv_cache.h"
 #include "flywheel/model/model_config.h"
+#include "flywheel/model/worker_pool.h"
 
 namespace flywheel::model {
 
 struct DecoderOptions {
   at::ScalarType dtype = at::kFloat;  // kFloat, kBFloat16 or kHalf (kHalf needs a GPU)
   at::Device device = at::kCPU;
+  // Threads of flywheel's float32 CPU projections (small_gemm.h), which run every inference
+  // projection where the CPU has AVX2 or AVX-512; 0 = at::get_num_threads() when the model is
+  // created. Processes that apply a ThreadLayout pass its budget (layout.threads): under the
+  // kKernels split ATen itself has one thread.
+  int threads = 0;
 };
 
 // One forward pass. Rows are right-padded to T tokens.
@@ -108,7 +114,9 @@ class DecoderModel {
   // Deterministic for a seed (drawn in float32, then cast).
   void init_random(uint64_t seed);
 
-  // Final hidden states [B, T, hidden] (after the last RMSNorm), in the model dtype. A malformed
+  // Final hidden states [B, T, hidden] (after the last RMSNorm), in the model dtype. Without
+  // gradients (or with inputs that need none), float32 CPU projections run in small_gemm.h's
+  // kernels (see DecoderOptions::threads), otherwise in LibTorch. A malformed
   // batch (shapes, lengths, slots or positions outside the cache) throws c10::Error: batches are
   // built by flywheel's own code, so a bad one is a bug. Token ids must be < vocab_size.
   at::Tensor forward(const ForwardBatch& batch, KvCache* cache = nullptr) const;
@@ -131,6 +139,9 @@ class DecoderModel {
   at::Tensor embed_, final_norm_, lm_head_;
   std::vector<DecoderLayerWeights> layers_;
   at::Tensor inv_freq_;  // float32 [head_dim / 2]
+  // The threads of the float32 projections; null where they do not run (other dtypes, devices or
+  // CPUs without AVX2), and BLAS projects.
+  std::shared_ptr<WorkerPool> pool_;
 };
 
 // RMSNorm as Hugging Face computes it: normalise in float32, cast back, multiply by weight.

@@ -1,12 +1,15 @@
-// How a process splits its thread budget between ATen's intra-op pool (OpenMP) and the BLAS
-// library's own pool.
+// How a process splits its thread budget between ATen's intra-op pool (OpenMP), the BLAS
+// library's own pool and flywheel's float32 kernels (small_gemm.h, on a WorkerPool).
 //
 // Debian's LibTorch runs float32 GEMMs in the system OpenBLAS, whose pthread pool is separate
 // from ATen's OpenMP pool: with both at N threads on N cores, ATen's threads spin while OpenBLAS
-// runs, and float32 decode on 2 threads ran at 120 instead of 192 tokens/s. bfloat16 GEMMs run in
-// oneDNN inside the OpenMP pool and do not use BLAS. The layout is chosen per dtype (measured in
-// docs/benchmarks.md) and set at start through the BLAS library's own functions, found at run
-// time, so no environment variable is needed and a LibTorch without them still links.
+// runs, and float32 decode on 2 threads ran at 120 instead of 192 tokens/s. Each pool's threads
+// wait for more work for a while after a call, so only one pool should hold the budget at a time.
+// Float32 inference projections run in flywheel's kernels where the CPU has AVX2 or AVX-512
+// (faster than OpenBLAS at every batch size measured, docs/benchmarks.md), so they get the budget
+// and ATen and BLAS one thread each; bfloat16 GEMMs run in oneDNN inside the OpenMP pool. The
+// layout is set at start through the BLAS library's own functions, found at run time, so no
+// environment variable is needed and a LibTorch without them still links.
 #pragma once
 
 #include <string>
@@ -16,12 +19,15 @@
 namespace flywheel::model {
 
 enum class ThreadSplit {
-  kAuto,  // by dtype: kBlas for float32 (and float16), kAten for bfloat16
-  kBlas,  // ATen intra-op 1 thread, BLAS the whole budget
-  kAten,  // ATen intra-op the whole budget, BLAS 1 thread
+  kAuto,     // by dtype: kKernels for float32 where flywheel's kernels run (else kBlas), kAten
+             // for bfloat16
+  kKernels,  // ATen intra-op 1 thread, BLAS 1, flywheel's float32 kernels the whole budget
+  kBlas,     // ATen intra-op 1 thread, BLAS the whole budget
+  kAten,     // ATen intra-op the whole budget, BLAS 1 thread
 };
 
-// "auto" | "blas" | "aten" (the spellings of cluster.thread_split and --thread-split).
+// "auto" | "kernels" | "blas" | "aten" (the spellings of cluster.thread_split and
+// --thread-split).
 const char* thread_split_name(ThreadSplit split);
 bool parse_thread_split(const std::string& name, ThreadSplit* split);
 
@@ -34,20 +40,22 @@ struct ThreadLayoutOptions {
 };
 
 struct ThreadLayout {
-  int threads = 1;       // the budget
+  int threads = 1;       // the budget; flywheel's float32 kernels always run on all of it
   int aten_threads = 1;  // ATen intra-op threads
   int blas_threads = 0;  // BLAS threads; 0 = not settable (no BLAS control in this process)
   std::string blas;      // "OpenBLAS" | "MKL" | "" (none found)
   at::ScalarType dtype = at::kFloat;
+  bool kernels = false;  // flywheel's float32 kernels hold the budget (split kKernels)
 
-  // One log line: "threads: 2 (ATen intra-op 1, OpenBLAS 2) for float32".
+  // One log line, e.g. "threads: 2 (flywheel kernels 2, ATen intra-op 1, OpenBLAS 1) for float32".
   std::string to_string() const;
 };
 
 // The layout for `threads` (>= 1) in `dtype` under `split`, given the name of the BLAS library
-// whose threads can be set ("" = none: ATen takes the whole budget and BLAS is left alone). Pure.
+// whose threads can be set ("" = none: ATen takes the whole budget and BLAS is left alone) and
+// whether flywheel's float32 kernels run on this CPU (gemm_isa_supported). Pure.
 ThreadLayout plan_thread_layout(int threads, at::ScalarType dtype, ThreadSplit split,
-                                const std::string& blas);
+                                const std::string& blas, bool kernels_available);
 
 // Plans the layout for `options` with the BLAS control this process has (openblas_set_num_threads
 // or mkl_set_num_threads, looked up with dlsym) and applies it: at::set_num_threads, then the

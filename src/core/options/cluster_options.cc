@@ -8,17 +8,20 @@ void bind_options(FieldBinder& b, ClusterOptions& o) {
   b.field("controller_address", &o.controller_address,
           FieldInfo("HOST:PORT of the controller for rollout workers. Empty: the local one."));
   b.field("threads_per_process", &o.threads_per_process,
-          FieldInfo("Thread budget of each process, split between LibTorch's intra-op pool and "
-                    "the BLAS library's pool as cluster.thread_split says.")
+          FieldInfo("Thread budget of each process, given to flywheel's float32 kernels, "
+                    "LibTorch's intra-op pool or the BLAS library's pool as "
+                    "cluster.thread_split says.")
               .min(1));
   b.field("thread_split", &o.thread_split,
           FieldInfo("How rollout workers split threads_per_process: auto picks by dtype "
-                    "(float32: blas; bfloat16: aten); blas runs LibTorch's intra-op pool on 1 "
+                    "(float32: kernels where the CPU has AVX2 or AVX-512, else blas; bfloat16: "
+                    "aten); kernels runs flywheel's float32 projection kernels on all of them "
+                    "and LibTorch and OpenBLAS on 1; blas runs LibTorch's intra-op pool on 1 "
                     "thread and OpenBLAS on all of them (float32 GEMMs); aten runs LibTorch on "
                     "all of them and OpenBLAS on 1. Without a settable BLAS (no "
-                    "openblas_set_num_threads in the process) LibTorch gets all of them. "
-                    "Learners run LibTorch on all of them.")
-              .one_of({"auto", "blas", "aten"}));
+                    "openblas_set_num_threads in the process) LibTorch gets all of them except "
+                    "under kernels. Learners run LibTorch on all of them.")
+              .one_of({"auto", "kernels", "blas", "aten"}));
   b.field("backend", &o.backend,
           FieldInfo("Learner collectives: mpi on CPU, nccl on GPU; auto picks by device.")
               .one_of({"auto", "mpi", "nccl"}));

@@ -1,0 +1,47 @@
+// A fork-join pool for flywheel's own CPU kernels (small_gemm.h).
+//
+// ATen's at::parallel_for cannot serve them: with OpenMP it is an inline template whose pragma
+// only takes effect in code compiled with -fopenmp, and linking flywheel against an OpenMP
+// runtime of its own would put a second one beside LibTorch's bundled copy. The pool's workers
+// spin briefly after each run (decode steps call the kernels back to back, tens of microseconds
+// apart) and then sleep, so they do not hold a core while OpenBLAS or ATen use it.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace flywheel::model {
+
+class WorkerPool {
+ public:
+  // A pool running `threads` (>= 1) parts at once: the caller's thread and threads - 1 workers.
+  explicit WorkerPool(int threads);
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  int threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls part(i) for every i in [0, threads()) — part 0 on the calling thread — and returns
+  // when all have returned. Calls from several threads are serialised. `part` must not throw.
+  void run(const std::function<void(int)>& part);
+
+ private:
+  void work(int index);
+
+  std::vector<std::thread> workers_;
+  std::mutex run_mutex_;  // one run at a time
+  std::mutex mutex_;      // guards sleeping workers' wake-up
+  std::condition_variable wake_;
+  const std::function<void(int)>* part_ = nullptr;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace flywheel::model

@@ -1,0 +1,72 @@
+#include "flywheel/model/worker_pool.h"
+
+#include <chrono>
+
+namespace flywheel::model {
+namespace {
+
+// How long a worker waits for the next run before it sleeps. A decode step's projections are
+// tens of microseconds apart; BLAS and ATen calls that need the core are longer than this.
+constexpr std::chrono::microseconds kSpin{100};
+
+void relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+}  // namespace
+
+WorkerPool::WorkerPool(int threads) {
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_.store(true);
+  }
+  wake_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void WorkerPool::run(const std::function<void(int)>& part) {
+  if (workers_.empty()) {
+    part(0);
+    return;
+  }
+  std::lock_guard<std::mutex> one_run(run_mutex_);
+  part_ = &part;
+  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  wake_.notify_all();
+  part(0);
+  while (pending_.load(std::memory_order_acquire) != 0) relax();
+  part_ = nullptr;
+}
+
+void WorkerPool::work(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    const auto deadline = std::chrono::steady_clock::now() + kSpin;
+    for (int i = 0; generation_.load(std::memory_order_acquire) == seen && !stop_.load(); ++i) {
+      if (i % 64 == 0 && std::chrono::steady_clock::now() > deadline) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return generation_.load() != seen || stop_.load(); });
+        break;
+      }
+      relax();
+    }
+    if (stop_.load()) return;
+    seen = generation_.load(std::memory_order_acquire);
+    (*part_)(index);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+}  // namespace flywheel::model

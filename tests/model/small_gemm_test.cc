@@ -1,0 +1,114 @@
+#include "flywheel/model/small_gemm.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "flywheel/model/decoder.h"
+#include "test_models.h"
+
+namespace flywheel::model {
+namespace {
+
+std::vector<GemmIsa> supported_isas() {
+  std::vector<GemmIsa> isas;
+  for (GemmIsa isa : {GemmIsa::kAvx512, GemmIsa::kAvx2}) {
+    if (gemm_isa_supported(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+at::Tensor reference(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  at::Tensor y = at::matmul(x.to(at::kDouble), w.to(at::kDouble).t());
+  if (b.defined()) y = y + b.to(at::kDouble);
+  return y.to(at::kFloat);
+}
+
+TEST(SmallGemmTest, MatchesAMatmulForEveryTileEdgeAndIsa) {
+  if (supported_isas().empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  at::manual_seed(3);
+  WorkerPool pool(3);
+  int checked = 0;
+  for (GemmIsa isa : supported_isas()) {
+    // Row counts around the 3- and 4-row tiles, column counts around the 4-column blocks, and
+    // depths around the 8- and 16-lane vectors (the masked tail).
+    for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 13, 64, 70}) {
+      for (int64_t n : {1, 3, 4, 5, 9, 17, 64}) {
+        for (int64_t k : {1, 7, 8, 15, 16, 17, 33, 100}) {
+          at::Tensor x = at::randn({m, k}), w = at::randn({n, k}), b = at::randn({n});
+          for (bool bias : {false, true}) {
+            const at::Tensor used_b = bias ? b : at::Tensor();
+            at::Tensor y = small_linear(x, w, used_b, {isa, &pool});
+            ASSERT_EQ(y.sizes(), (std::vector<int64_t>{m, n}));
+            EXPECT_TRUE(at::allclose(y, reference(x, w, used_b), 1e-5, 1e-4))
+                << gemm_isa_name(isa) << " m=" << m << " n=" << n << " k=" << k << " bias=" << bias;
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(checked, 1120);
+}
+
+TEST(SmallGemmTest, ResultsDoNotDependOnTheThreadCount) {
+  if (supported_isas().empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  at::manual_seed(4);
+  // Large enough to be split between threads (64 x 301 x 768 multiply-adds).
+  at::Tensor x = at::randn({64, 768}), w = at::randn({301, 768}), b = at::randn({301});
+  at::Tensor one = small_linear(x, w, b);
+  for (int threads : {2, 3, 5}) {
+    WorkerPool pool(threads);
+    EXPECT_TRUE(at::equal(small_linear(x, w, b, {GemmIsa::kAuto, &pool}), one))
+        << threads << " threads";
+  }
+}
+
+TEST(SmallGemmTest, ReadsRowsWithAStrideAndEmptyShapes) {
+  if (supported_isas().empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  at::Tensor wide = at::randn({6, 40});
+  at::Tensor x = wide.narrow(1, 3, 32);  // row stride 40
+  at::Tensor w = at::randn({5, 32});
+  EXPECT_TRUE(at::allclose(small_linear(x, w), reference(x, w, {}), 1e-5, 1e-4));
+  EXPECT_EQ(small_linear(at::randn({0, 32}), w).sizes(), (std::vector<int64_t>{0, 5}));
+}
+
+TEST(SmallGemmTest, RejectsWhatItCannotRun) {
+  if (supported_isas().empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  at::Tensor x = at::randn({2, 8}), w = at::randn({3, 8});
+  EXPECT_THROW(small_linear(x, at::randn({3, 9})), c10::Error);       // K differs
+  EXPECT_THROW(small_linear(x.to(at::kDouble), w), c10::Error);       // not float32
+  EXPECT_THROW(small_linear(x, w.t().contiguous().t()), c10::Error);  // w not contiguous
+  EXPECT_THROW(small_linear(x, w, at::randn({4})), c10::Error);       // bias size
+  EXPECT_THROW(small_linear(x, w, {}, {GemmIsa::kNone, nullptr}), c10::Error);
+  if (!gemm_isa_supported(GemmIsa::kAvx512)) {
+    EXPECT_THROW(small_linear(x, w, {}, {GemmIsa::kAvx512, nullptr}), c10::Error);
+  }
+}
+
+// The decoder runs its float32 projections in these kernels without gradients and in LibTorch
+// with them: both give the same hidden states, and gradients still flow.
+TEST(SmallGemmTest, DecoderForwardMatchesTheLibTorchPathAndKeepsGradients) {
+  if (supported_isas().empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  auto model = testing::tiny_model("qwen2");
+  ForwardBatch batch;
+  batch.tokens = at::randint(model->config().vocab_size, {3, 9}, at::kLong);
+  batch.positions = at::arange(9, at::kLong).expand({3, 9}).contiguous();
+  at::Tensor kernels;
+  {
+    at::NoGradGuard no_grad;
+    kernels = model->logits(model->forward(batch));
+  }
+  for (const auto& [name, p] : model->named_parameters()) p.requires_grad_(true);
+  at::Tensor libtorch = model->logits(model->forward(batch));
+  ASSERT_TRUE(libtorch.requires_grad());
+  EXPECT_TRUE(at::allclose(kernels, libtorch.detach(), 1e-4, 1e-4))
+      << (kernels - libtorch.detach()).abs().max().item<double>();
+  libtorch.sum().backward();
+  EXPECT_TRUE(model->named_parameters().front().second.grad().defined());
+  for (const auto& [name, p] : model->named_parameters()) p.requires_grad_(false);
+}
+
+}  // namespace
+}  // namespace flywheel::model
