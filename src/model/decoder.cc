@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "flywheel/model/decode_attention.h"
 #include "flywheel/model/small_gemm.h"
 
 namespace flywheel::model {
@@ -100,6 +101,9 @@ struct CacheIndex {
   at::Tensor slots;                         // slot of each row
   int64_t first_slot = -1;  // >= 0 when the rows' slots are first_slot, first_slot + 1, ...
   bool all_valid = false;   // no padding: every (row, step) is written
+  // One token per row (a decode step): each row's slot, and the keys it reads (its position + 1;
+  // 0 for a padding row), for decode_attention.
+  std::vector<int64_t> host_slots, decode_lengths;
 };
 
 // What every layer of one forward shares.
@@ -133,6 +137,9 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
 
   // keys / values: [B, kvh, L, hd].
   at::Tensor keys = k.permute({0, 2, 1, 3}), values = v.permute({0, 2, 1, 3});
+  const bool in_place = cache != nullptr && pool != nullptr && T == 1 &&
+                        !where->decode_lengths.empty() && q.scalar_type() == at::kFloat &&
+                        q.device().is_cpu() && cache->keys(index).scalar_type() == at::kFloat;
   if (cache != nullptr) {
     // Write the valid tokens into their slots, then read each row's slot up to L positions.
     using at::indexing::Slice;
@@ -147,6 +154,17 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
                        new_k.to(cache_k.scalar_type()));
     cache_v.index_put_({where->write_slots, Slice(), where->write_positions},
                        new_v.to(cache_v.scalar_type()));
+    if (in_place) {  // float32 decode on the CPU: read the cache where it is
+      DecodeAttentionInputs inputs;
+      inputs.q = q.reshape({B, -1, hd}).contiguous();
+      inputs.keys = cache_k;
+      inputs.values = cache_v;
+      inputs.slots = where->host_slots;
+      inputs.lengths = where->decode_lengths;
+      inputs.scale = 1.0 / std::sqrt(double(hd));
+      at::Tensor out = decode_attention(inputs, {GemmIsa::kAuto, pool}).view({B, T, -1});
+      return project(out, layer.o, layer.o_bias, pool);
+    }
     if (where->first_slot >= 0) {  // a view: [B, kvh, L, hd] with batch dims that fold
       keys = cache_k.narrow(0, where->first_slot, B).narrow(2, 0, L);
       values = cache_v.narrow(0, where->first_slot, B).narrow(2, 0, L);
@@ -463,6 +481,10 @@ at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* 
   index.write_positions = on_device(write_positions);
   index.slots = on_device(batch.slots);
   index.first_slot = is_contiguous_range(batch.slots) ? batch.slots[0] : -1;
+  if (T == 1 && cache->keys(0).is_contiguous()) {
+    index.host_slots = batch.slots;
+    for (int64_t b = 0; b < B; ++b) index.decode_lengths.push_back(batch.lengths[b] > 0 ? pos[b] + 1 : 0);
+  }
 
   const LayerContext layer_context{cos, sin, mask, &index, cache, pool_.get()};
   at::Tensor x = at::embedding(embed_, tokens.to(device));

@@ -23,6 +23,8 @@ struct V {
     return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
   }
   static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static Reg broadcast(float x) { return _mm256_set1_ps(x); }
+  static void store(float* p, Reg a) { _mm256_storeu_ps(p, a); }
   static float sum(Reg a) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -32,9 +34,14 @@ struct V {
 };
 
 #include "small_gemm_tiles.inc"
+#include "decode_attention_tasks.inc"
 
 }  // namespace
 
 void run_avx2(const Problem& p, int64_t n_begin, int64_t n_end) { run_tiles(p, n_begin, n_end); }
+
+void attend_avx2(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch) {
+  attend_tasks(p, begin, end, scratch);
+}
 
 }  // namespace flywheel::model::gemm

@@ -22,6 +22,8 @@ struct V {
     return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
   }
   static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static Reg broadcast(float x) { return _mm512_set1_ps(x); }
+  static void store(float* p, Reg a) { _mm512_storeu_ps(p, a); }
   static float sum(Reg a) {
     const __m512 halves = _mm512_add_ps(a, _mm512_shuffle_f32x4(a, a, 0x4E));  // lanes 0-7 + 8-15
     __m128 s = _mm_add_ps(_mm512_castps512_ps128(halves),
@@ -33,9 +35,14 @@ struct V {
 };
 
 #include "small_gemm_tiles.inc"
+#include "decode_attention_tasks.inc"
 
 }  // namespace
 
 void run_avx512(const Problem& p, int64_t n_begin, int64_t n_end) { run_tiles(p, n_begin, n_end); }
+
+void attend_avx512(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch) {
+  attend_tasks(p, begin, end, scratch);
+}
 
 }  // namespace flywheel::model::gemm

@@ -23,4 +23,22 @@ struct Problem {
 void run_avx512(const Problem& p, int64_t n_begin, int64_t n_end);
 void run_avx2(const Problem& p, int64_t n_begin, int64_t n_end);
 
+// Attention of one query token per row over its cache slot (decode_attention.h). Task t is row
+// t / kv_heads, kv head t % kv_heads: its `groups` = heads / kv_heads query heads read that kv
+// head's keys 0 .. lengths[row] - 1.
+struct AttentionProblem {
+  const float* q = nullptr;     // [rows, heads, head_dim]
+  const float* keys = nullptr;  // [slots, kv_heads, max_len, head_dim]
+  const float* values = nullptr;
+  float* out = nullptr;  // [rows, heads, head_dim]
+  const int64_t* slots = nullptr;
+  const int64_t* lengths = nullptr;
+  int64_t heads = 0, kv_heads = 0, head_dim = 0, max_len = 0;
+  float scale = 1;
+};
+
+// Runs tasks [begin, end); `scratch` holds groups * max_len floats.
+void attend_avx512(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch);
+void attend_avx2(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch);
+
 }  // namespace flywheel::model::gemm

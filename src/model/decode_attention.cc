@@ -1,0 +1,71 @@
+#include "flywheel/model/decode_attention.h"
+
+#include <algorithm>
+
+#include <ATen/ATen.h>
+
+#include "small_gemm_kernels.h"
+
+namespace flywheel::model {
+
+at::Tensor decode_attention(const DecodeAttentionInputs& in, const SmallLinearOptions& options) {
+  const at::Tensor& q = in.q;
+  TORCH_CHECK(q.dim() == 3 && in.keys.dim() == 4 && in.keys.sizes() == in.values.sizes(),
+              "decode_attention: q [rows, heads, head_dim] and a cache [slots, kv_heads, "
+              "max_len, head_dim] expected");
+  const int64_t rows = q.size(0), heads = q.size(1), hd = q.size(2);
+  const int64_t kv_heads = in.keys.size(1), max_len = in.keys.size(2);
+  TORCH_CHECK(in.keys.size(3) == hd && kv_heads > 0 && heads % kv_heads == 0,
+              "decode_attention: head_dim or head counts disagree");
+  for (const at::Tensor* t : {&q, &in.keys, &in.values}) {
+    TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == at::kFloat && t->is_contiguous(),
+                "decode_attention: float32 contiguous CPU tensors expected");
+  }
+  TORCH_CHECK(static_cast<int64_t>(in.slots.size()) == rows &&
+                  static_cast<int64_t>(in.lengths.size()) == rows,
+              "decode_attention: one slot and one length per row expected");
+  for (int64_t b = 0; b < rows; ++b) {
+    TORCH_CHECK(in.slots[b] >= 0 && in.slots[b] < in.keys.size(0), "decode_attention: row ", b,
+                ": slot ", in.slots[b], " outside the cache");
+    TORCH_CHECK(in.lengths[b] >= 0 && in.lengths[b] <= max_len, "decode_attention: row ", b,
+                ": length ", in.lengths[b], " outside [0, ", max_len, "]");
+  }
+  const GemmIsa isa = options.isa == GemmIsa::kAuto ? detect_gemm_isa() : options.isa;
+  TORCH_CHECK(isa != GemmIsa::kNone && gemm_isa_supported(isa), "decode_attention: this CPU lacks ",
+              gemm_isa_name(isa));
+  at::Tensor out = at::empty({rows, heads * hd}, q.options());
+  gemm::AttentionProblem p;
+  p.q = q.data_ptr<float>();
+  p.keys = in.keys.data_ptr<float>();
+  p.values = in.values.data_ptr<float>();
+  p.out = out.data_ptr<float>();
+  p.slots = in.slots.data();
+  p.lengths = in.lengths.data();
+  p.heads = heads;
+  p.kv_heads = kv_heads;
+  p.head_dim = hd;
+  p.max_len = max_len;
+  p.scale = static_cast<float>(in.scale);
+#if defined(FLYWHEEL_X86_GEMM)
+  auto* attend = isa == GemmIsa::kAvx512 ? gemm::attend_avx512 : gemm::attend_avx2;
+#else
+  void (*attend)(const gemm::AttentionProblem&, int64_t, int64_t, float*) = nullptr;
+#endif
+  const int64_t tasks = rows * kv_heads;
+  const int64_t parts =
+      options.pool == nullptr ? 1 : std::min<int64_t>(options.pool->threads(), tasks);
+  const int64_t scratch_floats = heads / kv_heads * std::max<int64_t>(max_len, 1);
+  std::vector<float> scratch(static_cast<size_t>(std::max<int64_t>(parts, 1) * scratch_floats));
+  if (parts <= 1) {
+    attend(p, 0, tasks, scratch.data());
+    return out;
+  }
+  options.pool->run([&](int part) {
+    if (part >= parts) return;
+    attend(p, tasks * part / parts, tasks * (part + 1) / parts,
+           scratch.data() + part * scratch_floats);
+  });
+  return out;
+}
+
+}  // namespace flywheel::model

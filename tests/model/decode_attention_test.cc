@@ -1,0 +1,92 @@
+#include "flywheel/model/decode_attention.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace flywheel::model {
+namespace {
+
+// The same attention in LibTorch, row by row: scores, softmax, weighted values.
+at::Tensor reference(const DecodeAttentionInputs& in) {
+  const int64_t rows = in.q.size(0), heads = in.q.size(1), hd = in.q.size(2);
+  const int64_t groups = heads / in.keys.size(1);
+  at::Tensor out = at::zeros({rows, heads, hd}, at::kDouble);
+  for (int64_t b = 0; b < rows; ++b) {
+    if (in.lengths[b] == 0) continue;
+    for (int64_t h = 0; h < heads; ++h) {
+      at::Tensor k = in.keys[in.slots[b]][h / groups].narrow(0, 0, in.lengths[b]).to(at::kDouble);
+      at::Tensor v = in.values[in.slots[b]][h / groups].narrow(0, 0, in.lengths[b]).to(at::kDouble);
+      at::Tensor p = at::softmax(at::mv(k, in.q[b][h].to(at::kDouble)) * in.scale, 0);
+      out[b][h] = at::mv(v.t(), p);
+    }
+  }
+  return out.view({rows, heads * hd}).to(at::kFloat);
+}
+
+DecodeAttentionInputs random_inputs(int64_t rows, int64_t heads, int64_t kv_heads, int64_t hd,
+                                    int64_t max_len) {
+  DecodeAttentionInputs in;
+  in.q = at::randn({rows, heads, hd});
+  in.keys = at::randn({rows + 2, kv_heads, max_len, hd});
+  in.values = at::randn({rows + 2, kv_heads, max_len, hd});
+  for (int64_t b = 0; b < rows; ++b) {
+    in.slots.push_back((b * 5 + 1) % (rows + 2));
+    // Every length from 0 (a padding row) to the whole slot.
+    in.lengths.push_back(b == 0 ? 0 : (b == 1 ? max_len : 1 + (b * 7) % max_len));
+  }
+  in.scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  return in;
+}
+
+TEST(DecodeAttentionTest, MatchesLibTorchForEveryIsaHeadLayoutAndLength) {
+  std::vector<GemmIsa> isas;
+  for (GemmIsa isa : {GemmIsa::kAvx512, GemmIsa::kAvx2}) {
+    if (gemm_isa_supported(isa)) isas.push_back(isa);
+  }
+  if (isas.empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  at::manual_seed(5);
+  WorkerPool pool(3);
+  for (GemmIsa isa : isas) {
+    // Groups of 1, 2 and 3 query heads per kv head; head sizes around the vector widths.
+    for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{4, 4}, {4, 2}, {6, 2}}) {
+      for (int64_t hd : {8, 20, 64}) {
+        const DecodeAttentionInputs in = random_inputs(7, heads, kv_heads, hd, 13);
+        at::Tensor out = decode_attention(in, {isa, &pool});
+        EXPECT_TRUE(at::allclose(out, reference(in), 1e-5, 1e-5))
+            << gemm_isa_name(isa) << " heads " << heads << "/" << kv_heads << " hd " << hd << ": "
+            << (out - reference(in)).abs().max().item<double>();
+      }
+    }
+  }
+}
+
+TEST(DecodeAttentionTest, ResultsDoNotDependOnTheThreadCount) {
+  if (!gemm_isa_supported(GemmIsa::kAuto)) GTEST_SKIP() << "no AVX2 or AVX-512";
+  const DecodeAttentionInputs in = random_inputs(9, 6, 2, 64, 40);
+  at::Tensor one = decode_attention(in);
+  for (int threads : {2, 4}) {
+    WorkerPool pool(threads);
+    EXPECT_TRUE(at::equal(decode_attention(in, {GemmIsa::kAuto, &pool}), one));
+  }
+}
+
+TEST(DecodeAttentionTest, RejectsInconsistentInputs) {
+  if (!gemm_isa_supported(GemmIsa::kAuto)) GTEST_SKIP() << "no AVX2 or AVX-512";
+  DecodeAttentionInputs in = random_inputs(3, 4, 2, 8, 5);
+  in.lengths[1] = 6;  // past max_len
+  EXPECT_THROW(decode_attention(in), c10::Error);
+  in = random_inputs(3, 4, 2, 8, 5);
+  in.slots[2] = 5;  // the cache has 5 slots
+  EXPECT_THROW(decode_attention(in), c10::Error);
+  in = random_inputs(3, 4, 2, 8, 5);
+  in.slots.pop_back();
+  EXPECT_THROW(decode_attention(in), c10::Error);
+  in = random_inputs(3, 3, 2, 8, 5);  // 3 heads do not group over 2 kv heads
+  EXPECT_THROW(decode_attention(in), c10::Error);
+}
+
+}  // namespace
+}  // namespace flywheel::model
