@@ -483,7 +483,8 @@ at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* 
   index.first_slot = is_contiguous_range(batch.slots) ? batch.slots[0] : -1;
   if (T == 1 && cache->keys(0).is_contiguous()) {
     index.host_slots = batch.slots;
-    for (int64_t b = 0; b < B; ++b) index.decode_lengths.push_back(batch.lengths[b] > 0 ? pos[b] + 1 : 0);
+    for (int64_t b = 0; b < B; ++b)
+      index.decode_lengths.push_back(batch.lengths[b] > 0 ? pos[b] + 1 : 0);
   }
 
   const LayerContext layer_context{cos, sin, mask, &index, cache, pool_.get()};

@@ -33,8 +33,8 @@ struct V {
   }
 };
 
-#include "small_gemm_tiles.inc"
 #include "decode_attention_tasks.inc"
+#include "small_gemm_tiles.inc"
 
 }  // namespace
 

@@ -1,5 +1,6 @@
 #include "flywheel/model/worker_pool.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace flywheel::model {
@@ -38,6 +39,7 @@ void WorkerPool::run(const std::function<void(int)>& part) {
     return;
   }
   std::lock_guard<std::mutex> one_run(run_mutex_);
+  error_ = nullptr;
   part_ = &part;
   pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
   {
@@ -45,9 +47,15 @@ void WorkerPool::run(const std::function<void(int)>& part) {
     generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
-  part(0);
+  try {
+    part(0);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    if (!error_) error_ = std::current_exception();
+  }
   while (pending_.load(std::memory_order_acquire) != 0) relax();
   part_ = nullptr;
+  if (error_) std::rethrow_exception(error_);
 }
 
 void WorkerPool::work(int index) {
@@ -64,9 +72,30 @@ void WorkerPool::work(int index) {
     }
     if (stop_.load()) return;
     seen = generation_.load(std::memory_order_acquire);
-    (*part_)(index);
+    try {
+      (*part_)(index);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
+}
+
+void parallel_rows(WorkerPool* pool, int64_t rows, int64_t min_rows,
+                   const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t most = min_rows > 0 ? rows / min_rows : rows;
+  const int64_t parts =
+      pool == nullptr ? 1 : std::max<int64_t>(1, std::min<int64_t>(pool->threads(), most));
+  if (parts <= 1) {
+    if (rows > 0) fn(0, rows);
+    return;
+  }
+  pool->run([&](int part) {
+    if (part >= parts) return;
+    const int64_t begin = rows * part / parts, end = rows * (part + 1) / parts;
+    if (begin < end) fn(begin, end);
+  });
 }
 
 }  // namespace flywheel::model

@@ -1,6 +1,7 @@
 #include "flywheel/rollout/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -14,6 +15,12 @@
 #include "flywheel/model/tokenizer.h"
 
 namespace flywheel::rollout {
+namespace {
+
+// Rows below which a sampling pass over [rows, vocab] is not split between threads.
+constexpr int64_t kMinRowsPerThread = 8;
+
+}  // namespace
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
@@ -374,8 +381,24 @@ void GenerationEngine::sample_and_append(const at::Tensor& logits,
     temperatures.push_back(t > 0 ? static_cast<float>(t) : 1.0f);
   }
   at::Tensor scale = at::tensor(temperatures).to(logits.device()).view({B, 1});
-  at::Tensor scaled_all = logits / scale;
-  at::Tensor behaviour_norm = at::logsumexp(scaled_all, -1, /*keepdim=*/true);
+  // The passes over [B, V] run row range by row range on the model's CPU threads (ATen itself
+  // has one under the float32 thread layout); on a GPU in one range.
+  model::WorkerPool* pool = logits.device().is_cpu() ? model_->cpu_pool() : nullptr;
+  at::Tensor scaled_all = at::empty_like(logits);
+  at::Tensor behaviour_norm = at::empty({B, 1}, logits.options());
+  at::Tensor finite = at::empty({B}, logits.options().dtype(at::kBool));
+  model::parallel_rows(pool, B, kMinRowsPerThread, [&](int64_t begin, int64_t end) {
+    const at::Tensor rows = logits.narrow(0, begin, end - begin);
+    at::Tensor part = scaled_all.narrow(0, begin, end - begin);
+    at::div_out(part, rows, scale.narrow(0, begin, end - begin));
+    at::Tensor norm = at::logsumexp(part, -1, /*keepdim=*/true);
+    behaviour_norm.narrow(0, begin, end - begin).copy_(norm);
+    // A row is finite when its log-sum-exp is (no NaN, no +inf) and its minimum is above -inf:
+    // one reduction instead of a pass that writes a mask of the whole row.
+    const float kNegInf = -std::numeric_limits<float>::infinity();
+    finite.narrow(0, begin, end - begin)
+        .copy_(at::isfinite(norm).view({-1}) & (at::amin(rows, -1) > kNegInf));
+  });
   // Logits processors (rare) run row by row on a copy; every other step is batched.
   at::Tensor work = logits;
   bool processors_ran = false;
@@ -403,7 +426,11 @@ void GenerationEngine::sample_and_append(const at::Tensor& logits,
   if (greedy.empty() && sampled.empty()) return;
   at::Tensor tokens = at::zeros({B}, longs);
   at::Tensor processed = at::zeros({B}, logits.options());  // 0 for greedy rows
-  if (!greedy.empty()) {
+  if (static_cast<int64_t>(greedy.size()) == B && !processors_ran) {
+    model::parallel_rows(pool, B, kMinRowsPerThread, [&](int64_t begin, int64_t end) {
+      tokens.narrow(0, begin, end - begin).copy_(logits.narrow(0, begin, end - begin).argmax(-1));
+    });
+  } else if (!greedy.empty()) {
     at::Tensor rows = at::tensor(greedy, at::kLong).to(logits.device());
     tokens.index_copy_(0, rows, work.index_select(0, rows).argmax(-1));
   }
@@ -416,15 +443,37 @@ void GenerationEngine::sample_and_append(const at::Tensor& logits,
       params.push_back(&seq.group->request.sampling);
       uniforms.push_back(sample_uniform(seq.seed, seq.sample().token_ids.size()));
     }
-    at::Tensor scaled = processors_ran
-                            ? work.index_select(0, rows) / scale.index_select(0, rows)
-                            : scaled_all.index_select(0, rows);  // a copy: truncated in place
+    const bool every_row = static_cast<int64_t>(sampled.size()) == B;
+    at::Tensor scaled, norm;  // norm: each row's logsumexp, when known
+    if (processors_ran) {
+      scaled = work.index_select(0, rows) / scale.index_select(0, rows);
+    } else {
+      scaled = every_row ? scaled_all : scaled_all.index_select(0, rows);
+      norm = every_row ? behaviour_norm : behaviour_norm.index_select(0, rows);
+    }
     at::Tensor u = at::tensor(uniforms, at::kDouble);
     // Rows that truncate within their most likely tokens are drawn among those alone (CPU); the
     // rest over the whole vocabulary.
-    at::Tensor drawn, drawn_logprobs;
-    at::Tensor among_candidates =
-        sample_among_candidates(scaled, params, u, kSampleCandidates, &drawn, &drawn_logprobs);
+    const int64_t R = static_cast<int64_t>(sampled.size());
+    at::Tensor drawn = at::zeros({R}, longs), drawn_logprobs = at::zeros({R}, logits.options());
+    at::Tensor candidate_rows = at::zeros({R}, logits.options().dtype(at::kBool));
+    std::atomic<bool> declined{false};
+    model::parallel_rows(pool, R, kMinRowsPerThread, [&](int64_t begin, int64_t end) {
+      const int64_t n = end - begin;
+      const std::vector<const SamplingParams*> part(params.begin() + begin, params.begin() + end);
+      at::Tensor part_tokens, part_logprobs;
+      at::Tensor covered = sample_among_candidates(
+          scaled.narrow(0, begin, n), part, u.narrow(0, begin, n), kSampleCandidates, &part_tokens,
+          &part_logprobs, norm.defined() ? norm.narrow(0, begin, n) : at::Tensor());
+      if (!covered.defined()) {
+        declined.store(true);
+        return;
+      }
+      drawn.narrow(0, begin, n).copy_(part_tokens);
+      drawn_logprobs.narrow(0, begin, n).copy_(part_logprobs);
+      candidate_rows.narrow(0, begin, n).copy_(covered);
+    });
+    at::Tensor among_candidates = declined.load() ? at::Tensor() : candidate_rows;
     std::vector<int64_t> rest;
     if (!among_candidates.defined()) {
       drawn = at::zeros({static_cast<int64_t>(sampled.size())}, longs);
@@ -439,12 +488,22 @@ void GenerationEngine::sample_and_append(const at::Tensor& logits,
       at::Tensor which = at::tensor(rest, at::kLong).to(logits.device());
       std::vector<const SamplingParams*> rest_params;
       for (int64_t i : rest) rest_params.push_back(params[i]);
-      at::Tensor sub = scaled.index_select(0, which);
-      truncate_logits_rows(sub, rest_params);
-      at::Tensor probs = at::softmax(sub, -1);
-      at::Tensor d = sample_from_probs(probs, u.index_select(0, which.to(at::kCPU)));
+      at::Tensor sub = scaled.index_select(0, which);  // a copy: truncated in place
+      const at::Tensor rest_u = u.index_select(0, which.to(at::kCPU));
+      at::Tensor d = at::empty({sub.size(0)}, longs),
+                 p = at::empty({sub.size(0)}, logits.options());
+      model::parallel_rows(pool, sub.size(0), kMinRowsPerThread, [&](int64_t begin, int64_t end) {
+        const int64_t n = end - begin;
+        at::Tensor part = sub.narrow(0, begin, n);
+        truncate_logits_rows(part, std::vector<const SamplingParams*>(rest_params.begin() + begin,
+                                                                      rest_params.begin() + end));
+        at::Tensor probs = at::softmax(part, -1);
+        at::Tensor part_tokens = sample_from_probs(probs, rest_u.narrow(0, begin, n));
+        d.narrow(0, begin, n).copy_(part_tokens);
+        p.narrow(0, begin, n).copy_(probs.gather(-1, part_tokens.view({-1, 1})).view({-1}));
+      });
       drawn.index_copy_(0, which, d);
-      drawn_logprobs.index_copy_(0, which, probs.gather(-1, d.view({-1, 1})).view({-1}).log());
+      drawn_logprobs.index_copy_(0, which, p.log());
     }
     tokens.index_copy_(0, rows, drawn);
     processed.index_copy_(0, rows, drawn_logprobs);
@@ -455,7 +514,6 @@ void GenerationEngine::sample_and_append(const at::Tensor& logits,
           : processed;
   // Per row: finite logits from the model; after the processors (when any ran), no NaN or +inf
   // and at least one token left.
-  at::Tensor finite = at::isfinite(logits).all(-1);
   at::Tensor processed_bad = at::zeros_like(finite), any_left = at::ones_like(finite);
   if (processors_ran) {
     processed_bad = (at::isnan(work) | at::isposinf(work)).any(-1);

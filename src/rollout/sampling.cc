@@ -67,6 +67,33 @@ RowLimits row_limits(const std::vector<const SamplingParams*>& params, int64_t v
   return l;
 }
 
+// The candidates of row `r` of `scaled` (float32, contiguous rows) without a top-k over the row:
+// every entry within `width` nats of the row's maximum, when there are at most `candidates` of
+// them, in descending order of value (ties by index), into top/order (the rest of the row of
+// `top` stays -inf). False when more entries are that close: the caller takes at::topk.
+bool candidates_near_max(const float* row, int64_t vocab, float width, int64_t candidates,
+                         float* top, int64_t* order) {
+  float most = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < vocab; ++i) most = row[i] > most ? row[i] : most;
+  if (!std::isfinite(most)) return false;
+  const float floor = most - width;
+  std::vector<std::pair<float, int64_t>> kept;
+  kept.reserve(static_cast<size_t>(candidates));
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (row[i] < floor) continue;
+    if (static_cast<int64_t>(kept.size()) == candidates) return false;
+    kept.emplace_back(row[i], i);
+  }
+  std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  for (size_t j = 0; j < kept.size(); ++j) {
+    top[j] = kept[j].first;
+    order[j] = kept[j].second;
+  }
+  return true;
+}
+
 // `values` as a [rows, 1] column of `dtype` on `device`.
 template <typename T>
 at::Tensor column(const std::vector<T>& values, at::ScalarType dtype, const at::Device& device) {
@@ -118,7 +145,8 @@ void truncate_logits_rows(at::Tensor& scaled, const std::vector<const SamplingPa
 at::Tensor sample_among_candidates(const at::Tensor& scaled,
                                    const std::vector<const SamplingParams*>& params,
                                    const at::Tensor& uniforms, int64_t candidates,
-                                   at::Tensor* tokens, at::Tensor* logprobs) {
+                                   at::Tensor* tokens, at::Tensor* logprobs,
+                                   const at::Tensor& scaled_norm) {
   const float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t rows = scaled.size(0), vocab = scaled.size(-1);
   if (!scaled.device().is_cpu() || candidates <= 0 || candidates >= vocab) return at::Tensor();
@@ -133,12 +161,43 @@ at::Tensor sample_among_candidates(const at::Tensor& scaled,
   const at::Device cpu(at::kCPU);
   at::Tensor k = column(l.top_k, at::kLong, cpu), p = column(l.top_p, at::kFloat, cpu);
   at::Tensor m = column(l.min_p, at::kFloat, cpu);
-  auto [top, order] = at::topk(scaled, candidates, -1);  // descending
+  // Each row's `candidates` most likely tokens, descending. A row without top-k whose top-p
+  // (or min-p) cut lies within `width` nats of its maximum needs only the entries that close:
+  // every other token has probability below exp(-width) <= (1 - top_p) / vocab (or below min_p
+  // times the most likely one), so what lies outside holds less than 1 - top_p (or is cut by
+  // min-p), and the row is covered. Found in one scan instead of a top-k over the row; rows with
+  // more entries that close, and the others, take at::topk.
+  const at::Tensor rows_of = scaled.contiguous();
+  at::Tensor top = at::full({rows, candidates}, kNegInf, scaled.options());
+  at::Tensor order = at::zeros({rows, candidates}, scaled.options().dtype(at::kLong));
+  std::vector<uint8_t> near_max(rows, 0);
+  std::vector<int64_t> by_topk;
+  for (int64_t r = 0; r < rows; ++r) {
+    float width = std::numeric_limits<float>::infinity();
+    if (l.top_k[r] == 0 && !too_wide[r] && l.top_p[r] < 1.0f) {
+      width = std::log(static_cast<float>(vocab) / (1.0f - l.top_p[r]));
+    }
+    if (l.top_k[r] == 0 && !too_wide[r] && l.min_p[r] > 0.0f) {
+      width = std::min(width, -std::log(l.min_p[r]));
+    }
+    near_max[r] = std::isfinite(width) &&
+                  candidates_near_max(rows_of.data_ptr<float>() + r * vocab, vocab, width,
+                                      candidates, top.data_ptr<float>() + r * candidates,
+                                      order.data_ptr<int64_t>() + r * candidates);
+    if (!near_max[r]) by_topk.push_back(r);
+  }
+  if (!by_topk.empty()) {
+    const at::Tensor which = at::tensor(by_topk, at::kLong);
+    auto [values, indices] = at::topk(scaled.index_select(0, which), candidates, -1);
+    top.index_copy_(0, which, values);
+    order.index_copy_(0, which, indices);
+  }
   // Top-k, then top-p on the distribution top-k left (the first k candidates, or the whole row).
   at::Tensor has_k = k > 0;
   at::Tensor logits = top.masked_fill(has_k & (at::arange(candidates).view({1, -1}) >= k), kNegInf);
-  at::Tensor norm = at::where(has_k, at::logsumexp(logits, -1, /*keepdim=*/true),
-                              at::logsumexp(scaled, -1, /*keepdim=*/true));
+  at::Tensor norm =
+      at::where(has_k, at::logsumexp(logits, -1, /*keepdim=*/true),
+                scaled_norm.defined() ? scaled_norm : at::logsumexp(scaled, -1, /*keepdim=*/true));
   at::Tensor probs = (logits - norm).exp();
   at::Tensor reached = probs.cumsum(-1);
   at::Tensor drop = (reached - probs) >= p;
@@ -147,8 +206,9 @@ at::Tensor sample_among_candidates(const at::Tensor& scaled,
   at::Tensor below = probs < probs.narrow(-1, 0, 1) * m;
   // A row is drawn here when its kept tokens end within its candidates.
   at::Tensor last = at::full({rows, 1}, candidates - 1, at::kLong);
-  at::Tensor covered = (has_k | (reached.gather(-1, last) >= p) | below.gather(-1, last)) &
-                       column(too_wide, at::kByte, cpu).logical_not();
+  at::Tensor covered = ((has_k | (reached.gather(-1, last) >= p) | below.gather(-1, last)) &
+                        column(too_wide, at::kByte, cpu).logical_not()) |
+                       column(near_max, at::kByte, cpu).to(at::kBool);
   logits.masked_fill_(drop | below, kNegInf);
   at::Tensor kept = at::softmax(logits, -1);
   at::Tensor index = sample_from_probs(kept, uniforms).view({-1, 1});

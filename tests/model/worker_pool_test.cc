@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -58,6 +59,45 @@ TEST(WorkerPoolTest, SerialisesRunsFromSeveralThreads) {
   b.join();
   EXPECT_EQ(total.load(), 2 * 500 * 2);
   EXPECT_LE(most.load(), 2);  // never more parts at once than one run has
+}
+
+TEST(WorkerPoolTest, RethrowsAPartsExceptionAfterEveryPartFinished) {
+  WorkerPool pool(3);
+  std::atomic<int> finished{0};
+  EXPECT_THROW(pool.run([&](int part) {
+    if (part == 2) throw std::runtime_error("part 2 failed");
+    finished.fetch_add(1);
+  }),
+               std::runtime_error);
+  EXPECT_EQ(finished.load(), 2);
+  // The pool still runs afterwards.
+  pool.run([&](int) { finished.fetch_add(1); });
+  EXPECT_EQ(finished.load(), 5);
+}
+
+TEST(WorkerPoolTest, ParallelRowsCoversEveryRowOnceInRangesOfAtLeastMinRows) {
+  WorkerPool pool(3);
+  for (int64_t rows : {0, 1, 7, 8, 23, 64}) {
+    std::vector<std::atomic<int>> seen(static_cast<size_t>(rows));
+    std::atomic<int> ranges{0}, shortest{1 << 30};
+    parallel_rows(&pool, rows, /*min_rows=*/8, [&](int64_t begin, int64_t end) {
+      ranges.fetch_add(1);
+      int len = static_cast<int>(end - begin), s = shortest.load();
+      while (len < s && !shortest.compare_exchange_weak(s, len)) {
+      }
+      for (int64_t r = begin; r < end; ++r) seen[r].fetch_add(1);
+    });
+    for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(seen[r].load(), 1) << rows << " rows, row " << r;
+    EXPECT_LE(ranges.load(), 3);
+    if (ranges.load() > 1) EXPECT_GE(shortest.load(), 8) << rows << " rows";
+  }
+  int calls = 0;
+  parallel_rows(nullptr, 5, 1, [&](int64_t begin, int64_t end) {
+    ++calls;
+    EXPECT_EQ(begin, 0);
+    EXPECT_EQ(end, 5);
+  });
+  EXPECT_EQ(calls, 1);
 }
 
 }  // namespace

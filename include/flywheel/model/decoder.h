@@ -126,6 +126,10 @@ class DecoderModel {
   // Float32 logits for hidden states [..., hidden].
   at::Tensor logits(const at::Tensor& hidden) const;
 
+  // The threads of the float32 CPU kernels (null where they do not run): callers may run their
+  // own row-independent CPU work on them between forwards (the engine's sampling).
+  WorkerPool* cpu_pool() const { return pool_.get(); }
+
   // A cache sized for this model, in the model dtype and device.
   absl::StatusOr<std::unique_ptr<KvCache>> make_cache(int64_t slots, int64_t max_len) const;
 

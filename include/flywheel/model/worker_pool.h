@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -28,7 +29,8 @@ class WorkerPool {
   int threads() const { return static_cast<int>(workers_.size()) + 1; }
 
   // Calls part(i) for every i in [0, threads()) — part 0 on the calling thread — and returns
-  // when all have returned. Calls from several threads are serialised. `part` must not throw.
+  // when all have returned. Calls from several threads are serialised. If parts throw, the
+  // first exception is rethrown here once every part has finished.
   void run(const std::function<void(int)>& part);
 
  private:
@@ -42,6 +44,15 @@ class WorkerPool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
+  std::mutex error_mutex_;
+  std::exception_ptr error_;  // the first exception of the current run
 };
+
+// Calls fn(begin, end) for consecutive ranges covering [0, rows), one per thread of `pool` (at
+// most, and at least `min_rows` rows each); inline when `pool` is null or there is one range.
+// For row-independent work (each row's result depends on that row alone), so the split does not
+// change results.
+void parallel_rows(WorkerPool* pool, int64_t rows, int64_t min_rows,
+                   const std::function<void(int64_t, int64_t)>& fn);
 
 }  // namespace flywheel::model

@@ -64,11 +64,13 @@ constexpr int64_t kSampleCandidates = 256;
 // passes over [V]. Which rows qualify depends on each row alone. The other rows' entries are
 // meaningless: draw them over the whole vocabulary. Undefined off the CPU or when `candidates`
 // covers the vocabulary. Candidates are drawn in descending order of probability, so a uniform
-// picks a different token than sample_from_probs in vocabulary order would.
+// picks a different token than sample_from_probs in vocabulary order would. `scaled_norm` [R, 1],
+// when given, is at::logsumexp(scaled, -1, true), which the caller already has.
 at::Tensor sample_among_candidates(const at::Tensor& scaled,
                                    const std::vector<const SamplingParams*>& params,
                                    const at::Tensor& uniforms, int64_t candidates,
-                                   at::Tensor* tokens, at::Tensor* logprobs);
+                                   at::Tensor* tokens, at::Tensor* logprobs,
+                                   const at::Tensor& scaled_norm = {});
 
 // A reproducible 64-bit seed for sample `index` of a request seeded with `seed`.
 uint64_t sample_seed(uint64_t seed, int64_t index);
