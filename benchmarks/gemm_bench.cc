@@ -50,8 +50,10 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--rows")) rows_arg = argv[++i];
   }
   at::NoGradGuard no_grad;
-  layout(threads, flywheel::model::ThreadSplit::kBlas);
+  // Bandwidth with BLAS on one thread: OpenBLAS's threads spin for a while once started.
+  layout(threads, flywheel::model::ThreadSplit::kKernels);
   const double bandwidth = flywheel::bench::memory_bandwidth_gbs(threads);
+  layout(threads, flywheel::model::ThreadSplit::kBlas);
   const double peak = flywheel::bench::matmul_gflops(at::kFloat);
   const GemmIsa best = flywheel::model::detect_gemm_isa();
   flywheel::model::WorkerPool pool(threads);

@@ -1,6 +1,7 @@
 // rollout_bench: decode throughput of the generation engine at batch 1, 8, 32 and 64, for a
 // small and a ~100M-parameter model, each beside its roofline on this machine: the memory
-// bandwidth and matmul GFLOP/s the bench measures itself, in the same run.
+// bandwidth and matmul GFLOP/s the bench measures itself, in the same run. Each tokens/s figure
+// is the best of 3 runs, as the roofline figures are best-ofs.
 //
 //   build/benchmarks/rollout_bench [--device cpu|cuda] [--threads N]
 //       [--thread-split auto|kernels|blas|aten|none] [--dtype float32|bfloat16|auto] [--steps S]
@@ -84,6 +85,11 @@ double device_matmul_gflops(at::ScalarType dtype, const at::Device& device) {
   });
   return reps * 2.0 * n * n * n / t / 1e9;
 }
+
+// Every tokens/s figure is the best of this many runs (sampled and greedy alternated): on a
+// shared VM single runs of the same configuration differ by up to 10-15%, and the roofline it is
+// compared with is a best-of too.
+constexpr int kRepeats = 3;
 
 struct Result {
   double tokens_per_s;
@@ -221,12 +227,16 @@ void report_sampled(std::shared_ptr<flywheel::model::DecoderModel> model, int64_
       for (int i = 0; i < 12 && mean_next_token_entropy(*model) > 3.0; ++i) norm.mul_(2.0);
     }
     const double entropy = mean_next_token_entropy(*model);
-    const double greedy = run(model, 64, steps, bandwidth, peak).tokens_per_s;
-    const double sampled = run(model, 64, steps, bandwidth, peak, /*sampled=*/true).tokens_per_s;
+    double greedy = 0, sampled = 0;
+    for (int i = 0; i < kRepeats; ++i) {  // alternated, so that both see the same machine
+      greedy = std::max(greedy, run(model, 64, steps, bandwidth, peak).tokens_per_s);
+      sampled = std::max(sampled, run(model, 64, steps, bandwidth, peak, true).tokens_per_s);
+    }
     std::printf(
         "sampled decode (temperature 1, top-p 0.9), 100M, batch 64, %s (next-token entropy %.2f "
-        "nats): %.1f tokens/s, %.1f%% of greedy's %.1f tokens/s in the same run\n",
-        kind, entropy, sampled, 100 * sampled / greedy, greedy);
+        "nats): %.1f tokens/s, %.1f%% of greedy's %.1f tokens/s in the same run (best of %d "
+        "each, alternated)\n",
+        kind, entropy, sampled, 100 * sampled / greedy, greedy, kRepeats);
   }
 }
 
@@ -247,7 +257,9 @@ void report_thread_scaling(const ModelConfig& config, at::ScalarType dtype,
     std::shared_ptr<flywheel::model::DecoderModel> model(created->release());
     model->init_random(1);
     bandwidth[i] = memory_bandwidth_gbs(threads[i]);
-    tokens[i] = run(model, 1, steps, bandwidth[i], peak).tokens_per_s;
+    for (int r = 0; r < kRepeats; ++r) {
+      tokens[i] = std::max(tokens[i], run(model, 1, steps, bandwidth[i], peak).tokens_per_s);
+    }
   }
   std::printf(
       "\nbatch 1, 1 thread vs %d threads: %.1f vs %.1f tokens/s = %.2fx; memory read %.1f vs "
@@ -349,6 +361,10 @@ int main(int argc, char** argv) {
     for (int64_t batch : {1, 8, 32, 64}) {
       if (!flywheel::bench::listed(args.batches, std::to_string(batch))) continue;
       Result r = run(model, batch, steps, bandwidth, peak);
+      for (int i = 1; i < kRepeats; ++i) {
+        r.tokens_per_s =
+            std::max(r.tokens_per_s, run(model, batch, steps, bandwidth, peak).tokens_per_s);
+      }
       if (batch == 1) {
         batch1 = r.tokens_per_s;
         batch1_bound = r.bound_tokens_per_s;
