@@ -112,7 +112,25 @@ struct LayerContext {
   const CacheIndex* where = nullptr;  // with a cache: where the valid tokens go
   KvCache* cache = nullptr;
   WorkerPool* pool = nullptr;  // float32 projections in small_gemm.h's kernels; null: LibTorch
+  // One token per row (decode) on the pool: per-row element-wise work runs by row ranges on it.
+  bool split_rows = false;
 };
+
+// fn(begin, end): the rows [begin, end) of a row-independent result of `like`'s shape and
+// options. With a pool and enough rows (a decode step of a float32 model on the CPU, whose
+// element-wise work would otherwise run on ATen's one thread), row ranges run on the pool's
+// threads into one output; otherwise fn(0, rows) is the result.
+at::Tensor by_rows(WorkerPool* pool, const at::Tensor& like,
+                   const std::function<at::Tensor(int64_t, int64_t)>& fn) {
+  constexpr int64_t kMinRows = 8;
+  const int64_t rows = like.size(0);
+  if (pool == nullptr || pool->threads() == 1 || rows < 2 * kMinRows) return fn(0, rows);
+  at::Tensor out = at::empty_like(like);
+  parallel_rows(pool, rows, kMinRows, [&](int64_t begin, int64_t end) {
+    out.narrow(0, begin, end - begin).copy_(fn(begin, end));
+  });
+  return out;
+}
 
 // Self-attention of one layer; with a cache, the valid tokens are written to layer `index` of
 // context.cache at context.where and the rows read their slots.
@@ -128,12 +146,18 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
   at::Tensor q = project(x, layer.q, layer.q_bias, pool).view({B, T, -1, hd});
   at::Tensor k = project(x, layer.k, layer.k_bias, pool).view({B, T, kvh, hd});
   at::Tensor v = project(x, layer.v, layer.v_bias, pool).view({B, T, kvh, hd});
-  if (config.qk_norm) {
-    q = rms_norm(q, layer.q_norm, config.rms_norm_eps);
-    k = rms_norm(k, layer.k_norm, config.rms_norm_eps);
-  }
-  q = apply_rope(q, context.cos, context.sin);
-  k = apply_rope(k, context.cos, context.sin);
+  // Per-row work (q/k norms, RoPE) by row ranges where the rows are split (by_rows).
+  WorkerPool* rows_pool = context.split_rows ? pool : nullptr;
+  auto norm_and_rope = [&](const at::Tensor& t, const at::Tensor& norm) {
+    return by_rows(rows_pool, t, [&](int64_t begin, int64_t end) {
+      at::Tensor part = t.narrow(0, begin, end - begin);
+      if (config.qk_norm) part = rms_norm(part, norm, config.rms_norm_eps);
+      return apply_rope(part, context.cos.narrow(0, begin, end - begin),
+                        context.sin.narrow(0, begin, end - begin));
+    });
+  };
+  q = norm_and_rope(q, layer.q_norm);
+  k = norm_and_rope(k, layer.k_norm);
 
   // keys / values: [B, kvh, L, hd].
   at::Tensor keys = k.permute({0, 2, 1, 3}), values = v.permute({0, 2, 1, 3});
@@ -206,12 +230,29 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
 // Attention then MLP, each with its pre-norm and residual.
 at::Tensor layer_forward(const ModelConfig& config, const DecoderLayerWeights& layer, int64_t index,
                          const at::Tensor& x, const LayerContext& context) {
-  at::Tensor h = x + attention(config, layer, index,
-                               rms_norm(x, layer.input_norm, config.rms_norm_eps), context);
-  at::Tensor m = rms_norm(h, layer.post_norm, config.rms_norm_eps);
   WorkerPool* pool = context.pool;
-  return h + project(at::silu(project(m, layer.gate, {}, pool)) * project(m, layer.up, {}, pool),
-                     layer.down, {}, pool);
+  WorkerPool* rows_pool = context.split_rows ? pool : nullptr;
+  auto range = [](const at::Tensor& t, int64_t begin, int64_t end) {
+    return t.narrow(0, begin, end - begin);
+  };
+  at::Tensor normed = by_rows(rows_pool, x, [&](int64_t begin, int64_t end) {
+    return rms_norm(range(x, begin, end), layer.input_norm, config.rms_norm_eps);
+  });
+  const at::Tensor attended = attention(config, layer, index, normed, context);
+  at::Tensor h = by_rows(rows_pool, x, [&](int64_t begin, int64_t end) {
+    return range(x, begin, end) + range(attended, begin, end);
+  });
+  at::Tensor m = by_rows(rows_pool, h, [&](int64_t begin, int64_t end) {
+    return rms_norm(range(h, begin, end), layer.post_norm, config.rms_norm_eps);
+  });
+  const at::Tensor gate = project(m, layer.gate, {}, pool), up = project(m, layer.up, {}, pool);
+  at::Tensor act = by_rows(rows_pool, gate, [&](int64_t begin, int64_t end) {
+    return at::silu(range(gate, begin, end)) * range(up, begin, end);
+  });
+  const at::Tensor down = project(act, layer.down, {}, pool);
+  return by_rows(rows_pool, h, [&](int64_t begin, int64_t end) {
+    return range(h, begin, end) + range(down, begin, end);
+  });
 }
 
 // RoPE tables in the compute dtype (computed in float32, as transformers does).
@@ -487,7 +528,8 @@ at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* 
       index.decode_lengths.push_back(batch.lengths[b] > 0 ? pos[b] + 1 : 0);
   }
 
-  const LayerContext layer_context{cos, sin, mask, &index, cache, pool_.get()};
+  const LayerContext layer_context{cos, sin, mask, &index, cache, pool_.get(),
+                                   /*split_rows=*/T == 1 && pool_ != nullptr};
   at::Tensor x = at::embedding(embed_, tokens.to(device));
   for (size_t i = 0; i < layers_.size(); ++i) {
     x = layer_forward(config_, layers_[i], static_cast<int64_t>(i), x, layer_context);
