@@ -149,6 +149,10 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
   // Per-row work (q/k norms, RoPE) by row ranges where the rows are split (by_rows).
   WorkerPool* rows_pool = context.split_rows ? pool : nullptr;
   auto norm_and_rope = [&](const at::Tensor& t, const at::Tensor& norm) {
+    if (rows_pool == nullptr) {  // unsplit: the same graph as before the split existed
+      const at::Tensor normed = config.qk_norm ? rms_norm(t, norm, config.rms_norm_eps) : t;
+      return apply_rope(normed, context.cos, context.sin);
+    }
     return by_rows(rows_pool, t, [&](int64_t begin, int64_t end) {
       at::Tensor part = t.narrow(0, begin, end - begin);
       if (config.qk_norm) part = rms_norm(part, norm, config.rms_norm_eps);
@@ -232,8 +236,9 @@ at::Tensor layer_forward(const ModelConfig& config, const DecoderLayerWeights& l
                          const at::Tensor& x, const LayerContext& context) {
   WorkerPool* pool = context.pool;
   WorkerPool* rows_pool = context.split_rows ? pool : nullptr;
+  // The whole tensor itself when unsplit: the training path's graph stays what it was.
   auto range = [](const at::Tensor& t, int64_t begin, int64_t end) {
-    return t.narrow(0, begin, end - begin);
+    return begin == 0 && end == t.size(0) ? t : t.narrow(0, begin, end - begin);
   };
   at::Tensor normed = by_rows(rows_pool, x, [&](int64_t begin, int64_t end) {
     return rms_norm(range(x, begin, end), layer.input_norm, config.rms_norm_eps);
