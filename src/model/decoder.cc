@@ -533,7 +533,12 @@ at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* 
       index.decode_lengths.push_back(batch.lengths[b] > 0 ? pos[b] + 1 : 0);
   }
 
-  const LayerContext layer_context{cos, sin, mask, &index, cache, pool_.get(),
+  const LayerContext layer_context{cos,
+                                   sin,
+                                   mask,
+                                   &index,
+                                   cache,
+                                   pool_.get(),
                                    /*split_rows=*/T == 1 && pool_ != nullptr};
   at::Tensor x = at::embedding(embed_, tokens.to(device));
   for (size_t i = 0; i < layers_.size(); ++i) {
