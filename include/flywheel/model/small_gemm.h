@@ -1,4 +1,4 @@
-// Float32 y = x w^T + b on the CPU for a few rows of x: the projections of a decode step.
+// Float32 y = x w^T + b on the CPU: the projections of inference, decode steps above all.
 //
 // A BLAS GEMM with few rows repacks the weight matrix on every call, which is memory-bound: at
 // batch 8 OpenBLAS ran the 100M model's decode step at 1.8x batch 1's throughput, where reading
@@ -32,10 +32,6 @@ GemmIsa detect_gemm_isa();
 
 // Whether `isa` runs on this CPU (kAuto: whether any does).
 bool gemm_isa_supported(GemmIsa isa);
-
-// The most rows of x for which small_linear replaces BLAS in the decoder (measured with
-// benchmarks/gemm_bench: at more rows BLAS's packed GEMM is as fast).
-constexpr int64_t kSmallLinearMaxRows = 64;
 
 struct SmallLinearOptions {
   GemmIsa isa = GemmIsa::kAuto;
