@@ -1,6 +1,7 @@
 #include "flywheel/model/decode_attention.h"
 
 #include <algorithm>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -30,9 +31,7 @@ at::Tensor decode_attention(const DecodeAttentionInputs& in, const SmallLinearOp
     TORCH_CHECK(in.lengths[b] >= 0 && in.lengths[b] <= max_len, "decode_attention: row ", b,
                 ": length ", in.lengths[b], " outside [0, ", max_len, "]");
   }
-  const GemmIsa isa = options.isa == GemmIsa::kAuto ? detect_gemm_isa() : options.isa;
-  TORCH_CHECK(isa != GemmIsa::kNone && gemm_isa_supported(isa), "decode_attention: this CPU lacks ",
-              gemm_isa_name(isa));
+  const GemmIsa isa = resolve_gemm_isa(options.isa, "decode_attention");
   at::Tensor out = at::empty({rows, heads * hd}, q.options());
   gemm::AttentionProblem p;
   p.q = q.data_ptr<float>();
@@ -51,19 +50,12 @@ at::Tensor decode_attention(const DecodeAttentionInputs& in, const SmallLinearOp
 #else
   void (*attend)(const gemm::AttentionProblem&, int64_t, int64_t, float*) = nullptr;
 #endif
-  const int64_t tasks = rows * kv_heads;
-  const int64_t parts =
-      options.pool == nullptr ? 1 : std::min<int64_t>(options.pool->threads(), tasks);
-  const int64_t scratch_floats = heads / kv_heads * std::max<int64_t>(max_len, 1);
-  std::vector<float> scratch(static_cast<size_t>(std::max<int64_t>(parts, 1) * scratch_floats));
-  if (parts <= 1) {
-    attend(p, 0, tasks, scratch.data());
-    return out;
-  }
-  options.pool->run([&](int part) {
-    if (part >= parts) return;
-    attend(p, tasks * part / parts, tasks * (part + 1) / parts,
-           scratch.data() + part * scratch_floats);
+  // (row, kv head) tasks split evenly between the pool's threads, each range with its scores.
+  const size_t scratch_floats =
+      static_cast<size_t>(heads / kv_heads * std::max<int64_t>(max_len, 1));
+  parallel_rows(options.pool, rows * kv_heads, /*min_rows=*/1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(scratch_floats);
+    attend(p, begin, end, scratch.data());
   });
   return out;
 }

@@ -27,7 +27,9 @@ const char* gemm_isa_name(GemmIsa isa) {
   }
 }
 
-GemmIsa detect_gemm_isa() {
+namespace {
+
+GemmIsa detect() {
 #if defined(FLYWHEEL_X86_GEMM)
   // GCC's checks include the OS's XSAVE state for the wider registers.
   __builtin_cpu_init();
@@ -35,6 +37,13 @@ GemmIsa detect_gemm_isa() {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return GemmIsa::kAvx2;
 #endif
   return GemmIsa::kNone;
+}
+
+}  // namespace
+
+GemmIsa detect_gemm_isa() {
+  static const GemmIsa best = detect();  // constant for the process's life
+  return best;
 }
 
 bool gemm_isa_supported(GemmIsa isa) {
@@ -51,6 +60,13 @@ bool gemm_isa_supported(GemmIsa isa) {
   }
 }
 
+GemmIsa resolve_gemm_isa(GemmIsa isa, const char* caller) {
+  const GemmIsa resolved = isa == GemmIsa::kAuto ? detect_gemm_isa() : isa;
+  TORCH_CHECK(resolved != GemmIsa::kNone && gemm_isa_supported(resolved), caller,
+              ": this CPU lacks ", gemm_isa_name(resolved));
+  return resolved;
+}
+
 at::Tensor small_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                         const SmallLinearOptions& options) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1),
@@ -64,10 +80,7 @@ at::Tensor small_linear(const at::Tensor& x, const at::Tensor& w, const at::Tens
   TORCH_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0) && b.is_contiguous() &&
                                b.scalar_type() == at::kFloat),
               "small_linear: b [N] float32 contiguous expected");
-  static const GemmIsa best = detect_gemm_isa();  // constant for the process's life
-  const GemmIsa isa = options.isa == GemmIsa::kAuto ? best : options.isa;
-  TORCH_CHECK(isa != GemmIsa::kNone && gemm_isa_supported(isa), "small_linear: this CPU lacks ",
-              gemm_isa_name(isa));
+  const GemmIsa isa = resolve_gemm_isa(options.isa, "small_linear");
   const int64_t M = x.size(0), N = w.size(0), K = x.size(1);
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0 || N == 0) return y;
@@ -86,20 +99,12 @@ at::Tensor small_linear(const at::Tensor& x, const at::Tensor& w, const at::Tens
 #else
   void (*run)(const gemm::Problem&, int64_t, int64_t) = nullptr;
 #endif
-  // Blocks of kTileCols rows of w, split evenly between the parts.
+  // Blocks of kTileCols rows of w, split evenly between the pool's threads.
   const int64_t blocks = (N + gemm::kTileCols - 1) / gemm::kTileCols;
-  const int64_t parts = options.pool == nullptr || M * N * K < kMinParallelWork
-                            ? 1
-                            : std::min<int64_t>(options.pool->threads(), blocks);
-  if (parts == 1) {
-    run(p, 0, N);
-    return y;
-  }
-  options.pool->run([&](int part) {
-    if (part >= parts) return;
-    const int64_t begin = blocks * part / parts, end = blocks * (part + 1) / parts;
-    run(p, begin * gemm::kTileCols, std::min(N, end * gemm::kTileCols));
-  });
+  parallel_rows(M * N * K < kMinParallelWork ? nullptr : options.pool, blocks, /*min_rows=*/1,
+                [&](int64_t begin, int64_t end) {
+                  run(p, begin * gemm::kTileCols, std::min(N, end * gemm::kTileCols));
+                });
   return y;
 }
 

@@ -475,10 +475,6 @@ void GenerationEngine::sample_and_append(const at::Tensor& logits,
     });
     at::Tensor among_candidates = declined.load() ? at::Tensor() : candidate_rows;
     std::vector<int64_t> rest;
-    if (!among_candidates.defined()) {
-      drawn = at::zeros({static_cast<int64_t>(sampled.size())}, longs);
-      drawn_logprobs = at::zeros({static_cast<int64_t>(sampled.size())}, logits.options());
-    }
     const at::Tensor drawn_here =
         among_candidates.defined() ? among_candidates.contiguous() : among_candidates;
     for (size_t i = 0; i < sampled.size(); ++i) {

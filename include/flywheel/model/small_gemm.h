@@ -33,6 +33,10 @@ GemmIsa detect_gemm_isa();
 // Whether `isa` runs on this CPU (kAuto: whether any does).
 bool gemm_isa_supported(GemmIsa isa);
 
+// The instruction set a kernel call with `isa` runs (kAuto: the best); throws c10::Error naming
+// `caller` when this CPU lacks it.
+GemmIsa resolve_gemm_isa(GemmIsa isa, const char* caller);
+
 struct SmallLinearOptions {
   GemmIsa isa = GemmIsa::kAuto;
   WorkerPool* pool = nullptr;  // null: the calling thread alone
