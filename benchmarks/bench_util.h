@@ -47,11 +47,26 @@ inline double matmul_gflops(at::ScalarType dtype) {
   return 2.0 * n * n * n / t / 1e9;
 }
 
-// flywheel's float32 projection kernels (small_gemm.h) on a 1024^3 problem, in GFLOP/s, on
-// `pool`'s threads: on CPUs where they beat BLAS, the float32 matmul peak a decode step can reach.
-inline double kernel_matmul_gflops(model::WorkerPool* pool) {
+// LibTorch's matmul_gflops on `threads` threads in the pool that runs its GEMMs for `dtype`
+// (OpenBLAS's for float32, ATen's OpenMP pool, i.e. oneDNN, for bfloat16): the peak of LibTorch on
+// the whole budget, whatever layout the bench runs under. Leaves that layout applied: call it
+// before the bench applies its own.
+inline double libtorch_matmul_gflops(at::ScalarType dtype, int threads) {
+  model::ThreadLayoutOptions options;
+  options.threads = threads;
+  options.dtype = dtype;
+  options.split = dtype == at::kFloat ? model::ThreadSplit::kBlas : model::ThreadSplit::kAten;
+  (void)model::apply_thread_layout(options);
+  const double gflops = matmul_gflops(dtype);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its threads stop spinning
+  return gflops;
+}
+
+// flywheel's projection kernels (small_gemm.h) on a 1024^3 problem in `dtype`, in GFLOP/s, on
+// `pool`'s threads: on CPUs where they beat LibTorch, the matmul peak a decode step can reach.
+inline double kernel_matmul_gflops(model::WorkerPool* pool, at::ScalarType dtype = at::kFloat) {
   const int64_t n = 1024;
-  at::Tensor x = at::randn({n, n}), w = at::randn({n, n});
+  at::Tensor x = at::randn({n, n}).to(dtype), w = at::randn({n, n}).to(dtype);
   double t = best_time(5, [&] { model::small_linear(x, w, {}, {model::GemmIsa::kAuto, pool}); });
   return 2.0 * n * n * n / t / 1e9;
 }

@@ -1,13 +1,14 @@
-// gemm_bench: float32 y = x w^T + b for the projections of a 100M-parameter Qwen2-shaped model at
-// the row counts of decode and prefill (1-512 rows), through BLAS (at::addmm, or at::addmv for one
-// row) and through flywheel's small_linear kernels, beside the machine's memory bandwidth and BLAS
-// matmul peak measured in the same run at the same thread count.
+// gemm_bench: y = x w^T + b for the projections of a 100M-parameter Qwen2-shaped model at the row
+// counts of decode and prefill (1-512 rows), in float32 through BLAS (at::addmm, or at::addmv for
+// one row) and flywheel's small_linear kernels, and in bfloat16 through LibTorch (oneDNN) and
+// small_linear's AVX512-BF16 kernel, beside the machine's memory bandwidth and matmul peaks
+// measured in the same run at the same thread count.
 //
 //   build/benchmarks/gemm_bench [--threads N] [--rows 1,8,32,64,128,512]
 //
-// Both run under the float32 layout (ATen 1 thread + BLAS N); small_linear splits w between the
-// N threads of its own WorkerPool, as the decoder runs it. Weight GB/s = bytes of w / time (the
-// bound at few rows).
+// BLAS runs with N threads and ATen 1, LibTorch's bfloat16 with ATen N (oneDNN's OpenMP pool) and
+// BLAS 1; small_linear splits w between the N threads of its own WorkerPool with ATen and BLAS at
+// 1, as the decoder runs it. Weight GB/s = bytes of w / time (the bound at few rows).
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -55,17 +56,43 @@ int main(int argc, char** argv) {
   const double bandwidth = flywheel::bench::memory_bandwidth_gbs(threads);
   layout(threads, flywheel::model::ThreadSplit::kBlas);
   const double peak = flywheel::bench::matmul_gflops(at::kFloat);
+  layout(threads, flywheel::model::ThreadSplit::kAten);
+  const double bf16_peak = flywheel::bench::matmul_gflops(at::kBFloat16);
   const GemmIsa best = flywheel::model::detect_gemm_isa();
   flywheel::model::WorkerPool pool(threads);
-  std::printf("gemm_bench: float32 x w^T + b, %d threads\ncpu: %s, small_linear kernels: %s\n",
-              threads, flywheel::model::describe(flywheel::model::detect_cpu_features()).c_str(),
-              flywheel::model::gemm_isa_name(best));
+  std::printf("gemm_bench: x w^T + b, %d threads\ncpu: %s, small_linear kernels: %s%s\n", threads,
+              flywheel::model::describe(flywheel::model::detect_cpu_features()).c_str(),
+              flywheel::model::gemm_isa_name(best),
+              flywheel::model::bf16_gemm_supported() ? " + avx512 bf16" : "");
   std::printf(
-      "machine (measured in this run, %d threads): memory read %.1f GB/s, BLAS matmul %.1f "
-      "GFLOP/s (1024^3)\n\n",
-      threads, bandwidth, peak);
-  std::printf("%-8s %11s %5s | %-22s | %-22s | %-22s\n", "proj", "w [N, K]", "rows",
-              "BLAS GFLOP/s (w GB/s)", "avx512", "avx2");
+      "machine (measured in this run, %d threads): memory read %.1f GB/s, matmul (1024^3) BLAS "
+      "float32 %.1f GFLOP/s, LibTorch bfloat16 %.1f GFLOP/s\n\n",
+      threads, bandwidth, peak, bf16_peak);
+  // The columns, in the order they run: each layout once, the kernels after OpenBLAS's threads
+  // have stopped spinning (they wait ~0.1 s for more work).
+  struct Column {
+    const char* name;
+    at::ScalarType dtype;
+    GemmIsa isa;  // kNone: LibTorch
+    flywheel::model::ThreadSplit split;
+    bool runs;
+  };
+  const Column columns[] = {
+      {"BLAS f32", at::kFloat, GemmIsa::kNone, flywheel::model::ThreadSplit::kBlas, true},
+      {"avx512 f32", at::kFloat, GemmIsa::kAvx512, flywheel::model::ThreadSplit::kKernels,
+       flywheel::model::gemm_isa_supported(GemmIsa::kAvx512)},
+      {"avx2 f32", at::kFloat, GemmIsa::kAvx2, flywheel::model::ThreadSplit::kKernels,
+       flywheel::model::gemm_isa_supported(GemmIsa::kAvx2)},
+      {"LibTorch bf16", at::kBFloat16, GemmIsa::kNone, flywheel::model::ThreadSplit::kAten, true},
+      {"avx512 bf16", at::kBFloat16, GemmIsa::kAuto, flywheel::model::ThreadSplit::kKernels,
+       flywheel::model::bf16_gemm_supported()},
+  };
+  constexpr int kColumns = sizeof(columns) / sizeof(columns[0]);
+  std::printf("%-8s %11s %5s", "proj", "w [N, K]", "rows");
+  for (const Column& column : columns) std::printf(" | %-18s", column.name);
+  std::printf("\n%-26s", "");
+  for (int i = 0; i < kColumns; ++i) std::printf(" | %-18s", "GFLOP/s (w GB/s)");
+  std::printf("\n");
   const std::vector<Shape> shapes = {{"q/o", 768, 768},
                                      {"k/v", 256, 768},
                                      {"gate/up", 2048, 768},
@@ -74,32 +101,30 @@ int main(int argc, char** argv) {
   struct Case {
     const Shape* shape;
     int64_t m;
-    double seconds[3];  // BLAS, avx512, avx2; 0 = not run
+    double seconds[kColumns];  // 0 = not run
   };
   std::vector<Case> cases;
   for (const Shape& s : shapes) {
     for (int64_t m : {1, 8, 32, 64, 128, 512}) {
-      if (flywheel::bench::listed(rows_arg, std::to_string(m))) cases.push_back({&s, m, {0, 0, 0}});
+      if (flywheel::bench::listed(rows_arg, std::to_string(m))) cases.push_back({&s, m, {}});
     }
   }
-  // BLAS first, all cases; then the kernels, after OpenBLAS's threads have stopped spinning
-  // (they wait ~0.1 s for more work) and with BLAS at 1 thread, as the decoder runs them.
-  const GemmIsa isas[3] = {GemmIsa::kNone, GemmIsa::kAvx512, GemmIsa::kAvx2};
-  for (int column = 0; column < 3; ++column) {
-    if (column == 1) {
-      layout(1, flywheel::model::ThreadSplit::kBlas);
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    }
+  for (int column = 0; column < kColumns; ++column) {
+    const Column& col = columns[column];
+    if (!col.runs) continue;
+    layout(col.split == flywheel::model::ThreadSplit::kKernels ? 1 : threads, col.split);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
     for (Case& c : cases) {
-      if (column > 0 && !flywheel::model::gemm_isa_supported(isas[column])) continue;
       const Shape& s = *c.shape;
-      at::Tensor w = at::randn({s.n, s.k}), b = at::randn({s.n}), x = at::randn({c.m, s.k});
+      const at::TensorOptions options = at::TensorOptions().dtype(col.dtype);
+      at::Tensor w = at::randn({s.n, s.k}).to(options), b = at::randn({s.n}).to(options);
+      at::Tensor x = at::randn({c.m, s.k}).to(options);
       const int reps = s.n * s.k * c.m > (int64_t{1} << 28) ? 3 : 10;
-      const flywheel::model::SmallLinearOptions options{isas[column], &pool};
+      const flywheel::model::SmallLinearOptions kernel{col.isa, &pool};
       c.seconds[column] = best_time(reps, [&] {
-        if (column > 0) {
-          flywheel::model::small_linear(x, w, b, options);
-        } else if (c.m == 1) {
+        if (col.isa != GemmIsa::kNone) {
+          flywheel::model::small_linear(x, w, b, kernel);
+        } else if (c.m == 1 && col.dtype == at::kFloat) {
           at::addmv(b, w, x.view({-1}));
         } else {
           at::addmm(b, x, w.t());
@@ -109,19 +134,19 @@ int main(int argc, char** argv) {
   }
   for (const Case& c : cases) {
     const Shape& s = *c.shape;
-    const double flops = 2.0 * c.m * s.n * s.k, bytes = 4.0 * s.n * s.k;
-    std::string cells[3];
-    for (int i = 0; i < 3; ++i) {
+    std::printf("%-8s %5lldx%-5lld %5lld", s.name, static_cast<long long>(s.n),
+                static_cast<long long>(s.k), static_cast<long long>(c.m));
+    for (int i = 0; i < kColumns; ++i) {
+      const double flops = 2.0 * c.m * s.n * s.k;
+      const double bytes = (columns[i].dtype == at::kFloat ? 4.0 : 2.0) * s.n * s.k;
       char buf[64] = "-";
       if (c.seconds[i] > 0) {
-        std::snprintf(buf, sizeof buf, "%8.1f (%5.1f)", flops / c.seconds[i] / 1e9,
+        std::snprintf(buf, sizeof buf, "%7.1f (%5.1f)", flops / c.seconds[i] / 1e9,
                       bytes / c.seconds[i] / 1e9);
       }
-      cells[i] = buf;
+      std::printf(" | %-18s", buf);
     }
-    std::printf("%-8s %5lldx%-5lld %5lld | %-22s | %-22s | %-22s\n", s.name,
-                static_cast<long long>(s.n), static_cast<long long>(s.k),
-                static_cast<long long>(c.m), cells[0].c_str(), cells[1].c_str(), cells[2].c_str());
+    std::printf("\n");
   }
   return 0;
 }

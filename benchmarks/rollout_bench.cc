@@ -38,7 +38,6 @@
 namespace {
 
 using flywheel::bench::best_time;
-using flywheel::bench::matmul_gflops;
 using flywheel::bench::memory_bandwidth_gbs;
 using flywheel::bench::qwen2_config;
 using flywheel::bench::seconds_since;
@@ -305,17 +304,20 @@ int main(int argc, char** argv) {
   }
   const std::string dtype_name = flywheel::model::dtype_name(*dtype);
   const int budget = flywheel::bench::bench_budget(args);
-  const std::string layout = flywheel::bench::apply_bench_threads(args, *dtype);
   at::NoGradGuard no_grad;
+  // LibTorch's peak on the whole budget, before the bench's layout (which may give ATen and BLAS
+  // one thread each) is applied.
+  const double blas_peak = on_cuda ? device_matmul_gflops(*dtype, device)
+                                   : flywheel::bench::libtorch_matmul_gflops(*dtype, budget);
+  const std::string layout = flywheel::bench::apply_bench_threads(args, *dtype);
   const double bandwidth =
       on_cuda ? device_copy_bandwidth_gbs(device) : memory_bandwidth_gbs(budget);
-  const double blas_peak = on_cuda ? device_matmul_gflops(*dtype, device) : matmul_gflops(*dtype);
-  // Float32 decode runs its projections in flywheel's kernels where the CPU has them: the peak
-  // is the faster of the two.
-  const bool kernels = !on_cuda && *dtype == at::kFloat &&
-                       flywheel::model::gemm_isa_supported(flywheel::model::GemmIsa::kAuto);
+  // Decode runs its projections in flywheel's kernels where the CPU has them for the dtype: the
+  // peak is the faster of the two.
+  const bool kernels = !on_cuda && flywheel::model::small_gemm_supports(*dtype);
   flywheel::model::WorkerPool peak_pool(budget);
-  const double kernel_peak = kernels ? flywheel::bench::kernel_matmul_gflops(&peak_pool) : 0;
+  const double kernel_peak =
+      kernels ? flywheel::bench::kernel_matmul_gflops(&peak_pool, *dtype) : 0;
   const double peak = std::max(blas_peak, kernel_peak);
   std::printf("rollout_bench: greedy decode through the engine, %s on %s, %lld steps\n",
               dtype_name.c_str(), device.str().c_str(), static_cast<long long>(steps));
@@ -328,11 +330,14 @@ int main(int argc, char** argv) {
   } else {
     std::printf(
         "machine (measured in this run): memory read %.1f GB/s (%d threads), %s matmul %.1f "
-        "GFLOP/s (BLAS, 1024^3)",
+        "GFLOP/s (LibTorch, 1024^3)",
         bandwidth, budget, dtype_name.c_str(), blas_peak);
     if (kernels) {
       std::printf(", flywheel kernels (%s) %.1f GFLOP/s (1024^3)",
-                  flywheel::model::gemm_isa_name(flywheel::model::detect_gemm_isa()), kernel_peak);
+                  *dtype == at::kBFloat16
+                      ? "avx512 bf16"
+                      : flywheel::model::gemm_isa_name(flywheel::model::detect_gemm_isa()),
+                  kernel_peak);
     }
     std::printf("; compute roofline %.1f GFLOP/s\n", peak);
   }

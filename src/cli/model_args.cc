@@ -43,7 +43,7 @@ void ModelArgs::add_to(CLI::App* command, const std::string& dir_flag) {
       ->check(CLI::Range(0, 1024));
   command
       ->add_option("--thread-split", thread_split,
-                   "Split of --threads: auto (by dtype), kernels (flywheel's float32 kernels "
+                   "Split of --threads: auto (by dtype and CPU), kernels (flywheel's kernels "
                    "all, LibTorch 1, BLAS 1), blas (LibTorch 1, BLAS all: float32 GEMMs) or aten "
                    "(LibTorch all, BLAS 1)")
       ->check(CLI::IsMember({"auto", "kernels", "blas", "aten"}));

@@ -18,9 +18,11 @@ at::Tensor decode_attention(const DecodeAttentionInputs& in, const SmallLinearOp
   const int64_t kv_heads = in.keys.size(1), max_len = in.keys.size(2);
   TORCH_CHECK(in.keys.size(3) == hd && kv_heads > 0 && heads % kv_heads == 0,
               "decode_attention: head_dim or head counts disagree");
+  const at::ScalarType dtype = q.scalar_type();
   for (const at::Tensor* t : {&q, &in.keys, &in.values}) {
-    TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == at::kFloat && t->is_contiguous(),
-                "decode_attention: float32 contiguous CPU tensors expected");
+    TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == dtype && t->is_contiguous() &&
+                    (dtype == at::kFloat || dtype == at::kBFloat16),
+                "decode_attention: contiguous CPU tensors, all float32 or all bfloat16, expected");
   }
   TORCH_CHECK(static_cast<int64_t>(in.slots.size()) == rows &&
                   static_cast<int64_t>(in.lengths.size()) == rows,
@@ -31,13 +33,26 @@ at::Tensor decode_attention(const DecodeAttentionInputs& in, const SmallLinearOp
     TORCH_CHECK(in.lengths[b] >= 0 && in.lengths[b] <= max_len, "decode_attention: row ", b,
                 ": length ", in.lengths[b], " outside [0, ", max_len, "]");
   }
-  const GemmIsa isa = resolve_gemm_isa(options.isa, "decode_attention");
+  void (*attend)(const gemm::AttentionProblem&, int64_t, int64_t, float*) = nullptr;
+  if (dtype == at::kBFloat16) {
+    TORCH_CHECK(bf16_gemm_supported(),
+                "decode_attention: bfloat16 needs AVX512-BF16, which this CPU lacks");
+#if defined(FLYWHEEL_X86_GEMM)
+    attend = gemm::attend_avx512_bf16;
+#endif
+  } else {
+    const GemmIsa isa = resolve_gemm_isa(options.isa, "decode_attention");
+#if defined(FLYWHEEL_X86_GEMM)
+    attend = isa == GemmIsa::kAvx512 ? gemm::attend_avx512 : gemm::attend_avx2;
+#endif
+    (void)isa;
+  }
   at::Tensor out = at::empty({rows, heads * hd}, q.options());
   gemm::AttentionProblem p;
-  p.q = q.data_ptr<float>();
-  p.keys = in.keys.data_ptr<float>();
-  p.values = in.values.data_ptr<float>();
-  p.out = out.data_ptr<float>();
+  p.q = q.data_ptr();
+  p.keys = in.keys.data_ptr();
+  p.values = in.values.data_ptr();
+  p.out = out.data_ptr();
   p.slots = in.slots.data();
   p.lengths = in.lengths.data();
   p.heads = heads;
@@ -45,14 +60,10 @@ at::Tensor decode_attention(const DecodeAttentionInputs& in, const SmallLinearOp
   p.head_dim = hd;
   p.max_len = max_len;
   p.scale = static_cast<float>(in.scale);
-#if defined(FLYWHEEL_X86_GEMM)
-  auto* attend = isa == GemmIsa::kAvx512 ? gemm::attend_avx512 : gemm::attend_avx2;
-#else
-  void (*attend)(const gemm::AttentionProblem&, int64_t, int64_t, float*) = nullptr;
-#endif
-  // (row, kv head) tasks split evenly between the pool's threads, each range with its scores.
+  // (row, kv head) tasks split evenly between the pool's threads, each range with its scratch:
+  // the scores of a task's query heads and one head's float32 sums.
   const size_t scratch_floats =
-      static_cast<size_t>(heads / kv_heads * std::max<int64_t>(max_len, 1));
+      static_cast<size_t>(heads / kv_heads * std::max<int64_t>(max_len, 1) + hd);
   parallel_rows(options.pool, rows * kv_heads, /*min_rows=*/1, [&](int64_t begin, int64_t end) {
     std::vector<float> scratch(scratch_floats);
     attend(p, begin, end, scratch.data());

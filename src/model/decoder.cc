@@ -61,30 +61,35 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
   return x * cos + rotated * sin;
 }
 
-// x @ w^T + b. With a pool, float32 CPU projections that need no gradient run in flywheel's
-// kernels (small_gemm.h), which read w in place. Otherwise a single float32 row takes the
-// matrix-vector kernel: GEMM with one row repacks the weight matrix and runs 2-3x slower on CPU
-// (../shared/CPU_PERFORMANCE.md).
+// x @ w^T + b, in out_dtype (Undefined: x's). With a pool, float32 and bfloat16 CPU projections
+// that need no gradient run in flywheel's kernels (small_gemm.h), which read w in place. Otherwise
+// a single float32 row takes the matrix-vector kernel: GEMM with one row repacks the weight matrix
+// and runs 2-3x slower on CPU (../shared/CPU_PERFORMANCE.md).
 at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {},
-                   WorkerPool* pool = nullptr) {
+                   WorkerPool* pool = nullptr,
+                   at::ScalarType out_dtype = at::ScalarType::Undefined) {
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = w.size(0);
   at::Tensor rows = x.reshape({-1, x.size(-1)});
-  const bool float_cpu = x.scalar_type() == at::kFloat && x.device().is_cpu();
+  const at::ScalarType dtype = x.scalar_type();
+  const bool float_cpu = dtype == at::kFloat && x.device().is_cpu();
   const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad() ||
                                                          (b.defined() && b.requires_grad()));
-  if (pool != nullptr && float_cpu && !needs_grad && w.is_contiguous() &&
-      w.scalar_type() == at::kFloat) {
+  if (pool != nullptr && x.device().is_cpu() && !needs_grad && w.is_contiguous() &&
+      w.scalar_type() == dtype && (!b.defined() || b.scalar_type() == dtype) &&
+      small_gemm_supports(dtype)) {
     return small_linear(rows.stride(-1) == 1 ? rows : rows.contiguous(), w, b,
-                        {GemmIsa::kAuto, pool})
+                        {GemmIsa::kAuto, pool, out_dtype})
         .view(shape);
   }
+  at::Tensor y;
   if (rows.size(0) == 1 && float_cpu) {
     at::Tensor v = rows.view({-1});
-    return (b.defined() ? at::addmv(b, w, v) : at::mv(w, v)).view(shape);
+    y = (b.defined() ? at::addmv(b, w, v) : at::mv(w, v)).view(shape);
+  } else {
+    y = (b.defined() ? at::addmm(b, rows, w.t()) : at::mm(rows, w.t())).view(shape);
   }
-  at::Tensor y = b.defined() ? at::addmm(b, rows, w.t()) : at::mm(rows, w.t());
-  return y.view(shape);
+  return out_dtype == at::ScalarType::Undefined ? y : y.to(out_dtype);
 }
 
 bool is_contiguous_range(const std::vector<int64_t>& slots) {
@@ -111,13 +116,13 @@ struct LayerContext {
   at::Tensor cos, sin, mask;          // RoPE tables and attention mask
   const CacheIndex* where = nullptr;  // with a cache: where the valid tokens go
   KvCache* cache = nullptr;
-  WorkerPool* pool = nullptr;  // float32 projections in small_gemm.h's kernels; null: LibTorch
+  WorkerPool* pool = nullptr;  // projections in small_gemm.h's kernels; null: LibTorch
   // One token per row (decode) on the pool: per-row element-wise work runs by row ranges on it.
   bool split_rows = false;
 };
 
 // fn(begin, end): the rows [begin, end) of a row-independent result of `like`'s shape and
-// options. With a pool and enough rows (a decode step of a float32 model on the CPU, whose
+// options. With a pool and enough rows (a decode step of a model on the CPU kernels, whose
 // element-wise work would otherwise run on ATen's one thread), row ranges run on the pool's
 // threads into one output; otherwise fn(0, rows) is the result.
 at::Tensor by_rows(WorkerPool* pool, const at::Tensor& like,
@@ -166,8 +171,9 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
   // keys / values: [B, kvh, L, hd].
   at::Tensor keys = k.permute({0, 2, 1, 3}), values = v.permute({0, 2, 1, 3});
   const bool in_place = cache != nullptr && pool != nullptr && T == 1 &&
-                        !where->decode_lengths.empty() && q.scalar_type() == at::kFloat &&
-                        q.device().is_cpu() && cache->keys(index).scalar_type() == at::kFloat;
+                        !where->decode_lengths.empty() && q.device().is_cpu() &&
+                        small_gemm_supports(q.scalar_type()) &&
+                        cache->keys(index).scalar_type() == q.scalar_type();
   if (cache != nullptr) {
     // Write the valid tokens into their slots, then read each row's slot up to L positions.
     using at::indexing::Slice;
@@ -182,7 +188,7 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
                        new_k.to(cache_k.scalar_type()));
     cache_v.index_put_({where->write_slots, Slice(), where->write_positions},
                        new_v.to(cache_v.scalar_type()));
-    if (in_place) {  // float32 decode on the CPU: read the cache where it is
+    if (in_place) {  // decode on the CPU kernels: read the cache where it is
       DecodeAttentionInputs inputs;
       inputs.q = q.reshape({B, -1, hd}).contiguous();
       inputs.keys = cache_k;
@@ -383,8 +389,7 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelCo
   model->final_norm_ = find("model.norm.weight");
   model->lm_head_ = config.tie_word_embeddings ? model->embed_ : find("lm_head.weight");
   model->inv_freq_ = rope_inverse_frequencies(config).to(options.device);
-  if (options.device.is_cpu() && options.dtype == at::kFloat &&
-      gemm_isa_supported(GemmIsa::kAuto)) {
+  if (options.device.is_cpu() && small_gemm_supports(options.dtype)) {
     model->pool_ = std::make_shared<WorkerPool>(
         options.threads > 0 ? options.threads : std::max(1, at::get_num_threads()));
   }
@@ -548,7 +553,7 @@ at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* 
 }
 
 at::Tensor DecoderModel::logits(const at::Tensor& hidden) const {
-  return project(hidden, lm_head_, {}, pool_.get()).to(at::kFloat);
+  return project(hidden, lm_head_, {}, pool_.get(), at::kFloat);
 }
 
 }  // namespace flywheel::model

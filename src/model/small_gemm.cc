@@ -39,11 +39,31 @@ GemmIsa detect() {
   return GemmIsa::kNone;
 }
 
+bool detect_bf16() {
+#if defined(FLYWHEEL_X86_GEMM)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 GemmIsa detect_gemm_isa() {
   static const GemmIsa best = detect();  // constant for the process's life
   return best;
+}
+
+bool bf16_gemm_supported() {
+  static const bool supported = detect_bf16();
+  return supported;
+}
+
+bool small_gemm_supports(at::ScalarType dtype) {
+  if (dtype == at::kFloat) return gemm_isa_supported(GemmIsa::kAuto);
+  return dtype == at::kBFloat16 && bf16_gemm_supported();
 }
 
 bool gemm_isa_supported(GemmIsa isa) {
@@ -71,34 +91,51 @@ at::Tensor small_linear(const at::Tensor& x, const at::Tensor& w, const at::Tens
                         const SmallLinearOptions& options) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1),
               "small_linear: x [M, K] and w [N, K] expected, got ", x.sizes(), " and ", w.sizes());
-  TORCH_CHECK(x.device().is_cpu() && w.device().is_cpu() && x.scalar_type() == at::kFloat &&
-                  w.scalar_type() == at::kFloat,
-              "small_linear: float32 CPU tensors expected");
+  const at::ScalarType dtype = x.scalar_type();
+  TORCH_CHECK(x.device().is_cpu() && w.device().is_cpu() &&
+                  (dtype == at::kFloat || dtype == at::kBFloat16) && w.scalar_type() == dtype,
+              "small_linear: float32 or bfloat16 CPU tensors of one dtype expected, got ",
+              x.scalar_type(), " and ", w.scalar_type());
   TORCH_CHECK(w.is_contiguous() && x.stride(1) == 1,
-              "small_linear: w contiguous and x with "
-              "contiguous rows expected");
+              "small_linear: w contiguous and x with contiguous rows expected");
   TORCH_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0) && b.is_contiguous() &&
-                               b.scalar_type() == at::kFloat),
-              "small_linear: b [N] float32 contiguous expected");
-  const GemmIsa isa = resolve_gemm_isa(options.isa, "small_linear");
+                               b.scalar_type() == dtype),
+              "small_linear: b [N] contiguous of x's dtype expected");
+  const at::ScalarType out_dtype =
+      options.out_dtype == at::ScalarType::Undefined ? dtype : options.out_dtype;
+  TORCH_CHECK(out_dtype == dtype || out_dtype == at::kFloat,
+              "small_linear: the output is x's dtype or float32, not ", out_dtype);
+  void (*run)(const gemm::Problem&, int64_t, int64_t) = nullptr;
+  if (dtype == at::kBFloat16) {
+    TORCH_CHECK(bf16_gemm_supported(), "small_linear: bfloat16 needs AVX512-BF16, which this CPU ",
+                "lacks");
+#if defined(FLYWHEEL_X86_GEMM)
+    run = gemm::run_avx512_bf16;
+#endif
+  } else {
+    const GemmIsa isa = resolve_gemm_isa(options.isa, "small_linear");
+#if defined(FLYWHEEL_X86_GEMM)
+    run = isa == GemmIsa::kAvx512 ? gemm::run_avx512 : gemm::run_avx2;
+#endif
+    (void)isa;
+  }
   const int64_t M = x.size(0), N = w.size(0), K = x.size(1);
-  at::Tensor y = at::empty({M, N}, x.options());
+  at::Tensor y = at::empty({M, N}, x.options().dtype(out_dtype));
   if (M == 0 || N == 0) return y;
   gemm::Problem p;
-  p.x = x.data_ptr<float>();
-  p.w = w.data_ptr<float>();
-  p.bias = b.defined() ? b.data_ptr<float>() : nullptr;
-  p.y = y.data_ptr<float>();
+  p.x = x.data_ptr();
+  p.w = w.data_ptr();
+  p.bias = b.defined() ? b.data_ptr() : nullptr;
+  if (out_dtype == at::kFloat) {
+    p.y = y.data_ptr<float>();
+  } else {
+    p.y_bf16 = static_cast<uint16_t*>(y.data_ptr());
+  }
   p.M = M;
   p.K = K;
   p.ldx = M > 1 ? x.stride(0) : K;
   p.ldw = K;
   p.ldy = N;
-#if defined(FLYWHEEL_X86_GEMM)
-  auto* run = isa == GemmIsa::kAvx512 ? gemm::run_avx512 : gemm::run_avx2;
-#else
-  void (*run)(const gemm::Problem&, int64_t, int64_t) = nullptr;
-#endif
   // Blocks of kTileCols rows of w, split evenly between the pool's threads.
   const int64_t blocks = (N + gemm::kTileCols - 1) / gemm::kTileCols;
   parallel_rows(M * N * K < kMinParallelWork ? nullptr : options.pool, blocks, /*min_rows=*/1,

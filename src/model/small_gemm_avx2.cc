@@ -12,9 +12,12 @@ namespace flywheel::model::gemm {
 namespace {
 
 struct V {
+  using Elem = float;
   using Reg = __m256;
+  using In = Reg;
   static constexpr int kRows = 3;  // 12 accumulators + 4 rows of w of the 16 registers (x reloads)
   static constexpr int kLanes = 8;
+  static constexpr int kStep = kLanes;  // elements per load
   static Reg zero() { return _mm256_setzero_ps(); }
   static Reg load(const float* p) { return _mm256_loadu_ps(p); }
   // The first n < 8 floats at p, zeros after them (masked lanes are not read).
@@ -22,6 +25,9 @@ struct V {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
   }
+  static Reg widen(const float* p) { return load(p); }
+  static Reg loadf(const float* p) { return load(p); }
+  static Reg dot(In a, In b, Reg acc) { return fma(a, b, acc); }
   static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
   static Reg broadcast(float x) { return _mm256_set1_ps(x); }
   static void store(float* p, Reg a) { _mm256_storeu_ps(p, a); }
@@ -31,10 +37,29 @@ struct V {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
+  // The lane sums of a, b, c and d, in that order (a transposing tree of horizontal adds).
+  static __m128 sum4(Reg a, Reg b, Reg c, Reg d) {
+    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  }
+  // Four floats as bfloat16 (float32 kernels never write bfloat16; rounded as put does).
+  static void store4(uint16_t* p, __m128 y) {
+    float v[4];
+    _mm_storeu_ps(v, y);
+    for (int j = 0; j < 4; ++j) {
+      uint32_t bits;
+      __builtin_memcpy(&bits, &v[j], sizeof(bits));
+      p[j] = (bits & 0x7fffffffu) > 0x7f800000u
+                 ? uint16_t{0x7fc0}
+                 : static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+    }
+  }
 };
 
-#include "decode_attention_tasks.inc"
 #include "small_gemm_tiles.inc"
+
+// After the tiles: it uses their Elem, to_float and put.
+#include "decode_attention_tasks.inc"
 
 }  // namespace
 

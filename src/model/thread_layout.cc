@@ -76,14 +76,11 @@ ThreadLayout plan_thread_layout(int threads, at::ScalarType dtype, ThreadSplit s
   layout.threads = std::max(1, threads);
   layout.dtype = dtype;
   layout.blas = blas;
-  if (split == ThreadSplit::kAuto) {
-    if (dtype == at::kBFloat16) {
-      split = ThreadSplit::kAten;
-    } else {
-      split = kernels_available ? ThreadSplit::kKernels : ThreadSplit::kBlas;
-    }
-  }
-  if (split == ThreadSplit::kKernels && !kernels_available) split = ThreadSplit::kBlas;
+  // Without the kernels, bfloat16 GEMMs run in oneDNN on ATen's OpenMP pool and float32 ones in
+  // BLAS.
+  const ThreadSplit libtorch = dtype == at::kBFloat16 ? ThreadSplit::kAten : ThreadSplit::kBlas;
+  if (split == ThreadSplit::kAuto) split = kernels_available ? ThreadSplit::kKernels : libtorch;
+  if (split == ThreadSplit::kKernels && !kernels_available) split = libtorch;
   layout.kernels = split == ThreadSplit::kKernels;
   if (layout.kernels) {
     layout.aten_threads = 1;
@@ -103,7 +100,7 @@ ThreadLayout apply_thread_layout(const ThreadLayoutOptions& options) {
   const BlasControl blas = find_blas_control();
   const int threads = options.threads > 0 ? options.threads : std::max(1, at::get_num_threads());
   const ThreadLayout layout = plan_thread_layout(threads, options.dtype, options.split, blas.name,
-                                                 gemm_isa_supported(GemmIsa::kAuto));
+                                                 small_gemm_supports(options.dtype));
   // ATen first: with MKL, at::set_num_threads also sets MKL's count, which the BLAS call then
   // overrides.
   at::set_num_threads(layout.aten_threads);

@@ -87,6 +87,60 @@ TEST(SmallGemmTest, RejectsWhatItCannotRun) {
   }
 }
 
+// bfloat16 inputs: the products of bfloat16 pairs summed in float32 and rounded once, so the
+// result is the exact sum (in double) rounded to bfloat16, up to float32's rounding of the sum.
+TEST(SmallGemmTest, Bf16MatchesTheExactSumRoundedOnceForEveryTileEdge) {
+  if (!bf16_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX512-BF16";
+  at::manual_seed(6);
+  WorkerPool pool(3);
+  int checked = 0;
+  // Depths around the 32-element steps (the masked tail) as well as the tiles' edges.
+  for (int64_t m : {1, 3, 4, 5, 8, 13, 70}) {
+    for (int64_t n : {1, 3, 4, 5, 17, 64}) {
+      for (int64_t k : {1, 15, 16, 31, 32, 33, 64, 100}) {
+        at::Tensor x = at::randn({m, k}).to(at::kBFloat16);
+        at::Tensor w = at::randn({n, k}).to(at::kBFloat16);
+        at::Tensor b = at::randn({n}).to(at::kBFloat16);
+        for (bool bias : {false, true}) {
+          const at::Tensor used_b = bias ? b : at::Tensor();
+          const at::Tensor exact = reference(x, w, used_b);  // float32 of the double sum
+          at::Tensor y = small_linear(x, w, used_b, {GemmIsa::kAuto, &pool});
+          ASSERT_EQ(y.scalar_type(), at::kBFloat16);
+          // One bfloat16 rounding (2^-8 relative) of a sum whose float32 error is far below it.
+          EXPECT_TRUE(at::allclose(y.to(at::kFloat), exact, 1.0 / 256, 1e-4))
+              << "m=" << m << " n=" << n << " k=" << k << " bias=" << bias;
+          at::Tensor y32 = small_linear(x, w, used_b, {GemmIsa::kAuto, &pool, at::kFloat});
+          ASSERT_EQ(y32.scalar_type(), at::kFloat);
+          EXPECT_TRUE(at::allclose(y32, exact, 1e-5, 1e-4))
+              << "float32 out m=" << m << " n=" << n << " k=" << k << " bias=" << bias;
+          // The bfloat16 output is the float32 one rounded to nearest even, as LibTorch rounds.
+          EXPECT_TRUE(at::equal(y, y32.to(at::kBFloat16)));
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 672);
+  // Independent of the thread count.
+  at::Tensor x = at::randn({64, 768}).to(at::kBFloat16),
+             w = at::randn({301, 768}).to(at::kBFloat16);
+  EXPECT_TRUE(at::equal(small_linear(x, w), small_linear(x, w, {}, {GemmIsa::kAuto, &pool})));
+}
+
+TEST(SmallGemmTest, Bf16RejectsMixedDtypesAndOtherOutputs) {
+  at::Tensor x = at::randn({2, 32}).to(at::kBFloat16), w = at::randn({3, 32}).to(at::kBFloat16);
+  if (!bf16_gemm_supported()) {
+    EXPECT_FALSE(small_gemm_supports(at::kBFloat16));
+    EXPECT_THROW(small_linear(x, w), c10::Error);
+    return;
+  }
+  EXPECT_TRUE(small_gemm_supports(at::kBFloat16));
+  EXPECT_THROW(small_linear(x, w.to(at::kFloat)), c10::Error);
+  EXPECT_THROW(small_linear(x, w, at::randn({3})), c10::Error);  // float32 bias
+  EXPECT_THROW(small_linear(x, w, {}, {GemmIsa::kAuto, nullptr, at::kDouble}), c10::Error);
+  EXPECT_FALSE(small_gemm_supports(at::kDouble));
+}
+
 // The decoder runs its float32 projections in these kernels without gradients and in LibTorch
 // with them: both give the same hidden states, and gradients still flow.
 TEST(SmallGemmTest, DecoderForwardMatchesTheLibTorchPathAndKeepsGradients) {

@@ -28,13 +28,23 @@ TEST(ThreadLayoutTest, Float32WithoutTheKernelsGivesTheBudgetToBlas) {
   }
 }
 
-TEST(ThreadLayoutTest, Bfloat16GivesTheBudgetToAten) {
-  const ThreadLayout l =
+TEST(ThreadLayoutTest, Bfloat16GivesTheBudgetToTheKernelsWhereTheyRunElseToAten) {
+  ThreadLayout l =
       plan_thread_layout(/*threads=*/4, at::kBFloat16, ThreadSplit::kAuto, /*blas=*/"OpenBLAS",
                          /*kernels_available=*/true);
-  EXPECT_FALSE(l.kernels);
-  EXPECT_EQ(l.aten_threads, 4);
+  EXPECT_TRUE(l.kernels);
+  EXPECT_EQ(l.aten_threads, 1);
   EXPECT_EQ(l.blas_threads, 1);
+  EXPECT_EQ(l.to_string(),
+            "threads: 4 (flywheel kernels 4, ATen intra-op 1, OpenBLAS 1) for bfloat16");
+  // Without AVX512-BF16, oneDNN's GEMMs run on ATen's OpenMP pool.
+  for (ThreadSplit split : {ThreadSplit::kAuto, ThreadSplit::kKernels}) {
+    l = plan_thread_layout(/*threads=*/4, at::kBFloat16, split, /*blas=*/"OpenBLAS",
+                           /*kernels_available=*/false);
+    EXPECT_FALSE(l.kernels);
+    EXPECT_EQ(l.aten_threads, 4);
+    EXPECT_EQ(l.blas_threads, 1);
+  }
 }
 
 TEST(ThreadLayoutTest, ForcedSplitOverridesTheDtypeRule) {

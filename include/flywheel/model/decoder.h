@@ -25,8 +25,9 @@ namespace flywheel::model {
 struct DecoderOptions {
   at::ScalarType dtype = at::kFloat;  // kFloat, kBFloat16 or kHalf (kHalf needs a GPU)
   at::Device device = at::kCPU;
-  // Threads of flywheel's float32 CPU projections (small_gemm.h), which run every inference
-  // projection where the CPU has AVX2 or AVX-512; 0 = at::get_num_threads() when the model is
+  // Threads of flywheel's CPU kernels (small_gemm.h), which run every inference projection of a
+  // float32 model where the CPU has AVX2 or AVX-512, and of a bfloat16 model where it has
+  // AVX512-BF16 (small_gemm_supports); 0 = at::get_num_threads() when the model is
   // created. Processes that apply a ThreadLayout pass its budget (layout.threads): under the
   // kKernels split ATen itself has one thread.
   int threads = 0;
@@ -115,7 +116,7 @@ class DecoderModel {
   void init_random(uint64_t seed);
 
   // Final hidden states [B, T, hidden] (after the last RMSNorm), in the model dtype. Without
-  // gradients (or with inputs that need none), float32 CPU projections run in small_gemm.h's
+  // gradients (or with inputs that need none), CPU projections run in small_gemm.h's
   // kernels (see DecoderOptions::threads), otherwise in LibTorch. A malformed
   // batch (shapes, lengths, slots or positions outside the cache) throws c10::Error: batches are
   // built by flywheel's own code, so a bad one is a bug. Token ids must be < vocab_size.
@@ -126,7 +127,7 @@ class DecoderModel {
   // Float32 logits for hidden states [..., hidden].
   at::Tensor logits(const at::Tensor& hidden) const;
 
-  // The threads of the float32 CPU kernels (null where they do not run): callers may run their
+  // The threads of the CPU kernels (null where they do not run): callers may run their
   // own row-independent CPU work on them between forwards (the engine's sampling).
   WorkerPool* cpu_pool() const { return pool_.get(); }
 
@@ -143,8 +144,8 @@ class DecoderModel {
   at::Tensor embed_, final_norm_, lm_head_;
   std::vector<DecoderLayerWeights> layers_;
   at::Tensor inv_freq_;  // float32 [head_dim / 2]
-  // The threads of the float32 projections; null where they do not run (other dtypes, devices or
-  // CPUs without AVX2), and BLAS projects.
+  // The threads of the kernels; null where they do not run (other dtypes, devices, or CPUs
+  // without them: small_gemm_supports), and LibTorch projects.
   std::shared_ptr<WorkerPool> pool_;
 };
 

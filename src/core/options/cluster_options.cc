@@ -8,14 +8,15 @@ void bind_options(FieldBinder& b, ClusterOptions& o) {
   b.field("controller_address", &o.controller_address,
           FieldInfo("HOST:PORT of the controller for rollout workers. Empty: the local one."));
   b.field("threads_per_process", &o.threads_per_process,
-          FieldInfo("Thread budget of each process, given to flywheel's float32 kernels, "
+          FieldInfo("Thread budget of each process, given to flywheel's kernels, "
                     "LibTorch's intra-op pool or the BLAS library's pool as "
                     "cluster.thread_split says.")
               .min(1));
   b.field("thread_split", &o.thread_split,
-          FieldInfo("How rollout workers split threads_per_process: auto picks by dtype "
-                    "(float32: kernels where the CPU has AVX2 or AVX-512, else blas; bfloat16: "
-                    "aten); kernels runs flywheel's float32 projection kernels on all of them "
+          FieldInfo("How rollout workers split threads_per_process: auto picks kernels where "
+                    "flywheel's kernels run the dtype (float32: AVX2 or AVX-512; bfloat16: "
+                    "AVX512-BF16), else blas for float32 and aten for bfloat16; kernels runs "
+                    "flywheel's projection kernels on all of them "
                     "and LibTorch and OpenBLAS on 1; blas runs LibTorch's intra-op pool on 1 "
                     "thread and OpenBLAS on all of them (float32 GEMMs); aten runs LibTorch on "
                     "all of them and OpenBLAS on 1. Without a settable BLAS (no "
