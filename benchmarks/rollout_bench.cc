@@ -8,8 +8,9 @@
 //       [--batches 1,8,64] [--models small,100M] [--no-extras]
 //
 // After the table (unless --no-extras), for the 100M model: batch 1 on one thread against the
-// whole budget beside each one's memory bandwidth, the engine's pause for a weight update, and
-// sampled against greedy decode at batch 64.
+// whole budget beside each one's memory bandwidth, on a CPU with native bf16 bfloat16 against
+// float32 at batch 64 (alternated), the engine's pause for a weight update, and sampled against
+// greedy decode at batch 64.
 //
 // It prints the CPU model, whether it has native bf16 and the thread layout first. With
 // --device cuda the model runs on cuda:0 (dtype bfloat16 unless --dtype says otherwise) and the
@@ -267,6 +268,33 @@ void report_thread_scaling(const ModelConfig& config, at::ScalarType dtype,
       bandwidth[1] / bandwidth[0]);
 }
 
+// bfloat16 against float32 decode at batch 64 on a CPU with native bf16: one model of each dtype
+// (same random weights), each under its own thread layout, runs alternated so that both see the
+// same machine.
+void report_dtype_ratio(const ModelConfig& config, const flywheel::bench::BenchArgs& args,
+                        int budget, int64_t steps, double bandwidth, double peak) {
+  const at::ScalarType dtypes[2] = {at::kFloat, at::kBFloat16};
+  std::shared_ptr<flywheel::model::DecoderModel> models[2];
+  for (int i = 0; i < 2; ++i) {
+    auto created = flywheel::model::DecoderModel::create(
+        config, flywheel::model::DecoderOptions{dtypes[i], at::kCPU, budget});
+    models[i].reset(created->release());
+    models[i]->init_random(1);
+  }
+  double tokens[2] = {0, 0};
+  for (int r = 0; r < kRepeats; ++r) {
+    for (int i = 0; i < 2; ++i) {
+      (void)flywheel::bench::apply_bench_threads(args, dtypes[i]);
+      tokens[i] = std::max(tokens[i], run(models[i], 64, steps, bandwidth, peak).tokens_per_s);
+    }
+  }
+  std::printf(
+      "\nbfloat16 vs float32, 100M, batch 64 (native bf16): %.1f vs %.1f tokens/s = %.2fx in the "
+      "same run (best of %d each, alternated; %s)\n",
+      tokens[1], tokens[0], tokens[1] / tokens[0], kRepeats,
+      flywheel::bench::apply_bench_threads(args, dtypes[1]).c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -386,6 +414,10 @@ int main(int argc, char** argv) {
     if (std::string(spec.name) == "100M" && !args.no_extras) {
       if (!on_cuda && budget > 1) {
         report_thread_scaling(spec.config, *dtype, args, budget, steps, peak);
+        (void)flywheel::bench::apply_bench_threads(args, *dtype);
+      }
+      if (!on_cuda && cpu.native_bf16) {
+        report_dtype_ratio(spec.config, args, budget, steps, bandwidth, peak);
         (void)flywheel::bench::apply_bench_threads(args, *dtype);
       }
       report_update_pause(model, 32, 8);

@@ -1,6 +1,10 @@
 #include "flywheel/rollout/sampling.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -99,6 +103,62 @@ TEST(TruncationTest, RowsOfOneBatchFollowTheirOwnParameters) {
     truncate_logits(alone, params[r]);
     EXPECT_TRUE(at::equal(alone, batch[r])) << "row " << r;
   }
+}
+
+// Top-p by its definition, in float64: sort descending (ties by index), drop a token once the
+// probability before it reaches top_p.
+at::Tensor top_p_reference(const at::Tensor& row, double top_p) {
+  const int64_t vocab = row.size(0);
+  at::Tensor p = at::softmax(row.to(at::kDouble), 0);
+  std::vector<int64_t> order(vocab);
+  for (int64_t i = 0; i < vocab; ++i) order[i] = i;
+  const float* v = row.data_ptr<float>();
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return v[a] > v[b]; });
+  at::Tensor out = row.clone();
+  double before = 0;
+  const double* pd = p.data_ptr<double>();
+  for (size_t j = 0; j < order.size(); ++j) {
+    if (j > 0 && before >= top_p) out[order[j]] = -std::numeric_limits<float>::infinity();
+    before += pd[order[j]];
+  }
+  return out;
+}
+
+// Flat rows (random weights: top-p keeps most of the vocabulary), peaked ones, rows with tokens
+// top-k already removed (-inf) and rows of tied values: top-p without a sort keeps what the
+// definition keeps, and a row whose maximum is not finite goes through the sorting path.
+TEST(TruncationTest, TopPWithoutSortingKeepsTheSetItsDefinitionKeeps) {
+  at::manual_seed(11);
+  const int64_t vocab = 32000;
+  std::vector<at::Tensor> rows = {at::randn({vocab}) * 0.3, at::randn({vocab}) * 3,
+                                  at::randn({vocab}) * 30, at::round(at::randn({vocab}) * 4)};
+  at::Tensor masked = at::randn({vocab});
+  masked.narrow(0, 100, 20000).fill_(-std::numeric_limits<float>::infinity());
+  rows.push_back(masked);
+  int checked = 0;
+  for (const at::Tensor& row : rows) {
+    for (double top_p : {0.05, 0.5, 0.9, 0.99}) {
+      SamplingParams p;
+      p.top_p = top_p;
+      at::Tensor mine = row.clone();
+      truncate_logits(mine, p);
+      const at::Tensor expected = top_p_reference(row, top_p);
+      const int64_t kept = at::isfinite(mine).sum().item<int64_t>();
+      const int64_t expected_kept = at::isfinite(expected).sum().item<int64_t>();
+      EXPECT_EQ(kept, expected_kept) << "top_p " << top_p;
+      EXPECT_TRUE(at::equal(mine, expected)) << "top_p " << top_p << ": kept " << kept;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 20);
+  // A row with +inf: declined, and truncated by sorting (which keeps the +inf token).
+  at::Tensor bad = at::randn({2, 50});
+  bad[1][7] = std::numeric_limits<float>::infinity();
+  SamplingParams p;
+  p.top_p = 0.5;
+  truncate_logits_rows(bad, {&p, &p});
+  EXPECT_TRUE(std::isinf(bad[1][7].item<float>()) && bad[1][7].item<float>() > 0);
+  EXPECT_GE(at::isfinite(bad[0]).sum().item<int64_t>(), 1);
 }
 
 // kProbs over the first 5 of 1000 tokens, the rest sharing a 1e-6 of the mass: the candidate
