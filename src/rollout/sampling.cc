@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -143,8 +144,16 @@ bool top_p_row(float* row, const float* e, int64_t vocab, float most, double top
   size_t keep = 0;
   while (keep < tied.size() && before < target) before += e[tied[keep++].second];
   for (size_t j = keep; j < tied.size(); ++j) row[tied[j].second] = kNegInf;
-  // Branch-free (entries of kNone are -inf already): buckets past the crossing are dropped.
-  for (int64_t i = 0; i < vocab; ++i) row[i] = bucket[i] > crossing ? kNegInf : row[i];
+  // Buckets past the crossing are dropped (kNone entries are -inf already). Without a branch:
+  // which entries go is random in vocabulary order, so a branch mispredicts half the time.
+  constexpr uint32_t kNegInfBits = 0xff800000u;
+  for (int64_t i = 0; i < vocab; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &row[i], sizeof(bits));
+    const uint32_t drop = 0u - static_cast<uint32_t>(bucket[i] > crossing);
+    bits = (bits & ~drop) | (kNegInfBits & drop);
+    std::memcpy(&row[i], &bits, sizeof(bits));
+  }
   return true;
 }
 
