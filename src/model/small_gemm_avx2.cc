@@ -42,18 +42,7 @@ struct V {
     const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
     return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
   }
-  // Four floats as bfloat16 (float32 kernels never write bfloat16; rounded as put does).
-  static void store4(uint16_t* p, __m128 y) {
-    float v[4];
-    _mm_storeu_ps(v, y);
-    for (int j = 0; j < 4; ++j) {
-      uint32_t bits;
-      __builtin_memcpy(&bits, &v[j], sizeof(bits));
-      p[j] = (bits & 0x7fffffffu) > 0x7f800000u
-                 ? uint16_t{0x7fc0}
-                 : static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-    }
-  }
+  static constexpr bool kStore4 = false;  // float32 kernels never write bfloat16
 };
 
 #include "small_gemm_tiles.inc"

@@ -11,6 +11,8 @@
 namespace flywheel::model::gemm {
 namespace {
 
+#include "small_gemm_avx512_sums.inc"
+
 struct V {
   using Elem = float;
   using Reg = __m512;
@@ -30,38 +32,9 @@ struct V {
   static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
   static Reg broadcast(float x) { return _mm512_set1_ps(x); }
   static void store(float* p, Reg a) { _mm512_storeu_ps(p, a); }
-  static float sum(Reg a) {
-    const __m512 halves = _mm512_add_ps(a, _mm512_shuffle_f32x4(a, a, 0x4E));  // lanes 0-7 + 8-15
-    __m128 s = _mm_add_ps(_mm512_castps512_ps128(halves),
-                          _mm512_castps512_ps128(_mm512_shuffle_f32x4(halves, halves, 0x01)));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-  }
-  // The lane sums of a, b, c and d, in that order: a transposing tree, 13 instructions for four
-  // sums where four separate reductions take 32.
-  static __m128 sum4(Reg a, Reg b, Reg c, Reg d) {
-    // Per 128-bit lane: [a0 + a2, b0 + b2, a1 + a3, b1 + b3] and the same of c and d.
-    const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-    const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-    // Per 128-bit lane: that lane's sums of a, b, c and d.
-    __m512 s = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xEE));
-    s = _mm512_add_ps(s, _mm512_shuffle_f32x4(s, s, 0x4E));  // + the other 256-bit half
-    s = _mm512_add_ps(s, _mm512_shuffle_f32x4(s, s, 0xB1));  // + the other 128-bit lane
-    return _mm512_castps512_ps128(s);
-  }
-  // Four floats as bfloat16 (float32 kernels never write bfloat16; rounded as put does).
-  static void store4(uint16_t* p, __m128 y) {
-    float v[4];
-    _mm_storeu_ps(v, y);
-    for (int j = 0; j < 4; ++j) {
-      uint32_t bits;
-      __builtin_memcpy(&bits, &v[j], sizeof(bits));
-      p[j] = (bits & 0x7fffffffu) > 0x7f800000u
-                 ? uint16_t{0x7fc0}
-                 : static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-    }
-  }
+  static float sum(Reg a) { return avx512_sum(a); }
+  static __m128 sum4(Reg a, Reg b, Reg c, Reg d) { return avx512_sum4(a, b, c, d); }
+  static constexpr bool kStore4 = false;  // float32 kernels never write bfloat16
 };
 
 #include "small_gemm_tiles.inc"

@@ -13,6 +13,8 @@
 namespace flywheel::model::gemm {
 namespace {
 
+#include "small_gemm_avx512_sums.inc"
+
 struct V {
   using Elem = uint16_t;  // bfloat16 bits
   using Reg = __m512;
@@ -36,21 +38,11 @@ struct V {
   static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
   static Reg broadcast(float x) { return _mm512_set1_ps(x); }
   static void store(float* p, Reg a) { _mm512_storeu_ps(p, a); }
-  static float sum(Reg a) { return _mm512_reduce_add_ps(a); }
-  // The lane sums of a, b, c and d, in that order: a transposing tree, 13 instructions for four
-  // sums where four separate reductions take 32.
-  static __m128 sum4(Reg a, Reg b, Reg c, Reg d) {
-    // Per 128-bit lane: [a0 + a2, b0 + b2, a1 + a3, b1 + b3] and the same of c and d.
-    const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-    const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-    // Per 128-bit lane: that lane's sums of a, b, c and d.
-    __m512 s = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xEE));
-    s = _mm512_add_ps(s, _mm512_shuffle_f32x4(s, s, 0x4E));  // + the other 256-bit half
-    s = _mm512_add_ps(s, _mm512_shuffle_f32x4(s, s, 0xB1));  // + the other 128-bit lane
-    return _mm512_castps512_ps128(s);
-  }
-  // Four floats rounded to nearest even as bfloat16 (vcvtneps2bf16).
-  // The 512-bit form, so that AVX512-VL is not needed.
+  static float sum(Reg a) { return avx512_sum(a); }
+  static __m128 sum4(Reg a, Reg b, Reg c, Reg d) { return avx512_sum4(a, b, c, d); }
+  static constexpr bool kStore4 = true;
+  // Four floats rounded to nearest even as bfloat16 (vcvtneps2bf16; its 512-bit form, so that
+  // AVX512-VL is not needed).
   static void store4(uint16_t* p, __m128 y) {
     const __m256i bf16 = (__m256i)_mm512_cvtneps_pbh(_mm512_zextps128_ps512(y));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(bf16));
