@@ -33,20 +33,14 @@ at::Tensor decode_attention(const DecodeAttentionInputs& in, const SmallLinearOp
     TORCH_CHECK(in.lengths[b] >= 0 && in.lengths[b] <= max_len, "decode_attention: row ", b,
                 ": length ", in.lengths[b], " outside [0, ", max_len, "]");
   }
+  const GemmKernel kernel = resolve_gemm_kernel(dtype, options.isa, "decode_attention");
   void (*attend)(const gemm::AttentionProblem&, int64_t, int64_t, float*) = nullptr;
-  if (dtype == at::kBFloat16) {
-    TORCH_CHECK(bf16_gemm_supported(),
-                "decode_attention: bfloat16 needs AVX512-BF16, which this CPU lacks");
 #if defined(FLYWHEEL_X86_GEMM)
-    attend = gemm::attend_avx512_bf16;
+  attend = kernel == GemmKernel::kAvx512Bf16 ? gemm::attend_avx512_bf16
+           : kernel == GemmKernel::kAvx512   ? gemm::attend_avx512
+                                             : gemm::attend_avx2;
 #endif
-  } else {
-    const GemmIsa isa = resolve_gemm_isa(options.isa, "decode_attention");
-#if defined(FLYWHEEL_X86_GEMM)
-    attend = isa == GemmIsa::kAvx512 ? gemm::attend_avx512 : gemm::attend_avx2;
-#endif
-    (void)isa;
-  }
+  (void)kernel;
   at::Tensor out = at::empty({rows, heads * hd}, q.options());
   gemm::AttentionProblem p;
   p.q = q.data_ptr();

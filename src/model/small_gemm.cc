@@ -87,6 +87,16 @@ GemmIsa resolve_gemm_isa(GemmIsa isa, const char* caller) {
   return resolved;
 }
 
+GemmKernel resolve_gemm_kernel(at::ScalarType dtype, GemmIsa isa, const char* caller) {
+  if (dtype == at::kBFloat16) {
+    TORCH_CHECK(bf16_gemm_supported(), caller,
+                ": bfloat16 needs AVX512-BF16, which this CPU lacks");
+    return GemmKernel::kAvx512Bf16;
+  }
+  return resolve_gemm_isa(isa, caller) == GemmIsa::kAvx512 ? GemmKernel::kAvx512
+                                                           : GemmKernel::kAvx2;
+}
+
 at::Tensor small_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                         const SmallLinearOptions& options) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1),
@@ -105,20 +115,14 @@ at::Tensor small_linear(const at::Tensor& x, const at::Tensor& w, const at::Tens
       options.out_dtype == at::ScalarType::Undefined ? dtype : options.out_dtype;
   TORCH_CHECK(out_dtype == dtype || out_dtype == at::kFloat,
               "small_linear: the output is x's dtype or float32, not ", out_dtype);
+  const GemmKernel kernel = resolve_gemm_kernel(dtype, options.isa, "small_linear");
   void (*run)(const gemm::Problem&, int64_t, int64_t) = nullptr;
-  if (dtype == at::kBFloat16) {
-    TORCH_CHECK(bf16_gemm_supported(), "small_linear: bfloat16 needs AVX512-BF16, which this CPU ",
-                "lacks");
 #if defined(FLYWHEEL_X86_GEMM)
-    run = gemm::run_avx512_bf16;
+  run = kernel == GemmKernel::kAvx512Bf16 ? gemm::run_avx512_bf16
+        : kernel == GemmKernel::kAvx512   ? gemm::run_avx512
+                                          : gemm::run_avx2;
 #endif
-  } else {
-    const GemmIsa isa = resolve_gemm_isa(options.isa, "small_linear");
-#if defined(FLYWHEEL_X86_GEMM)
-    run = isa == GemmIsa::kAvx512 ? gemm::run_avx512 : gemm::run_avx2;
-#endif
-    (void)isa;
-  }
+  (void)kernel;
   const int64_t M = x.size(0), N = w.size(0), K = x.size(1);
   at::Tensor y = at::empty({M, N}, x.options().dtype(out_dtype));
   if (M == 0 || N == 0) return y;

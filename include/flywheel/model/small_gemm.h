@@ -48,6 +48,13 @@ bool small_gemm_supports(at::ScalarType dtype);
 // naming `caller` when this CPU lacks it.
 GemmIsa resolve_gemm_isa(GemmIsa isa, const char* caller);
 
+// The kernels small_linear and decode_attention choose between.
+enum class GemmKernel { kAvx512, kAvx2, kAvx512Bf16 };
+
+// The kernel a call on `dtype` (float32 or bfloat16) with `isa` runs; throws c10::Error naming
+// `caller` when this CPU lacks it (bfloat16: AVX512-BF16, whatever `isa` says).
+GemmKernel resolve_gemm_kernel(at::ScalarType dtype, GemmIsa isa, const char* caller);
+
 struct SmallLinearOptions {
   GemmIsa isa = GemmIsa::kAuto;  // float32 only; bfloat16 always runs AVX512-BF16
   WorkerPool* pool = nullptr;    // null: the calling thread alone
