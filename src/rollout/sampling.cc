@@ -96,37 +96,32 @@ bool candidates_near_max(const float* row, int64_t vocab, float width, int64_t c
   return true;
 }
 
-// Top-p on one float32 row in place, without sorting it: in descending order of value, a token is
-// set to -inf once the probability of the tokens before it reaches top_p (the first always stays),
-// as the sorting path below decides. Tokens are bucketed by their distance from the maximum; the
-// buckets before the one where the cumulative probability crosses top_p are kept whole, those after
-// it dropped whole, and only the crossing bucket is sorted (by value, ties by index). O(V) where a
-// sort of the row is O(V log V): 2.4 ms per 32000-token row on one thread. Probabilities are
-// summed in float64, so a cut within float32 rounding of top_p may fall one token apart from the
-// float32 sort. `e` is exp(row - most) and `most` the row's maximum (vectorised by the caller for
-// all rows at once). False, with the row untouched, when the maximum is not finite.
+// Top-p (< 1) on one float32 row in place, without sorting it: in descending order of value, a
+// token is set to -inf once the probability of the tokens before it reaches top_p (the first
+// always stays), as the sorting path below decides. Tokens are bucketed by their distance from
+// the maximum; the buckets before the one where the cumulative probability crosses top_p are kept
+// whole, those after it dropped whole, and only the crossing bucket is sorted (by value, ties by
+// index). O(V) where a sort of the row is O(V log V): 2.4 ms per 32000-token row on one thread.
+// Probabilities are summed in float64, so a cut within float32 rounding of top_p may fall one
+// token apart from the float32 sort. `e` is exp(row - most) and `most` the row's maximum
+// (vectorised by the caller for all rows at once). False, with the row untouched, when the
+// maximum is not finite.
 bool top_p_row(float* row, const float* e, int64_t vocab, float most, double top_p) {
   constexpr int kBuckets = 4096;
   if (!std::isfinite(most)) return false;
   const float kNegInf = -std::numeric_limits<float>::infinity();
-  float least = most;
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (row[i] < least && row[i] > kNegInf) least = row[i];
-  }
-  const float span = most - least;
-  const float per_nat = span > 0 ? static_cast<float>(kBuckets) / span : 0.0f;
-  // Each entry's bucket, kNone for -inf (which stays as it is).
-  constexpr uint16_t kNone = 0xffff;
+  // Buckets span `width` nats below the maximum; everything further (-inf included) shares the
+  // last one. Every token further than log(vocab / (1 - top_p)) nats has probability below
+  // (1 - top_p) / vocab, so together they hold less than 1 - top_p: the crossing lies within.
+  const float width = std::log(static_cast<float>(vocab) / static_cast<float>(1.0 - top_p));
+  const float per_nat = static_cast<float>(kBuckets) / width;
+  constexpr float kLast = kBuckets - 1;
   std::vector<uint16_t> bucket(static_cast<size_t>(vocab));
   std::vector<double> mass(kBuckets, 0.0);
   double total = 0;
   for (int64_t i = 0; i < vocab; ++i) {
-    if (!(row[i] >= least)) {
-      bucket[i] = kNone;
-      continue;
-    }
-    const int b = static_cast<int>((most - row[i]) * per_nat);
-    bucket[i] = static_cast<uint16_t>(b < kBuckets ? b : kBuckets - 1);
+    const float b = std::min((most - row[i]) * per_nat, kLast);  // -inf: +inf -> the last
+    bucket[i] = static_cast<uint16_t>(b);
     mass[bucket[i]] += e[i];
     total += e[i];
   }
@@ -134,17 +129,23 @@ bool top_p_row(float* row, const float* e, int64_t vocab, float most, double top
   double before = 0;
   int crossing = 0;
   while (crossing < kBuckets - 1 && before + mass[crossing] < target) before += mass[crossing++];
-  std::vector<std::pair<float, int64_t>> tied;  // the crossing bucket
+  // The crossing bucket's entries, gathered without a branch.
+  std::vector<int64_t> in_crossing(static_cast<size_t>(vocab) + 1);
+  size_t found = 0;
   for (int64_t i = 0; i < vocab; ++i) {
-    if (bucket[i] == crossing) tied.emplace_back(row[i], i);
+    in_crossing[found] = i;
+    found += bucket[i] == crossing;
   }
+  std::vector<std::pair<float, int64_t>> tied;
+  tied.reserve(found);
+  for (size_t j = 0; j < found; ++j) tied.emplace_back(row[in_crossing[j]], in_crossing[j]);
   std::sort(tied.begin(), tied.end(), [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   });
   size_t keep = 0;
   while (keep < tied.size() && before < target) before += e[tied[keep++].second];
   for (size_t j = keep; j < tied.size(); ++j) row[tied[j].second] = kNegInf;
-  // Buckets past the crossing are dropped (kNone entries are -inf already). Without a branch:
+  // Buckets past the crossing are dropped (-inf entries stay -inf). Without a branch:
   // which entries go is random in vocabulary order, so a branch mispredicts half the time.
   constexpr uint32_t kNegInfBits = 0xff800000u;
   for (int64_t i = 0; i < vocab; ++i) {
