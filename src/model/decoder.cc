@@ -125,6 +125,12 @@ struct LayerContext {
 // options. With a pool and enough rows (a decode step of a model on the CPU kernels, whose
 // element-wise work would otherwise run on ATen's one thread), row ranges run on the pool's
 // threads into one output; otherwise fn(0, rows) is the result.
+// Rows [begin, end) of t for by_rows' fn: t itself when that is all of it, so that the unsplit
+// (training) path builds the autograd graph it had before the split existed.
+at::Tensor row_range(const at::Tensor& t, int64_t begin, int64_t end) {
+  return begin == 0 && end == t.size(0) ? t : t.narrow(0, begin, end - begin);
+}
+
 at::Tensor by_rows(WorkerPool* pool, const at::Tensor& like,
                    const std::function<at::Tensor(int64_t, int64_t)>& fn) {
   constexpr int64_t kMinRows = 8;
@@ -154,15 +160,11 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
   // Per-row work (q/k norms, RoPE) by row ranges where the rows are split (by_rows).
   WorkerPool* rows_pool = context.split_rows ? pool : nullptr;
   auto norm_and_rope = [&](const at::Tensor& t, const at::Tensor& norm) {
-    if (rows_pool == nullptr) {  // unsplit: the same graph as before the split existed
-      const at::Tensor normed = config.qk_norm ? rms_norm(t, norm, config.rms_norm_eps) : t;
-      return apply_rope(normed, context.cos, context.sin);
-    }
     return by_rows(rows_pool, t, [&](int64_t begin, int64_t end) {
-      at::Tensor part = t.narrow(0, begin, end - begin);
+      at::Tensor part = row_range(t, begin, end);
       if (config.qk_norm) part = rms_norm(part, norm, config.rms_norm_eps);
-      return apply_rope(part, context.cos.narrow(0, begin, end - begin),
-                        context.sin.narrow(0, begin, end - begin));
+      return apply_rope(part, row_range(context.cos, begin, end),
+                        row_range(context.sin, begin, end));
     });
   };
   q = norm_and_rope(q, layer.q_norm);
@@ -242,27 +244,23 @@ at::Tensor layer_forward(const ModelConfig& config, const DecoderLayerWeights& l
                          const at::Tensor& x, const LayerContext& context) {
   WorkerPool* pool = context.pool;
   WorkerPool* rows_pool = context.split_rows ? pool : nullptr;
-  // The whole tensor itself when unsplit: the training path's graph stays what it was.
-  auto range = [](const at::Tensor& t, int64_t begin, int64_t end) {
-    return begin == 0 && end == t.size(0) ? t : t.narrow(0, begin, end - begin);
-  };
   at::Tensor normed = by_rows(rows_pool, x, [&](int64_t begin, int64_t end) {
-    return rms_norm(range(x, begin, end), layer.input_norm, config.rms_norm_eps);
+    return rms_norm(row_range(x, begin, end), layer.input_norm, config.rms_norm_eps);
   });
   const at::Tensor attended = attention(config, layer, index, normed, context);
   at::Tensor h = by_rows(rows_pool, x, [&](int64_t begin, int64_t end) {
-    return range(x, begin, end) + range(attended, begin, end);
+    return row_range(x, begin, end) + row_range(attended, begin, end);
   });
   at::Tensor m = by_rows(rows_pool, h, [&](int64_t begin, int64_t end) {
-    return rms_norm(range(h, begin, end), layer.post_norm, config.rms_norm_eps);
+    return rms_norm(row_range(h, begin, end), layer.post_norm, config.rms_norm_eps);
   });
   const at::Tensor gate = project(m, layer.gate, {}, pool), up = project(m, layer.up, {}, pool);
   at::Tensor act = by_rows(rows_pool, gate, [&](int64_t begin, int64_t end) {
-    return at::silu(range(gate, begin, end)) * range(up, begin, end);
+    return at::silu(row_range(gate, begin, end)) * row_range(up, begin, end);
   });
   const at::Tensor down = project(act, layer.down, {}, pool);
   return by_rows(rows_pool, h, [&](int64_t begin, int64_t end) {
-    return range(h, begin, end) + range(down, begin, end);
+    return row_range(h, begin, end) + row_range(down, begin, end);
   });
 }
 

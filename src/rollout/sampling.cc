@@ -72,11 +72,10 @@ RowLimits row_limits(const std::vector<const SamplingParams*>& params, int64_t v
 // The candidates of row `r` of `scaled` (float32, contiguous rows) without a top-k over the row:
 // every entry within `width` nats of the row's maximum, when there are at most `candidates` of
 // them, in descending order of value (ties by index), into top/order (the rest of the row of
-// `top` stays -inf). False when more entries are that close: the caller takes at::topk.
-bool candidates_near_max(const float* row, int64_t vocab, float width, int64_t candidates,
-                         float* top, int64_t* order) {
-  float most = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < vocab; ++i) most = row[i] > most ? row[i] : most;
+// `top` stays -inf). `most` is the row's maximum. False when more entries are that close, or the
+// maximum is not finite: the caller takes at::topk.
+bool candidates_near_max(const float* row, int64_t vocab, float most, float width,
+                         int64_t candidates, float* top, int64_t* order) {
   if (!std::isfinite(most)) return false;
   const float floor = most - width;
   std::vector<std::pair<float, int64_t>> kept;
@@ -129,16 +128,10 @@ bool top_p_row(float* row, const float* e, int64_t vocab, float most, double top
   double before = 0;
   int crossing = 0;
   while (crossing < kBuckets - 1 && before + mass[crossing] < target) before += mass[crossing++];
-  // The crossing bucket's entries, gathered without a branch.
-  std::vector<int64_t> in_crossing(static_cast<size_t>(vocab) + 1);
-  size_t found = 0;
+  std::vector<std::pair<float, int64_t>> tied;  // the crossing bucket (a few dozen entries)
   for (int64_t i = 0; i < vocab; ++i) {
-    in_crossing[found] = i;
-    found += bucket[i] == crossing;
+    if (bucket[i] == crossing) tied.emplace_back(row[i], i);
   }
-  std::vector<std::pair<float, int64_t>> tied;
-  tied.reserve(found);
-  for (size_t j = 0; j < found; ++j) tied.emplace_back(row[in_crossing[j]], in_crossing[j]);
   std::sort(tied.begin(), tied.end(), [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   });
@@ -288,10 +281,11 @@ at::Tensor sample_among_candidates(const at::Tensor& scaled,
     if (l.top_k[r] == 0 && !too_wide[r] && l.min_p[r] > 0.0f) {
       width = std::min(width, -std::log(l.min_p[r]));
     }
-    near_max[r] = std::isfinite(width) &&
-                  candidates_near_max(rows_of.data_ptr<float>() + r * vocab, vocab, width,
-                                      candidates, top.data_ptr<float>() + r * candidates,
-                                      order.data_ptr<int64_t>() + r * candidates);
+    near_max[r] =
+        std::isfinite(width) && candidates_near_max(rows_of.data_ptr<float>() + r * vocab, vocab,
+                                                    row_max.data_ptr<float>()[r], width, candidates,
+                                                    top.data_ptr<float>() + r * candidates,
+                                                    order.data_ptr<int64_t>() + r * candidates);
     if (!near_max[r] && !cannot_be_covered(r)) by_topk.push_back(r);
   }
   if (!by_topk.empty()) {
