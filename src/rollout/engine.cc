@@ -484,22 +484,27 @@ void GenerationEngine::sample_and_append(const at::Tensor& logits,
       at::Tensor which = at::tensor(rest, at::kLong).to(logits.device());
       std::vector<const SamplingParams*> rest_params;
       for (int64_t i : rest) rest_params.push_back(params[i]);
-      at::Tensor sub = scaled.index_select(0, which);  // a copy: truncated in place
+      // Usually every row (flat distributions: top-p keeps most of the vocabulary).
+      const bool all_rest = rest.size() == sampled.size();
+      const at::Tensor sub = all_rest ? scaled : scaled.index_select(0, which);
+      const at::Tensor sub_norm =
+          !norm.defined() ? norm : (all_rest ? norm : norm.index_select(0, which));
       const at::Tensor rest_u = u.index_select(0, which.to(at::kCPU));
       at::Tensor d = at::empty({sub.size(0)}, longs),
                  p = at::empty({sub.size(0)}, logits.options());
       model::parallel_rows(pool, sub.size(0), kMinRowsPerThread, [&](int64_t begin, int64_t end) {
         const int64_t n = end - begin;
-        at::Tensor part = sub.narrow(0, begin, n);
-        truncate_logits_rows(part, std::vector<const SamplingParams*>(rest_params.begin() + begin,
-                                                                      rest_params.begin() + end));
-        at::Tensor probs = at::softmax(part, -1);
-        at::Tensor part_tokens = sample_from_probs(probs, rest_u.narrow(0, begin, n));
+        at::Tensor part_tokens, part_logprobs;
+        sample_rows(sub.narrow(0, begin, n),
+                    std::vector<const SamplingParams*>(rest_params.begin() + begin,
+                                                       rest_params.begin() + end),
+                    rest_u.narrow(0, begin, n), &part_tokens, &part_logprobs,
+                    sub_norm.defined() ? sub_norm.narrow(0, begin, n) : sub_norm);
         d.narrow(0, begin, n).copy_(part_tokens);
-        p.narrow(0, begin, n).copy_(probs.gather(-1, part_tokens.view({-1, 1})).view({-1}));
+        p.narrow(0, begin, n).copy_(part_logprobs);
       });
       drawn.index_copy_(0, which, d);
-      drawn_logprobs.index_copy_(0, which, p.log());
+      drawn_logprobs.index_copy_(0, which, p);
     }
     tokens.index_copy_(0, rows, drawn);
     processed.index_copy_(0, rows, drawn_logprobs);

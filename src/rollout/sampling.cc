@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <vector>
 
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
+#include "top_p_cut.h"
 
 namespace flywheel::rollout {
 
@@ -95,69 +95,6 @@ bool candidates_near_max(const float* row, int64_t vocab, float most, float widt
   return true;
 }
 
-// Top-p (< 1) on one float32 row in place, without sorting it: in descending order of value, a
-// token is set to -inf once the probability of the tokens before it reaches top_p (the first
-// always stays), as the sorting path below decides. Tokens are bucketed by their distance from
-// the maximum; the buckets before the one where the cumulative probability crosses top_p are kept
-// whole, those after it dropped whole, and only the crossing bucket is sorted (by value, ties by
-// index). O(V) where a sort of the row is O(V log V): 2.4 ms per 32000-token row on one thread.
-// Probabilities are summed in float64, so a cut within float32 rounding of top_p may fall one
-// token apart from the float32 sort. `e` is exp(row - most) and `most` the row's maximum
-// (vectorised by the caller for all rows at once). False, with the row untouched, when the
-// maximum is not finite.
-bool top_p_row(float* row, const float* e, int64_t vocab, float most, double top_p) {
-  constexpr int kBuckets = 4096;
-  if (!std::isfinite(most)) return false;
-  const float kNegInf = -std::numeric_limits<float>::infinity();
-  // Buckets span `width` nats below the maximum; everything further (-inf included) shares the
-  // last one. Every token further than log(vocab / (1 - top_p)) nats has probability below
-  // (1 - top_p) / vocab, so together they hold less than 1 - top_p: the crossing lies within.
-  const float width = std::log(static_cast<float>(vocab) / static_cast<float>(1.0 - top_p));
-  const float per_nat = static_cast<float>(kBuckets) / width;
-  constexpr float kLast = kBuckets - 1;
-  std::vector<uint16_t> bucket(static_cast<size_t>(vocab));
-  std::vector<double> mass(kBuckets, 0.0);
-  double total = 0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    const float b = std::min((most - row[i]) * per_nat, kLast);  // -inf: +inf -> the last
-    bucket[i] = static_cast<uint16_t>(b);
-    mass[bucket[i]] += e[i];
-    total += e[i];
-  }
-  const double target = top_p * total;
-  double before = 0;
-  int crossing = 0;
-  while (crossing < kBuckets - 1 && before + mass[crossing] < target) before += mass[crossing++];
-  // The crossing bucket's entries (a few dozen), gathered without a branch: 15% faster than a
-  // conditional push on 32000-token rows.
-  std::vector<int64_t> in_crossing(static_cast<size_t>(vocab) + 1);
-  size_t found = 0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    in_crossing[found] = i;
-    found += bucket[i] == crossing;
-  }
-  std::vector<std::pair<float, int64_t>> tied;
-  tied.reserve(found);
-  for (size_t j = 0; j < found; ++j) tied.emplace_back(row[in_crossing[j]], in_crossing[j]);
-  std::sort(tied.begin(), tied.end(), [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  });
-  size_t keep = 0;
-  while (keep < tied.size() && before < target) before += e[tied[keep++].second];
-  for (size_t j = keep; j < tied.size(); ++j) row[tied[j].second] = kNegInf;
-  // Buckets past the crossing are dropped (-inf entries stay -inf). Without a branch:
-  // which entries go is random in vocabulary order, so a branch mispredicts half the time.
-  constexpr uint32_t kNegInfBits = 0xff800000u;
-  for (int64_t i = 0; i < vocab; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &row[i], sizeof(bits));
-    const uint32_t drop = 0u - static_cast<uint32_t>(bucket[i] > crossing);
-    bits = (bits & ~drop) | (kNegInfBits & drop);
-    std::memcpy(&row[i], &bits, sizeof(bits));
-  }
-  return true;
-}
-
 // `values` as a [rows, 1] column of `dtype` on `device`.
 template <typename T>
 at::Tensor column(const std::vector<T>& values, at::ScalarType dtype, const at::Device& device) {
@@ -201,20 +138,21 @@ void truncate_logits_rows(at::Tensor& scaled, const std::vector<const SamplingPa
     kth.masked_fill_(column(no_top_k, at::kByte, device).to(at::kBool), kNegInf);
     scaled.masked_fill_(scaled < kth, kNegInf);
   }
-  // Top-p row by row on the CPU (top_p_row); on other devices, and for rows top_p_row declines,
-  // by sorting.
+  // Top-p row by row on the CPU (TopPCut); on other devices, and for rows it declines, by
+  // sorting.
   if (l.any_top_p && device.is_cpu() && scaled.scalar_type() == at::kFloat &&
       scaled.is_contiguous()) {
-    const at::Tensor most = std::get<0>(scaled.max(-1, /*keepdim=*/true)).contiguous();
-    const at::Tensor e = (scaled - most).exp_();
+    const at::Tensor norm = at::logsumexp(scaled, -1).contiguous();
     float* data = scaled.data_ptr<float>();
-    const float* e_data = e.data_ptr<float>();
-    const float* most_data = most.data_ptr<float>();
+    const float* norm_of = norm.data_ptr<float>();
+    TopPCut cut(vocab);
     std::vector<int64_t> declined;
     std::vector<float> declined_top_p;
     for (int64_t r = 0; r < rows; ++r) {
-      if (params[r]->top_p < 1.0 &&
-          !top_p_row(data + r * vocab, e_data + r * vocab, vocab, most_data[r], params[r]->top_p)) {
+      if (params[r]->top_p >= 1.0) continue;
+      if (cut.cut(data + r * vocab, norm_of[r], params[r]->top_p)) {
+        cut.drop_from(data + r * vocab);
+      } else {
         declined.push_back(r);
         declined_top_p.push_back(l.top_p[r]);
       }
@@ -295,6 +233,12 @@ at::Tensor sample_among_candidates(const at::Tensor& scaled,
                                                     order.data_ptr<int64_t>() + r * candidates);
     if (!near_max[r] && !cannot_be_covered(r)) by_topk.push_back(r);
   }
+  if (by_topk.empty() && std::find(near_max.begin(), near_max.end(), 1) == near_max.end()) {
+    // No row can be covered (flat rows, no top-k): skip the passes over the candidates.
+    *tokens = at::zeros({rows}, at::kLong);
+    *logprobs = at::zeros({rows}, at::kFloat);
+    return at::zeros({rows}, at::kBool);
+  }
   if (!by_topk.empty()) {
     const at::Tensor which = at::tensor(by_topk, at::kLong);
     auto [values, indices] = at::topk(scaled.index_select(0, which), candidates, -1);
@@ -322,6 +266,53 @@ at::Tensor sample_among_candidates(const at::Tensor& scaled,
   *tokens = order.gather(-1, index).view({-1});
   *logprobs = kept.gather(-1, index).view({-1}).log();
   return covered.view({-1});
+}
+
+void sample_rows(const at::Tensor& scaled, const std::vector<const SamplingParams*>& params,
+                 const at::Tensor& uniforms, at::Tensor* tokens, at::Tensor* logprobs,
+                 const at::Tensor& scaled_norm) {
+  const int64_t rows = scaled.size(0), vocab = scaled.size(-1);
+  TORCH_CHECK(static_cast<int64_t>(params.size()) == rows, "sample_rows: ", rows, " rows but ",
+              params.size(), " parameter sets");
+  const at::Tensor u = uniforms.to(at::kCPU, at::kDouble).contiguous();
+  const double* u_of = u.data_ptr<double>();
+  at::Tensor drawn = at::empty({rows}, at::kLong), drawn_logprobs = at::empty({rows}, at::kFloat);
+  std::vector<int64_t> general;  // rows for truncate_logits_rows + softmax + sample_from_probs
+  if (scaled.device().is_cpu() && scaled.scalar_type() == at::kFloat) {
+    const at::Tensor rows_of = scaled.contiguous();
+    const at::Tensor norm = (scaled_norm.defined() ? scaled_norm : at::logsumexp(rows_of, -1))
+                                .reshape({rows})
+                                .contiguous();
+    const float* data = rows_of.data_ptr<float>();
+    TopPCut cut(vocab);
+    for (int64_t r = 0; r < rows; ++r) {
+      const SamplingParams& p = *params[r];
+      const bool top_p_alone = (p.top_k == 0 || p.top_k >= vocab) && p.min_p == 0.0;
+      if (top_p_alone && cut.cut(data + r * vocab, norm.data_ptr<float>()[r], p.top_p)) {
+        const auto [token, logprob] = cut.draw(u_of[r]);
+        drawn.data_ptr<int64_t>()[r] = token;
+        drawn_logprobs.data_ptr<float>()[r] = static_cast<float>(logprob);
+      } else {
+        general.push_back(r);
+      }
+    }
+  } else {
+    for (int64_t r = 0; r < rows; ++r) general.push_back(r);
+  }
+  const at::Device device = scaled.device();
+  *tokens = drawn.to(device);
+  *logprobs = drawn_logprobs.to(device);
+  if (general.empty()) return;
+  const at::Tensor which = at::tensor(general, at::kLong);
+  std::vector<const SamplingParams*> general_params;
+  for (int64_t r : general) general_params.push_back(params[r]);
+  at::Tensor sub = scaled.index_select(0, which.to(device));  // a copy: truncated in place
+  truncate_logits_rows(sub, general_params);
+  const at::Tensor probs = at::softmax(sub, -1);
+  const at::Tensor picked = sample_from_probs(probs, u.index_select(0, which));
+  tokens->index_copy_(0, which.to(device), picked);
+  logprobs->index_copy_(0, which.to(device),
+                        probs.gather(-1, picked.view({-1, 1})).view({-1}).log());
 }
 
 uint64_t sample_seed(uint64_t seed, int64_t index) {

@@ -254,6 +254,120 @@ TEST(CandidateSamplerTest, MatchesTheWholeVocabularyPathOrDeclines) {
                    .item<bool>());
 }
 
+// Draws `draws` rows of `logits` [V] with sample_rows at sample_uniform, and returns the
+// empirical frequencies.
+std::vector<double> row_frequencies(const at::Tensor& logits, const SamplingParams& params,
+                                    int draws) {
+  at::Tensor rows = logits.expand({draws, -1}).contiguous();
+  std::vector<double> uniforms;
+  for (int i = 0; i < draws; ++i) uniforms.push_back(sample_uniform(sample_seed(321, 0), i));
+  at::Tensor tokens, logprobs;
+  sample_rows(rows, std::vector<const SamplingParams*>(draws, &params),
+              at::tensor(uniforms, at::kDouble), &tokens, &logprobs);
+  std::vector<double> freq(logits.size(0), 0.0);
+  const int64_t* t = tokens.data_ptr<int64_t>();
+  for (int64_t i = 0; i < draws; ++i) freq[t[i]] += 1.0 / draws;
+  return freq;
+}
+
+// Top-p alone is drawn without a softmax (its own pass), top-k and min-p through truncation and
+// sample_from_probs: both draw the truncated, renormalised distribution.
+TEST(RowSamplerTest, DrawsTheTruncatedDistribution) {
+  const at::Tensor logits = at::log(at::tensor(kProbs));
+  SamplingParams p;
+  p.top_p = 0.75;
+  expect_distribution(row_frequencies(logits, p, 20000), {0, 1, 2});
+  p.top_p = 0.7;
+  expect_distribution(row_frequencies(logits, p, 20000), {0, 1});
+  p.top_p = 1.0;
+  expect_distribution(row_frequencies(logits, p, 20000), {0, 1, 2, 3, 4});
+  p.top_k = 2;
+  expect_distribution(row_frequencies(logits, p, 20000), {0, 1});
+  p.top_k = 0;
+  p.min_p = 0.3;
+  expect_distribution(row_frequencies(logits, p, 20000), {0, 1, 2});
+  // 64 tokens spread over many buckets: each kept token's frequency is its renormalised
+  // probability (5 standard errors), and no dropped token is drawn.
+  at::manual_seed(5);
+  const at::Tensor spread = at::randn({64}) * 2;
+  for (double top_p : {0.8, 1.0}) {
+    SamplingParams q;
+    q.top_p = top_p;
+    at::Tensor truncated = spread.clone();
+    truncate_logits(truncated, q);
+    const at::Tensor want = at::softmax(truncated.to(at::kDouble), 0);
+    const int draws = 40000;
+    const std::vector<double> freq = row_frequencies(spread, q, draws);
+    for (int64_t i = 0; i < 64; ++i) {
+      const double expected = want[i].item<double>();
+      if (expected == 0) {
+        EXPECT_EQ(freq[i], 0.0) << "top_p " << top_p << ": token " << i << " is truncated";
+      } else {
+        EXPECT_NEAR(freq[i], expected, 5 * std::sqrt(expected * (1 - expected) / draws) + 1e-4)
+            << "top_p " << top_p << ": token " << i;
+      }
+    }
+  }
+}
+
+// On 32000-token rows (flat, peaked, partly -inf): every drawn token is one truncate_logits_rows
+// keeps, its log-probability is the one under that truncated, renormalised distribution, and a
+// row's draw depends on that row alone (and not on whether its log-sum-exp is passed in).
+TEST(RowSamplerTest, DrawsKeptTokensWithTheirLogprobsRowByRow) {
+  const int64_t vocab = 32000;
+  std::vector<SamplingParams> params(5);
+  params[0].top_p = 0.9;
+  params[1].top_p = 0.5;
+  params[2].top_p = 1.0;
+  params[3].top_p = 0.99;
+  params[4].top_k = 100;  // the general path
+  params[4].top_p = 0.9;
+  const std::vector<const SamplingParams*> rows = pointers(params);
+  at::manual_seed(17);
+  for (int trial = 0; trial < 6; ++trial) {
+    at::Tensor logits = at::randn({5, vocab}) * (trial % 2 == 0 ? 0.5 : 4.0);
+    logits[3].narrow(0, 1000, 20000).fill_(-std::numeric_limits<float>::infinity());
+    at::Tensor full = logits.clone();
+    truncate_logits_rows(full, rows);
+    const at::Tensor want = at::log_softmax(full, -1);
+    std::vector<double> uniforms;
+    for (int r = 0; r < 5; ++r) uniforms.push_back(sample_uniform(trial, r));
+    uniforms[1] = trial == 0 ? 0.0 : uniforms[1];  // the ends of [0, 1)
+    uniforms[0] = trial == 1 ? 1.0 - 0x1.0p-53 : uniforms[0];
+    const at::Tensor u = at::tensor(uniforms, at::kDouble);
+    at::Tensor tokens, logprobs, with_norm_tokens, with_norm_logprobs;
+    sample_rows(logits, rows, u, &tokens, &logprobs);
+    sample_rows(logits, rows, u, &with_norm_tokens, &with_norm_logprobs,
+                at::logsumexp(logits, -1, /*keepdim=*/true));
+    EXPECT_TRUE(at::equal(tokens, with_norm_tokens));
+    for (int64_t r = 0; r < 5; ++r) {
+      const int64_t token = tokens[r].item<int64_t>();
+      ASSERT_TRUE(token >= 0 && token < vocab) << "row " << r;
+      const float expected = want[r][token].item<float>();
+      ASSERT_TRUE(std::isfinite(expected)) << "row " << r << " drew truncated token " << token;
+      EXPECT_NEAR(logprobs[r].item<float>(), expected, 1e-4) << "row " << r;
+      at::Tensor alone_tokens, alone_logprobs;
+      sample_rows(logits.narrow(0, r, 1), {rows[r]}, u.narrow(0, r, 1), &alone_tokens,
+                  &alone_logprobs);
+      EXPECT_EQ(alone_tokens.item<int64_t>(), token) << "row " << r;
+      EXPECT_EQ(alone_logprobs.item<float>(), logprobs[r].item<float>()) << "row " << r;
+    }
+  }
+  // Rows that are not finite (+inf, NaN, all -inf) still yield a token in range: the engine
+  // discards them by their logits.
+  at::Tensor bad = at::randn({3, 50});
+  bad[0][7] = std::numeric_limits<float>::infinity();
+  bad[1][3] = std::numeric_limits<float>::quiet_NaN();
+  bad[2].fill_(-std::numeric_limits<float>::infinity());
+  at::Tensor tokens, logprobs;
+  sample_rows(bad, {rows[0], rows[0], rows[0]}, at::tensor(std::vector<double>{0.5, 0.5, 0.5}),
+              &tokens, &logprobs);
+  ASSERT_EQ(tokens.size(0), 3);
+  for (int64_t r = 0; r < 3; ++r) {
+    EXPECT_TRUE(tokens[r].item<int64_t>() >= 0 && tokens[r].item<int64_t>() < 50) << r;
+  }
+}
+
 TEST(SamplerTest, ZeroProbabilityTokensAreNeverDrawn) {
   // The largest uniform below 1 on a distribution whose last tokens are truncated away.
   at::Tensor probs = at::tensor(std::vector<float>{0.5f, 0.25f, 0.25f, 0.0f, 0.0f}).view({1, 5});

@@ -72,6 +72,19 @@ at::Tensor sample_among_candidates(const at::Tensor& scaled,
                                    at::Tensor* tokens, at::Tensor* logprobs,
                                    const at::Tensor& scaled_norm = {});
 
+// Truncates row r of `scaled` [R, V] under params[r] (as truncate_logits_rows), renormalises and
+// draws it at uniforms[r] ([R] float64) over the whole vocabulary, into tokens[r] (int64 [R]) and
+// logprobs[r] (float32 [R]: the token's log-probability under that distribution), on scaled's
+// device; `scaled` is left as it is. On the CPU a row with neither top-k nor min-p is drawn with
+// one pass over the row for its cut (top-p without a sort) and part of one for the draw, and
+// without a softmax; its tokens are taken nearest the maximum first, not in vocabulary order.
+// Other rows, and every row off the CPU, go through truncate_logits_rows, softmax and
+// sample_from_probs. `scaled_norm` ([R] or [R, 1]), when given, is at::logsumexp(scaled, -1),
+// which the caller already has.
+void sample_rows(const at::Tensor& scaled, const std::vector<const SamplingParams*>& params,
+                 const at::Tensor& uniforms, at::Tensor* tokens, at::Tensor* logprobs,
+                 const at::Tensor& scaled_norm = {});
+
 // A reproducible 64-bit seed for sample `index` of a request seeded with `seed`.
 uint64_t sample_seed(uint64_t seed, int64_t index);
 
