@@ -21,8 +21,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -97,25 +99,36 @@ struct Result {
   const char* limiter;
 };
 
-// Greedy decode, or with `sampled` temperature 1 and top-p 0.9 (what RL rollouts run).
-Result run(std::shared_ptr<flywheel::model::DecoderModel> model, int64_t batch, int64_t steps,
-           double bandwidth_gbs, double peak_gflops, bool sampled = false) {
+constexpr int64_t kPrompt = 16;
+
+// An engine holding `batch` requests of a 16-token prompt and steps + 2 new tokens each: greedy,
+// or with `sampled` temperature 1 and top-p 0.9 (what RL rollouts run).
+std::unique_ptr<flywheel::rollout::GenerationEngine> decode_engine(
+    std::shared_ptr<flywheel::model::DecoderModel> model, int64_t batch, int64_t steps,
+    bool sampled) {
   const ModelConfig& c = model->config();
-  const int64_t prompt = 16;
   flywheel::rollout::EngineOptions options;
   options.max_slots = batch;
-  options.max_seq_len = prompt + steps + 4;
+  options.max_seq_len = kPrompt + steps + 4;
   auto engine = *flywheel::rollout::GenerationEngine::create(model, options);
   for (int64_t b = 0; b < batch; ++b) {
     flywheel::rollout::GenerationRequest r;
     r.id = std::to_string(b);
-    for (int64_t t = 0; t < prompt; ++t) r.prompt_ids.push_back((b * 31 + t * 7) % c.vocab_size);
+    for (int64_t t = 0; t < kPrompt; ++t) r.prompt_ids.push_back((b * 31 + t * 7) % c.vocab_size);
     r.sampling.temperature = sampled ? 1.0 : 0.0;
     r.sampling.top_p = sampled ? 0.9 : 1.0;
     r.sampling.seed = static_cast<uint64_t>(b);
     r.sampling.max_new_tokens = steps + 2;
     (void)engine->submit(r);
   }
+  return engine;
+}
+
+// Decode tokens/s of `batch` rows over `steps` steps, beside the roofline of a step.
+Result run(std::shared_ptr<flywheel::model::DecoderModel> model, int64_t batch, int64_t steps,
+           double bandwidth_gbs, double peak_gflops, bool sampled = false) {
+  const ModelConfig& c = model->config();
+  auto engine = decode_engine(model, batch, steps, sampled);
   const at::Device device = model->options().device;
   engine->step();  // prefill + first decode
   engine->step();  // warm-up decode
@@ -130,7 +143,7 @@ Result run(std::shared_ptr<flywheel::model::DecoderModel> model, int64_t batch, 
   // Roofline of one decode step at the mean context length.
   const double element = model->options().dtype == at::kFloat ? 4.0 : 2.0;
   const double params = static_cast<double>(c.num_parameters());
-  const double context = prompt + 2 + steps / 2.0;
+  const double context = kPrompt + 2 + steps / 2.0;
   const double kv_bytes =
       batch * context * c.num_hidden_layers * 2.0 * c.num_key_value_heads * c.head_dim * element;
   const double step_bytes = params * element + kv_bytes;
@@ -212,11 +225,48 @@ double mean_next_token_entropy(const flywheel::model::DecoderModel& model) {
   return -(logp.exp() * logp).sum(-1).mean().item<double>();
 }
 
+// One side of an interleaved comparison: how to build its engine, and what to apply before each
+// of its steps (its thread layout), if anything.
+struct Contender {
+  std::function<std::unique_ptr<flywheel::rollout::GenerationEngine>()> engine;
+  std::function<void()> before_step = [] {};
+};
+
+// The decode tokens/s of two contenders, their steps interleaved one by one (in alternating
+// order) over `rounds` fresh pairs of engines: both see the same machine, step for step, which
+// best-of runs on a VM that drifts by 10-25% between runs do not give.
+std::pair<double, double> interleaved_tokens_per_s(const Contender (&sides)[2], int64_t steps,
+                                                   int rounds, const at::Device& device) {
+  double seconds[2] = {0, 0}, tokens[2] = {0, 0};
+  for (int round = 0; round < rounds; ++round) {
+    std::unique_ptr<flywheel::rollout::GenerationEngine> engines[2];
+    for (int i = 0; i < 2; ++i) {
+      sides[i].before_step();
+      engines[i] = sides[i].engine();
+      engines[i]->step();  // prefill + first decode
+      engines[i]->step();  // warm-up decode
+      tokens[i] -= engines[i]->stats().generated_tokens;
+    }
+    for (int64_t s = 0; s < steps; ++s) {
+      for (int k = 0; k < 2; ++k) {
+        const int i = (s + k) % 2;
+        sides[i].before_step();
+        sync(device);
+        const auto start = Clock::now();
+        engines[i]->step();
+        sync(device);
+        seconds[i] += seconds_since(start);
+      }
+    }
+    for (int i = 0; i < 2; ++i) tokens[i] += engines[i]->stats().generated_tokens;
+  }
+  return {tokens[0] / seconds[0], tokens[1] / seconds[1]};
+}
+
 // Sampled against greedy decode at batch 64, first on the random weights (a near-flat next-token
 // distribution: top-p 0.9 keeps most of the vocabulary), then with the final norm scaled until
 // the mean entropy is below 3 nats, as a trained model's is (top-p keeps a few hundred tokens).
-void report_sampled(std::shared_ptr<flywheel::model::DecoderModel> model, int64_t steps,
-                    double bandwidth, double peak) {
+void report_sampled(std::shared_ptr<flywheel::model::DecoderModel> model, int64_t steps) {
   at::Tensor norm;
   for (const auto& [name, p] : model->named_parameters()) {
     if (name == "model.norm.weight") norm = p;
@@ -227,52 +277,60 @@ void report_sampled(std::shared_ptr<flywheel::model::DecoderModel> model, int64_
       for (int i = 0; i < 12 && mean_next_token_entropy(*model) > 3.0; ++i) norm.mul_(2.0);
     }
     const double entropy = mean_next_token_entropy(*model);
-    double greedy = 0, sampled = 0;
-    for (int i = 0; i < kRepeats; ++i) {  // alternated, so that both see the same machine
-      greedy = std::max(greedy, run(model, 64, steps, bandwidth, peak).tokens_per_s);
-      sampled = std::max(sampled, run(model, 64, steps, bandwidth, peak, true).tokens_per_s);
-    }
+    const Contender sides[2] = {{[&] { return decode_engine(model, 64, steps, false); }},
+                                {[&] { return decode_engine(model, 64, steps, true); }}};
+    const auto [greedy, sampled] =
+        interleaved_tokens_per_s(sides, steps, kRepeats, model->options().device);
     std::printf(
         "sampled decode (temperature 1, top-p 0.9), 100M, batch 64, %s (next-token entropy %.2f "
-        "nats): %.1f tokens/s, %.1f%% of greedy's %.1f tokens/s in the same run (best of %d "
-        "each, alternated)\n",
-        kind, entropy, sampled, 100 * sampled / greedy, greedy, kRepeats);
+        "nats): %.1f tokens/s, %.1f%% of greedy's %.1f tokens/s in the same run (%d x %lld "
+        "steps each, interleaved step by step)\n",
+        kind, entropy, sampled, 100 * sampled / greedy, greedy, kRepeats,
+        static_cast<long long>(steps));
   }
 }
 
 // Batch-1 decode on one thread against the whole budget, each with its own thread layout and
-// model (the float32 kernels' threads are the model's), beside the memory bandwidth each thread
-// count reaches: batch 1 is bandwidth-bound, so that ratio bounds the speed-up.
+// model (the float32 kernels' threads are the model's), steps interleaved, beside the memory
+// bandwidth each thread count reaches: batch 1 is bandwidth-bound, so that ratio bounds the
+// speed-up.
 void report_thread_scaling(const ModelConfig& config, at::ScalarType dtype,
-                           const flywheel::bench::BenchArgs& args, int budget, int64_t steps,
-                           double peak) {
-  double tokens[2] = {0, 0}, bandwidth[2] = {0, 0};
+                           const flywheel::bench::BenchArgs& args, int budget, int64_t steps) {
+  double bandwidth[2] = {0, 0};
   const int threads[2] = {1, budget};
+  std::shared_ptr<flywheel::model::DecoderModel> models[2];
+  flywheel::bench::BenchArgs at_count[2] = {args, args};
   for (int i = 0; i < 2; ++i) {
-    flywheel::bench::BenchArgs at_count = args;
-    at_count.threads = threads[i];
-    (void)flywheel::bench::apply_bench_threads(at_count, dtype);
+    at_count[i].threads = threads[i];
+    (void)flywheel::bench::apply_bench_threads(at_count[i], dtype);
     auto created = flywheel::model::DecoderModel::create(
         config, flywheel::model::DecoderOptions{dtype, at::kCPU, threads[i]});
-    std::shared_ptr<flywheel::model::DecoderModel> model(created->release());
-    model->init_random(1);
+    models[i].reset(created->release());
+    models[i]->init_random(1);
     bandwidth[i] = memory_bandwidth_gbs(threads[i]);
-    for (int r = 0; r < kRepeats; ++r) {
-      tokens[i] = std::max(tokens[i], run(model, 1, steps, bandwidth[i], peak).tokens_per_s);
-    }
   }
+  Contender sides[2];
+  for (int i = 0; i < 2; ++i) {
+    sides[i].engine = [&, i] { return decode_engine(models[i], 1, steps, false); };
+    sides[i].before_step = [&, i] {
+      (void)flywheel::bench::apply_bench_threads(at_count[i], dtype);
+    };
+  }
+  const auto [one, all] = interleaved_tokens_per_s(sides, steps, kRepeats, at::Device(at::kCPU));
+  const double tokens[2] = {one, all};
   std::printf(
       "\nbatch 1, 1 thread vs %d threads: %.1f vs %.1f tokens/s = %.2fx; memory read %.1f vs "
-      "%.1f GB/s = %.2fx in the same run (batch 1 is bandwidth-bound: the ratio it allows)\n",
+      "%.1f GB/s = %.2fx in the same run (batch 1 is bandwidth-bound: the ratio it allows; %d x "
+      "%lld steps each, interleaved step by step)\n",
       budget, tokens[0], tokens[1], tokens[1] / tokens[0], bandwidth[0], bandwidth[1],
-      bandwidth[1] / bandwidth[0]);
+      bandwidth[1] / bandwidth[0], kRepeats, static_cast<long long>(steps));
 }
 
 // bfloat16 against float32 decode at batch 64 on a CPU with native bf16: one model of each dtype
-// (same random weights), each under its own thread layout, runs alternated so that both see the
-// same machine.
+// (same random weights), each under its own thread layout (applied before each of its steps),
+// steps interleaved so that both see the same machine.
 void report_dtype_ratio(const ModelConfig& config, const flywheel::bench::BenchArgs& args,
-                        int budget, int64_t steps, double bandwidth, double peak) {
+                        int budget, int64_t steps) {
   const at::ScalarType dtypes[2] = {at::kFloat, at::kBFloat16};
   std::shared_ptr<flywheel::model::DecoderModel> models[2];
   for (int i = 0; i < 2; ++i) {
@@ -281,17 +339,17 @@ void report_dtype_ratio(const ModelConfig& config, const flywheel::bench::BenchA
     models[i].reset(created->release());
     models[i]->init_random(1);
   }
-  double tokens[2] = {0, 0};
-  for (int r = 0; r < kRepeats; ++r) {
-    for (int i = 0; i < 2; ++i) {
-      (void)flywheel::bench::apply_bench_threads(args, dtypes[i]);
-      tokens[i] = std::max(tokens[i], run(models[i], 64, steps, bandwidth, peak).tokens_per_s);
-    }
+  Contender sides[2];
+  for (int i = 0; i < 2; ++i) {
+    sides[i].engine = [&, i] { return decode_engine(models[i], 64, steps, false); };
+    sides[i].before_step = [&, i] { (void)flywheel::bench::apply_bench_threads(args, dtypes[i]); };
   }
+  const auto [f32, bf16] = interleaved_tokens_per_s(sides, steps, kRepeats, at::Device(at::kCPU));
+  const double tokens[2] = {f32, bf16};
   std::printf(
       "\nbfloat16 vs float32, 100M, batch 64 (native bf16): %.1f vs %.1f tokens/s = %.2fx in the "
-      "same run (best of %d each, alternated; %s)\n",
-      tokens[1], tokens[0], tokens[1] / tokens[0], kRepeats,
+      "same run (%d x %lld steps each, interleaved step by step; %s)\n",
+      tokens[1], tokens[0], tokens[1] / tokens[0], kRepeats, static_cast<long long>(steps),
       flywheel::bench::apply_bench_threads(args, dtypes[1]).c_str());
 }
 
@@ -413,15 +471,15 @@ int main(int argc, char** argv) {
     }
     if (std::string(spec.name) == "100M" && !args.no_extras) {
       if (!on_cuda && budget > 1) {
-        report_thread_scaling(spec.config, *dtype, args, budget, steps, peak);
+        report_thread_scaling(spec.config, *dtype, args, budget, steps);
         (void)flywheel::bench::apply_bench_threads(args, *dtype);
       }
       if (!on_cuda && cpu.native_bf16) {
-        report_dtype_ratio(spec.config, args, budget, steps, bandwidth, peak);
+        report_dtype_ratio(spec.config, args, budget, steps);
         (void)flywheel::bench::apply_bench_threads(args, *dtype);
       }
       report_update_pause(model, 32, 8);
-      report_sampled(model, steps, bandwidth, peak);  // last: it rescales the final norm
+      report_sampled(model, steps);  // last: it rescales the final norm
     }
   }
   return 0;
