@@ -284,14 +284,17 @@ void sample_rows(const at::Tensor& scaled, const std::vector<const SamplingParam
                                 .reshape({rows})
                                 .contiguous();
     const float* data = rows_of.data_ptr<float>();
+    const float* norm_of = norm.data_ptr<float>();
+    int64_t* token_of = drawn.data_ptr<int64_t>();
+    float* logprob_of = drawn_logprobs.data_ptr<float>();
+    const RowLimits l = row_limits(params, vocab);
     TopPCut cut(vocab);
     for (int64_t r = 0; r < rows; ++r) {
-      const SamplingParams& p = *params[r];
-      const bool top_p_alone = (p.top_k == 0 || p.top_k >= vocab) && p.min_p == 0.0;
-      if (top_p_alone && cut.cut(data + r * vocab, norm.data_ptr<float>()[r], p.top_p)) {
+      const bool top_p_alone = l.top_k[r] == 0 && l.min_p[r] == 0.0f;
+      if (top_p_alone && cut.cut(data + r * vocab, norm_of[r], params[r]->top_p)) {
         const auto [token, logprob] = cut.draw(u_of[r]);
-        drawn.data_ptr<int64_t>()[r] = token;
-        drawn_logprobs.data_ptr<float>()[r] = static_cast<float>(logprob);
+        token_of[r] = token;
+        logprob_of[r] = static_cast<float>(logprob);
       } else {
         general.push_back(r);
       }

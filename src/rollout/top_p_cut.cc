@@ -67,7 +67,6 @@ TopPCut::TopPCut(int64_t vocab)
 
 bool TopPCut::cut(const float* row, float log_total, double top_p) {
   if (!std::isfinite(log_total)) return false;
-  row_ = row;
   // Buckets span `width` nats of log-probability below 0; everything further (-inf included)
   // shares the last one. Every token further than log(vocab / (1 - top_p)) nats has probability
   // below (1 - top_p) / vocab, so together they hold less than 1 - top_p: the crossing lies
@@ -84,17 +83,17 @@ bool TopPCut::cut(const float* row, float log_total, double top_p) {
     next_[i] = head_[b];
     head_[b] = static_cast<int32_t>(i);
   }
+  // The row's probabilities sum to 1 but for rounding; top_p is taken of their sum, in the
+  // order draw() adds them up.
+  double total = 0;
+  for (int b = first_; b < kBuckets; ++b) total += mass_[b];
   crossing_tokens_.clear();
   kept_in_crossing_ = 0;
   if (top_p >= 1.0) {
     crossing_ = kBuckets;
-    kept_mass_ = 0;
-    for (int b = first_; b < kBuckets; ++b) kept_mass_ += mass_[b];
+    kept_mass_ = total;
     return true;
   }
-  // The row's probabilities sum to 1 but for rounding; top_p is taken of their sum.
-  double total = 0;
-  for (int b = first_; b < kBuckets; ++b) total += mass_[b];
   const double target = top_p * total;
   double before = 0;
   int c = first_;
@@ -165,7 +164,7 @@ std::pair<int64_t, double> TopPCut::draw(double uniform) const {
   }
   // Only by rounding (the target within an ulp of a bucket's end): the most likely token, which
   // every cut keeps.
-  return drawn(std::max_element(row_, row_ + vocab_) - row_);
+  return drawn(std::max_element(e_.begin(), e_.end()) - e_.begin());
 }
 
 }  // namespace flywheel::rollout

@@ -16,8 +16,8 @@ namespace flywheel::rollout {
 // stays), as a sort of the row decides; probabilities are summed in float64, so a cut within
 // float32 rounding of top_p may fall one token apart from a float32 sort.
 //
-// One object serves many rows of one vocabulary size, one after another (it keeps ~200 KB of
-// scratch per row, sized once); it is not shared between threads.
+// One object serves many rows of one vocabulary size, one after another (its scratch, ~10 bytes
+// per token plus 48 KB, is sized once); it is not shared between threads.
 class TopPCut {
  public:
   explicit TopPCut(int64_t vocab);
@@ -46,7 +46,6 @@ class TopPCut {
   int64_t draw_in_bucket(int b, double rest) const;
 
   int64_t vocab_;
-  const float* row_ = nullptr;    // the row of the last cut()
   std::vector<float> e_;          // exp(row - log_total): each token's probability
   int first_ = 0;                 // the lowest bucket with a token
   std::vector<uint16_t> bucket_;  // each token's bucket
