@@ -17,6 +17,7 @@
 // roofline is the device's: the bandwidth of a 1 GiB device-to-device copy (bytes read +
 // written) and an 8192^3 matmul in the run's dtype; timed regions end with a device sync.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -235,8 +236,8 @@ struct Contender {
 // The decode tokens/s of two contenders, their steps interleaved one by one (in alternating
 // order) over `rounds` fresh pairs of engines: both see the same machine, step for step, which
 // best-of runs on a VM that drifts by 10-25% between runs do not give.
-std::pair<double, double> interleaved_tokens_per_s(const Contender (&sides)[2], int64_t steps,
-                                                   int rounds, const at::Device& device) {
+std::array<double, 2> interleaved_tokens_per_s(const Contender (&sides)[2], int64_t steps,
+                                               int rounds, const at::Device& device) {
   double seconds[2] = {0, 0}, tokens[2] = {0, 0};
   for (int round = 0; round < rounds; ++round) {
     std::unique_ptr<flywheel::rollout::GenerationEngine> engines[2];
@@ -261,6 +262,14 @@ std::pair<double, double> interleaved_tokens_per_s(const Contender (&sides)[2], 
     for (int i = 0; i < 2; ++i) tokens[i] += engines[i]->stats().generated_tokens;
   }
   return {tokens[0] / seconds[0], tokens[1] / seconds[1]};
+}
+
+// A greedy contender at `batch` on `model`, under the thread layout `args` gives `dtype`.
+Contender layout_contender(std::shared_ptr<flywheel::model::DecoderModel> model, int64_t batch,
+                           int64_t steps, const flywheel::bench::BenchArgs& args,
+                           at::ScalarType dtype) {
+  return {[=] { return decode_engine(model, batch, steps, false); },
+          [=] { (void)flywheel::bench::apply_bench_threads(args, dtype); }};
 }
 
 // Sampled against greedy decode at batch 64, first on the random weights (a near-flat next-token
@@ -309,15 +318,10 @@ void report_thread_scaling(const ModelConfig& config, at::ScalarType dtype,
     models[i]->init_random(1);
     bandwidth[i] = memory_bandwidth_gbs(threads[i]);
   }
-  Contender sides[2];
-  for (int i = 0; i < 2; ++i) {
-    sides[i].engine = [&, i] { return decode_engine(models[i], 1, steps, false); };
-    sides[i].before_step = [&, i] {
-      (void)flywheel::bench::apply_bench_threads(at_count[i], dtype);
-    };
-  }
-  const auto [one, all] = interleaved_tokens_per_s(sides, steps, kRepeats, at::Device(at::kCPU));
-  const double tokens[2] = {one, all};
+  const Contender sides[2] = {layout_contender(models[0], 1, steps, at_count[0], dtype),
+                              layout_contender(models[1], 1, steps, at_count[1], dtype)};
+  const std::array<double, 2> tokens =
+      interleaved_tokens_per_s(sides, steps, kRepeats, at::Device(at::kCPU));
   std::printf(
       "\nbatch 1, 1 thread vs %d threads: %.1f vs %.1f tokens/s = %.2fx; memory read %.1f vs "
       "%.1f GB/s = %.2fx in the same run (batch 1 is bandwidth-bound: the ratio it allows; %d x "
@@ -339,13 +343,10 @@ void report_dtype_ratio(const ModelConfig& config, const flywheel::bench::BenchA
     models[i].reset(created->release());
     models[i]->init_random(1);
   }
-  Contender sides[2];
-  for (int i = 0; i < 2; ++i) {
-    sides[i].engine = [&, i] { return decode_engine(models[i], 64, steps, false); };
-    sides[i].before_step = [&, i] { (void)flywheel::bench::apply_bench_threads(args, dtypes[i]); };
-  }
-  const auto [f32, bf16] = interleaved_tokens_per_s(sides, steps, kRepeats, at::Device(at::kCPU));
-  const double tokens[2] = {f32, bf16};
+  const Contender sides[2] = {layout_contender(models[0], 64, steps, args, dtypes[0]),
+                              layout_contender(models[1], 64, steps, args, dtypes[1])};
+  const std::array<double, 2> tokens =
+      interleaved_tokens_per_s(sides, steps, kRepeats, at::Device(at::kCPU));
   std::printf(
       "\nbfloat16 vs float32, 100M, batch 64 (native bf16): %.1f vs %.1f tokens/s = %.2fx in the "
       "same run (%d x %lld steps each, interleaved step by step; %s)\n",
