@@ -12,6 +12,10 @@ namespace {
 // Multiply-adds below which a split between threads costs more than it saves.
 constexpr int64_t kMinParallelWork = int64_t{1} << 16;
 
+// Chunks of w's rows per thread: enough that the threads finish within a chunk of each other when
+// one is slowed, few enough that taking one (an atomic shared by the threads) costs nothing.
+constexpr int64_t kChunksPerThread = 8;
+
 }  // namespace
 
 const char* gemm_isa_name(GemmIsa isa) {
@@ -140,12 +144,16 @@ at::Tensor small_linear(const at::Tensor& x, const at::Tensor& w, const at::Tens
   p.ldx = M > 1 ? x.stride(0) : K;
   p.ldw = K;
   p.ldy = N;
-  // Blocks of kTileCols rows of w, split evenly between the pool's threads.
+  // Blocks of kTileCols rows of w, in kChunksPerThread chunks per thread taken by whichever
+  // thread is free. Each output is one tile's, whichever thread runs it.
   const int64_t blocks = (N + gemm::kTileCols - 1) / gemm::kTileCols;
-  parallel_rows(M * N * K < kMinParallelWork ? nullptr : options.pool, blocks, /*min_rows=*/1,
-                [&](int64_t begin, int64_t end) {
-                  run(p, begin * gemm::kTileCols, std::min(N, end * gemm::kTileCols));
-                });
+  WorkerPool* pool = M * N * K < kMinParallelWork ? nullptr : options.pool;
+  const int64_t threads = pool != nullptr ? pool->threads() : 1;
+  parallel_chunks(pool, blocks,
+                  (blocks + threads * kChunksPerThread - 1) / (threads * kChunksPerThread),
+                  [&](int64_t begin, int64_t end) {
+                    run(p, begin * gemm::kTileCols, std::min(N, end * gemm::kTileCols));
+                  });
   return y;
 }
 

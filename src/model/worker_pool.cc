@@ -98,4 +98,20 @@ void parallel_rows(WorkerPool* pool, int64_t rows, int64_t min_rows,
   });
 }
 
+void parallel_chunks(WorkerPool* pool, int64_t rows, int64_t chunk,
+                     const std::function<void(int64_t, int64_t)>& fn) {
+  chunk = std::max<int64_t>(1, chunk);
+  if (pool == nullptr || pool->threads() == 1 || rows <= chunk) {
+    if (rows > 0) fn(0, rows);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  pool->run([&](int) {
+    for (int64_t begin = next.fetch_add(chunk, std::memory_order_relaxed); begin < rows;
+         begin = next.fetch_add(chunk, std::memory_order_relaxed)) {
+      fn(begin, std::min(rows, begin + chunk));
+    }
+  });
+}
+
 }  // namespace flywheel::model

@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -96,6 +98,36 @@ TEST(WorkerPoolTest, ParallelRowsCoversEveryRowOnceInRangesOfAtLeastMinRows) {
     ++calls;
     EXPECT_EQ(begin, 0);
     EXPECT_EQ(end, 5);
+  });
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(WorkerPoolTest, ParallelChunksCoversEveryRowOnceInChunksOnEveryThread) {
+  WorkerPool pool(3);
+  for (int64_t rows : {0, 1, 7, 8, 23, 640}) {
+    std::vector<std::atomic<int>> seen(static_cast<size_t>(rows));
+    std::atomic<int> bad{0};
+    std::mutex mutex;
+    std::set<std::thread::id> threads;
+    parallel_chunks(&pool, rows, /*chunk=*/8, [&](int64_t begin, int64_t end) {
+      // Whole chunks from a multiple of 8; only the last one shorter.
+      if (begin % 8 != 0 || (end - begin != 8 && end != rows) || end <= begin) bad.fetch_add(1);
+      for (int64_t r = begin; r < end; ++r) seen[r].fetch_add(1);
+      if (rows == 640) {  // long enough chunks that every thread takes some
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        std::lock_guard<std::mutex> lock(mutex);
+        threads.insert(std::this_thread::get_id());
+      }
+    });
+    for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(seen[r].load(), 1) << rows << " rows, row " << r;
+    EXPECT_EQ(bad.load(), 0) << rows << " rows";
+    if (rows == 640) EXPECT_EQ(threads.size(), 3u);
+  }
+  int calls = 0;
+  parallel_chunks(nullptr, 50, 8, [&](int64_t begin, int64_t end) {
+    ++calls;
+    EXPECT_EQ(begin, 0);
+    EXPECT_EQ(end, 50);
   });
   EXPECT_EQ(calls, 1);
 }

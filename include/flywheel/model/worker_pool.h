@@ -55,4 +55,12 @@ class WorkerPool {
 void parallel_rows(WorkerPool* pool, int64_t rows, int64_t min_rows,
                    const std::function<void(int64_t, int64_t)>& fn);
 
+// Calls fn(begin, end) for consecutive ranges of `chunk` rows (the last one shorter) covering
+// [0, rows), each once, handed out in order to whichever of the pool's threads is free: a thread
+// that the memory system or the hypervisor slows takes fewer, where parallel_rows' even split
+// would leave the others waiting for it. Inline when `pool` is null or one chunk covers [0, rows).
+// For row-independent work, like parallel_rows.
+void parallel_chunks(WorkerPool* pool, int64_t rows, int64_t chunk,
+                     const std::function<void(int64_t, int64_t)>& fn);
+
 }  // namespace flywheel::model
