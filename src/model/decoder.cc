@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "flywheel/model/decode_attention.h"
+#include "flywheel/model/decode_rows.h"
 #include "flywheel/model/small_gemm.h"
 
 namespace flywheel::model {
@@ -119,6 +120,8 @@ struct LayerContext {
   WorkerPool* pool = nullptr;  // projections in small_gemm.h's kernels; null: LibTorch
   // One token per row (decode) on the pool: per-row element-wise work runs by row ranges on it.
   bool split_rows = false;
+  // split_rows with float32 or bfloat16 activations: that work runs in decode_rows.h's kernels.
+  bool fused_rows = false;
 };
 
 // fn(begin, end): the rows [begin, end) of a row-independent result of `like`'s shape and
@@ -160,6 +163,15 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
   // Per-row work (q/k norms, RoPE) by row ranges where the rows are split (by_rows).
   WorkerPool* rows_pool = context.split_rows ? pool : nullptr;
   auto norm_and_rope = [&](const at::Tensor& t, const at::Tensor& norm) {
+    if (context.fused_rows) {
+      NormRopeOptions options;
+      if (config.qk_norm) options.norm = norm;
+      options.eps = config.rms_norm_eps;
+      options.cos = context.cos;
+      options.sin = context.sin;
+      options.pool = pool;
+      return norm_rope_rows(t, options);
+    }
     return by_rows(rows_pool, t, [&](int64_t begin, int64_t end) {
       at::Tensor part = row_range(t, begin, end);
       if (config.qk_norm) part = rms_norm(part, norm, config.rms_norm_eps);
@@ -243,6 +255,14 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
 at::Tensor layer_forward(const ModelConfig& config, const DecoderLayerWeights& layer, int64_t index,
                          const at::Tensor& x, const LayerContext& context) {
   WorkerPool* pool = context.pool;
+  if (context.fused_rows) {
+    const at::Tensor normed = rms_norm_rows(x, layer.input_norm, config.rms_norm_eps, pool);
+    const at::Tensor h = x + attention(config, layer, index, normed, context);
+    const at::Tensor m = rms_norm_rows(h, layer.post_norm, config.rms_norm_eps, pool);
+    const at::Tensor act =
+        silu_mul_rows(project(m, layer.gate, {}, pool), project(m, layer.up, {}, pool), pool);
+    return h + project(act, layer.down, {}, pool);
+  }
   WorkerPool* rows_pool = context.split_rows ? pool : nullptr;
   at::Tensor normed = by_rows(rows_pool, x, [&](int64_t begin, int64_t end) {
     return rms_norm(row_range(x, begin, end), layer.input_norm, config.rms_norm_eps);
@@ -536,17 +556,17 @@ at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* 
       index.decode_lengths.push_back(batch.lengths[b] > 0 ? pos[b] + 1 : 0);
   }
 
-  const LayerContext layer_context{cos,
-                                   sin,
-                                   mask,
-                                   &index,
-                                   cache,
-                                   pool_.get(),
-                                   /*split_rows=*/T == 1 && pool_ != nullptr};
+  LayerContext layer_context{cos, sin, mask, &index, cache, pool_.get()};
+  layer_context.split_rows = T == 1 && pool_ != nullptr;
   at::Tensor x = at::embedding(embed_, tokens.to(device));
+  // The weights' dtype and device are the activations'.
+  layer_context.fused_rows =
+      layer_context.split_rows && decode_rows_serve(x) && decode_rows_serve(cos);
   for (size_t i = 0; i < layers_.size(); ++i) {
     x = layer_forward(config_, layers_[i], static_cast<int64_t>(i), x, layer_context);
   }
+  if (layer_context.fused_rows)
+    return rms_norm_rows(x, final_norm_, config_.rms_norm_eps, pool_.get());
   return rms_norm(x, final_norm_, config_.rms_norm_eps);
 }
 

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 
+#include "flywheel/model/poly_exp.h"
+
 namespace flywheel::rollout {
 namespace {
 
@@ -14,17 +16,13 @@ constexpr float kZeroBelow = 87.0f;
 
 // e[i] = exp(row[i] - log_total), each token's probability, and bucket[i] its distance from
 // probability 1 in 1 / per_nat nats (clamped to [0, last]: -inf logits land in the
-// last bucket, with e = 0). Returns the lowest bucket. One pass, written to vectorize; cloned
-// for AVX-512 and AVX2 (chosen at load time by the CPU), with SSE2 as the baseline. exp is
-// exp(-d) = 2^n * p(r), r = -d - n ln 2 in [-ln 2 / 2, ln 2 / 2] (ln 2 in two parts), p the
-// degree-7 Taylor polynomial (truncation error below 1e-8 relative): within 2 float32 ulps.
+// last bucket, with e = 0). Returns the lowest bucket. One pass, written to vectorize (exp is
+// poly_exp); cloned for AVX-512 and AVX2 (chosen at load time by the CPU), with SSE2 as the
+// baseline.
 __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) int probabilities_and_buckets(
     const float* row, int64_t n, float log_total, float per_nat, int last, float* e,
     uint16_t* bucket) {
   const float last_bucket = static_cast<float>(last);
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: x + kRound - kRound rounds x to an integer
   int first = last;
   for (int64_t i = 0; i < n; ++i) {
     const float d = log_total - row[i];  // >= 0 but for rounding; +inf for -inf logits
@@ -37,20 +35,7 @@ __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) int probabil
     float x = -d;
     x = x > -kZeroBelow ? x : -kZeroBelow;
     x = x < 1.0f ? x : 1.0f;
-    const float k = (x * kLog2e + kRound) - kRound;
-    const float r = (x - k * kLn2Hi) - k * kLn2Lo;
-    float p = 1.0f / 5040;
-    p = p * r + 1.0f / 720;
-    p = p * r + 1.0f / 120;
-    p = p * r + 1.0f / 24;
-    p = p * r + 1.0f / 6;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
-    float scale;
-    std::memcpy(&scale, &bits, sizeof(scale));
-    e[i] = d < kZeroBelow ? p * scale : 0.0f;
+    e[i] = d < kZeroBelow ? model::poly_exp(x) : 0.0f;
   }
   return first;
 }
