@@ -102,20 +102,20 @@ struct Result {
 
 constexpr int64_t kPrompt = 16;
 
-// An engine holding `batch` requests of a 16-token prompt and steps + 2 new tokens each: greedy,
-// or with `sampled` temperature 1 and top-p 0.9 (what RL rollouts run).
+// An engine holding `batch` requests of a `prompt`-token prompt and steps + 2 new tokens each:
+// greedy, or with `sampled` temperature 1 and top-p 0.9 (what RL rollouts run).
 std::unique_ptr<flywheel::rollout::GenerationEngine> decode_engine(
     std::shared_ptr<flywheel::model::DecoderModel> model, int64_t batch, int64_t steps,
-    bool sampled) {
+    bool sampled, int64_t prompt = kPrompt) {
   const ModelConfig& c = model->config();
   flywheel::rollout::EngineOptions options;
   options.max_slots = batch;
-  options.max_seq_len = kPrompt + steps + 4;
+  options.max_seq_len = prompt + steps + 4;
   auto engine = *flywheel::rollout::GenerationEngine::create(model, options);
   for (int64_t b = 0; b < batch; ++b) {
     flywheel::rollout::GenerationRequest r;
     r.id = std::to_string(b);
-    for (int64_t t = 0; t < kPrompt; ++t) r.prompt_ids.push_back((b * 31 + t * 7) % c.vocab_size);
+    for (int64_t t = 0; t < prompt; ++t) r.prompt_ids.push_back((b * 31 + t * 7) % c.vocab_size);
     r.sampling.temperature = sampled ? 1.0 : 0.0;
     r.sampling.top_p = sampled ? 0.9 : 1.0;
     r.sampling.seed = static_cast<uint64_t>(b);
@@ -125,10 +125,34 @@ std::unique_ptr<flywheel::rollout::GenerationEngine> decode_engine(
   return engine;
 }
 
+struct Roofline {
+  double tokens_per_s;
+  const char* limiter;  // "memory" or "compute"
+};
+
+// The roofline of one decode step of `batch` rows at `context` tokens each: max(bytes / bandwidth,
+// FLOPs / peak), bytes = the weights + the KV cache read.
+Roofline decode_roofline(const flywheel::model::DecoderModel& model, int64_t batch, double context,
+                         double bandwidth_gbs, double peak_gflops) {
+  const ModelConfig& c = model.config();
+  const double element = model.options().dtype == at::kFloat ? 4.0 : 2.0;
+  const double params = static_cast<double>(c.num_parameters());
+  const double kv_bytes =
+      batch * context * c.num_hidden_layers * 2.0 * c.num_key_value_heads * c.head_dim * element;
+  const double step_bytes = params * element + kv_bytes;
+  const double embed = c.vocab_size * c.hidden_size;  // the lookup reads one row, lm_head all
+  const double step_flops =
+      batch * (2.0 * (params - embed) + 2.0 * embed +
+               c.num_hidden_layers * 4.0 * c.num_attention_heads * c.head_dim * context);
+  const double memory_time = step_bytes / (bandwidth_gbs * 1e9);
+  const double compute_time = step_flops / (peak_gflops * 1e9);
+  return {batch / std::max(memory_time, compute_time),
+          memory_time >= compute_time ? "memory" : "compute"};
+}
+
 // Decode tokens/s of `batch` rows over `steps` steps, beside the roofline of a step.
 Result run(std::shared_ptr<flywheel::model::DecoderModel> model, int64_t batch, int64_t steps,
            double bandwidth_gbs, double peak_gflops, bool sampled = false) {
-  const ModelConfig& c = model->config();
   auto engine = decode_engine(model, batch, steps, sampled);
   const at::Device device = model->options().device;
   engine->step();  // prefill + first decode
@@ -141,21 +165,9 @@ Result run(std::shared_ptr<flywheel::model::DecoderModel> model, int64_t batch, 
   const double elapsed = seconds_since(start);
   const double tokens_per_s = (engine->stats().generated_tokens - before) / elapsed;
 
-  // Roofline of one decode step at the mean context length.
-  const double element = model->options().dtype == at::kFloat ? 4.0 : 2.0;
-  const double params = static_cast<double>(c.num_parameters());
-  const double context = kPrompt + 2 + steps / 2.0;
-  const double kv_bytes =
-      batch * context * c.num_hidden_layers * 2.0 * c.num_key_value_heads * c.head_dim * element;
-  const double step_bytes = params * element + kv_bytes;
-  const double embed = c.vocab_size * c.hidden_size;  // the lookup reads one row, lm_head all
-  const double step_flops =
-      batch * (2.0 * (params - embed) + 2.0 * embed +
-               c.num_hidden_layers * 4.0 * c.num_attention_heads * c.head_dim * context);
-  const double memory_time = step_bytes / (bandwidth_gbs * 1e9);
-  const double compute_time = step_flops / (peak_gflops * 1e9);
-  const double bound = batch / std::max(memory_time, compute_time);
-  return {tokens_per_s, bound, memory_time >= compute_time ? "memory" : "compute"};
+  const Roofline roof =
+      decode_roofline(*model, batch, kPrompt + 2 + steps / 2.0, bandwidth_gbs, peak_gflops);
+  return {tokens_per_s, roof.tokens_per_s, roof.limiter};
 }
 
 // The engine's pause for one weight update in the middle of generation (rollout.weight_update:
@@ -208,6 +220,45 @@ void report_update_pause(std::shared_ptr<flywheel::model::DecoderModel> model, i
       "applies it %.1f ms vs %.1f ms per decode step: the engine pauses %.1f ms\n",
       bytes / 1e6, static_cast<long long>(batch), 1e3 * stage_s, 1e3 * apply_step_s, 1e3 * step_s,
       1e3 * (stage_s + std::max(0.0, apply_step_s - step_s)));
+}
+
+// RL prompts and responses run to hundreds or thousands of tokens: the prefill of 8 prompts of
+// 1024 tokens (prompt tokens/s beside the compute roofline: the projections' FLOPs, lm_head for
+// the last token, and causal attention's), then decode at that context (tokens/s beside the
+// roofline with the KV cache read every step).
+void report_long_context(std::shared_ptr<flywheel::model::DecoderModel> model, double bandwidth_gbs,
+                         double peak_gflops) {
+  const ModelConfig& c = model->config();
+  const int64_t batch = 8, prompt = 1024, steps = 16;
+  auto engine = decode_engine(model, batch, steps + 2, false, prompt);
+  const at::Device device = model->options().device;
+  sync(device);
+  auto start = Clock::now();
+  engine->step();  // prefill + first decode
+  sync(device);
+  const double prefill_s = seconds_since(start);
+  const double embed = c.vocab_size * c.hidden_size;
+  const double tokens = static_cast<double>(batch * prompt);
+  const double prefill_flops = tokens * 2.0 * (c.num_parameters() - embed) + batch * 2.0 * embed +
+                               c.num_hidden_layers * 4.0 * c.num_attention_heads * c.head_dim *
+                                   batch * prompt * (prompt + 1) / 2.0;
+  engine->step();  // warm-up decode
+  const int64_t before = engine->stats().generated_tokens;
+  sync(device);
+  start = Clock::now();
+  for (int64_t s = 0; s < steps; ++s) engine->step();
+  sync(device);
+  const double decode_tokens_per_s =
+      (engine->stats().generated_tokens - before) / seconds_since(start);
+  const Roofline roof =
+      decode_roofline(*model, batch, prompt + 2 + steps / 2.0, bandwidth_gbs, peak_gflops);
+  std::printf(
+      "\nlong context, 100M, batch 8, prompts of %lld tokens: prefill %.0f prompt tokens/s (%.1f "
+      "GFLOP/s, %.1f%% of the compute roofline); decode %.1f tokens/s, %.1f%% of its roofline "
+      "%.1f (%s-bound, KV cache included)\n",
+      static_cast<long long>(prompt), tokens / prefill_s, prefill_flops / prefill_s / 1e9,
+      100 * prefill_flops / prefill_s / 1e9 / peak_gflops, decode_tokens_per_s,
+      100 * decode_tokens_per_s / roof.tokens_per_s, roof.tokens_per_s, roof.limiter);
 }
 
 // Mean entropy (nats) of the next-token distribution at the end of the bench's prompts.
@@ -480,6 +531,7 @@ int main(int argc, char** argv) {
         (void)flywheel::bench::apply_bench_threads(args, *dtype);
       }
       report_update_pause(model, 32, 8);
+      report_long_context(model, bandwidth, peak);
       report_sampled(model, steps);  // last: it rescales the final norm
     }
   }

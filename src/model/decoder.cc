@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "flywheel/model/decode_attention.h"
 #include "flywheel/model/decode_rows.h"
+#include "flywheel/model/prefill_attention.h"
 #include "flywheel/model/small_gemm.h"
 
 namespace flywheel::model {
@@ -237,6 +238,18 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
     return project(fused, layer.o, layer.o_bias, pool);
   }
 #endif
+  if (!at::GradMode::is_enabled() && x.device().is_cpu()) {
+    // Without gradients: by chunks of query tokens, on the pool's threads (prefill_attention.h).
+    PrefillAttentionInputs inputs;
+    inputs.q = q;
+    inputs.keys = keys;
+    inputs.values = values;
+    inputs.mask = mask.view({B, T, L});
+    inputs.scale = 1.0 / std::sqrt(double(hd));
+    PrefillAttentionOptions options;
+    options.pool = pool;
+    return project(prefill_attention(inputs, options), layer.o, layer.o_bias, pool);
+  }
   at::Tensor qg = q.view({B, T, kvh, groups, hd})
                       .permute({0, 2, 3, 1, 4})
                       .reshape({B, kvh, groups * T, hd})

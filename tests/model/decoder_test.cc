@@ -205,6 +205,26 @@ TEST_P(DecoderFamilyTest, PackedAndPaddedTrainingBatchEqualsSeparateSequences) {
   EXPECT_FALSE(logits.isnan().any().item<bool>());
 }
 
+// Without gradients, attention runs by chunks of query tokens (prefill_attention.h); with them,
+// in one batched form. Both must give the same logits, packed and padded rows included.
+TEST_P(DecoderFamilyTest, ForwardWithoutGradientsMatchesTheGradientPath) {
+  auto model = tiny_model(GetParam());
+  ForwardBatch batch;
+  batch.tokens =
+      at::tensor(std::vector<int64_t>{3, 1, 4, 1, 5, 9, 2, 6, 9, 2, 6, 0, 0, 0, 0, 0}).view({2, 8});
+  batch.positions =
+      at::tensor(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 0, 1, 2, 0, 0, 0, 0, 0}).view({2, 8});
+  batch.segment_ids =
+      at::tensor(std::vector<int64_t>{1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 0, 0, 0, 0, 0}).view({2, 8});
+  for (const ForwardBatch& b : {batch, full_batch(kTokens)}) {
+    at::Tensor with_grad = model->logits(model->forward(b)).detach();
+    at::NoGradGuard no_grad;
+    at::Tensor without = model->logits(model->forward(b));
+    EXPECT_TRUE(at::allclose(without, with_grad, 0, 1e-5))
+        << (without - with_grad).abs().max().item<float>();
+  }
+}
+
 TEST_P(DecoderFamilyTest, Bfloat16StaysCloseToFloat32) {
   auto f32 = tiny_model(GetParam(), at::kFloat, 7);
   auto bf16 = tiny_model(GetParam(), at::kBFloat16, 7);
