@@ -121,7 +121,8 @@ struct LayerContext {
   WorkerPool* pool = nullptr;  // projections in small_gemm.h's kernels; null: LibTorch
   // One token per row (decode) on the pool: per-row element-wise work runs by row ranges on it.
   bool split_rows = false;
-  // split_rows with float32 or bfloat16 activations: that work runs in decode_rows.h's kernels.
+  // Without gradients, on the pool, with float32 or bfloat16 activations: that work (norms,
+  // RoPE, SiLU) runs in decode_rows.h's kernels, by rows over the pool's threads, at any T.
   bool fused_rows = false;
 };
 
@@ -171,7 +172,8 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
       options.cos = context.cos;
       options.sin = context.sin;
       options.pool = pool;
-      return norm_rope_rows(t, options);
+      // One row per token: the tables are [B, T, 1, hd].
+      return norm_rope_rows(t.view({B * T, -1, hd}), options).view(t.sizes());
     }
     return by_rows(rows_pool, t, [&](int64_t begin, int64_t end) {
       at::Tensor part = row_range(t, begin, end);
@@ -262,6 +264,14 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
   at::Tensor out = at::matmul(probs, values);  // [B, kvh, g*T, hd]
   out = out.view({B, kvh, groups, T, hd}).permute({0, 3, 1, 2, 4}).reshape({B, T, -1});
   return project(out, layer.o, layer.o_bias, pool);
+}
+
+// Whether a forward's row-wise work runs in decode_rows.h's kernels (LayerContext::fused_rows): no
+// gradients, a pool, and activations and RoPE tables they serve (the weights' dtype and device
+// are the activations').
+bool fused_rows_serve(const at::Tensor& x, const at::Tensor& cos, WorkerPool* pool) {
+  return pool != nullptr && !at::GradMode::is_enabled() && decode_rows_serve(x) &&
+         decode_rows_serve(cos);
 }
 
 // Attention then MLP, each with its pre-norm and residual.
@@ -505,9 +515,11 @@ at::Tensor DecoderModel::forward(const ForwardBatch& batch, KvCache* cache) cons
   LayerContext context{sequence.cos, sequence.sin, sequence.mask};
   context.pool = pool_.get();
   at::Tensor x = at::embedding(embed_, batch.tokens.to(options_.device));
+  context.fused_rows = fused_rows_serve(x, context.cos, context.pool);
   for (size_t i = 0; i < layers_.size(); ++i) {
     x = layer_forward(config_, layers_[i], static_cast<int64_t>(i), x, context);
   }
+  if (context.fused_rows) return rms_norm_rows(x, final_norm_, config_.rms_norm_eps, context.pool);
   return rms_norm(x, final_norm_, config_.rms_norm_eps);
 }
 
@@ -573,8 +585,7 @@ at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* 
   layer_context.split_rows = T == 1 && pool_ != nullptr;
   at::Tensor x = at::embedding(embed_, tokens.to(device));
   // The weights' dtype and device are the activations'.
-  layer_context.fused_rows =
-      layer_context.split_rows && decode_rows_serve(x) && decode_rows_serve(cos);
+  layer_context.fused_rows = fused_rows_serve(x, cos, pool_.get());
   for (size_t i = 0; i < layers_.size(); ++i) {
     x = layer_forward(config_, layers_[i], static_cast<int64_t>(i), x, layer_context);
   }

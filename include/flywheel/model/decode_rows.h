@@ -1,8 +1,10 @@
-// The row-wise work of a decode step (one token per row) on float32 and bfloat16 CPU tensors, in
-// flywheel's own loops: RMSNorm, per-head norm plus RoPE, and SiLU-gated products, one call each
-// where LibTorch takes 3 to 14 ops. Their dispatch and temporaries (a few microseconds per op,
-// ~45 ops per layer) cost ~0.1 ms per layer and step, most of a small model's batch-1 step. From
-// 16 rows up, rows are split between a WorkerPool's threads. Each row's result depends on that
+// The row-wise work of a forward without gradients (decode steps, one token per row, and
+// prefills) on float32 and bfloat16 CPU tensors, in flywheel's own loops: RMSNorm, per-head norm
+// plus RoPE, and SiLU-gated products, one call each where LibTorch takes 3 to 14 ops. In a decode
+// step their dispatch and temporaries (a few microseconds per op, ~45 ops per layer) cost ~0.1 ms
+// per layer and step, most of a small model's batch-1 step; in a prefill, LibTorch's ops make
+// several passes over large tensors on one thread. From 16 rows up, rows are split between a
+// WorkerPool's threads. Each row's result depends on that
 // row alone and is computed in one fixed order, whatever the thread count. Every op is rounded
 // to the tensors' dtype where LibTorch's ops round: RoPE and the norm's scaling give LibTorch's
 // results bit for bit; the norm's sum of squares (another order) and SiLU's exp (poly_exp.h) are
