@@ -56,7 +56,8 @@ at::Tensor decode_attention(const DecodeAttentionInputs& in, const SmallLinearOp
   p.scale = static_cast<float>(in.scale);
   // (row, kv head) tasks split evenly between the pool's threads, each range with its scratch:
   // the scores and float32 sums of a task's query heads.
-  const size_t scratch_floats = static_cast<size_t>(gemm::attention_scratch_floats(p));
+  const size_t scratch_floats =
+      static_cast<size_t>(heads / kv_heads * (std::max<int64_t>(max_len, 1) + hd));
   parallel_rows(options.pool, rows * kv_heads, /*min_rows=*/1, [&](int64_t begin, int64_t end) {
     std::vector<float> scratch(scratch_floats);
     attend(p, begin, end, scratch.data());

@@ -3,10 +3,13 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <torch/version.h>
 
+#include "flywheel/model/bf16_bits.h"
 #include "flywheel/model/poly_exp.h"
 
 // Compiled with -ffp-contract=off (CMakeLists.txt): products and sums are rounded one by one, as
@@ -21,40 +24,38 @@ constexpr int64_t kMinRowsPerThread = 8;
 
 constexpr float kInfinity = std::numeric_limits<float>::infinity();
 
-// bfloat16 bits as a float, and a float rounded to bfloat16 as c10::BFloat16 rounds it (to
-// nearest even; NaN stays a quiet NaN), both written to vectorise.
-inline float widen(float x) { return x; }
-inline float widen(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float x;
-  std::memcpy(&x, &wide, sizeof(x));
-  return x;
-}
+// Inlined into each clone below (a call would leave the loops in the baseline instruction set).
+#define FLYWHEEL_ROW_INLINE __attribute__((always_inline)) inline
+
+// An element as float32, and a float32 as an element (bfloat16: uint16_t bits, bf16_bits.h).
+FLYWHEEL_ROW_INLINE float widen(float x) { return x; }
+FLYWHEEL_ROW_INLINE float widen(uint16_t bits) { return bf16_to_float(bits); }
 
 template <typename E>
-inline E narrow(float x);
+FLYWHEEL_ROW_INLINE E narrow(float x);
 template <>
-inline float narrow<float>(float x) {
+FLYWHEEL_ROW_INLINE float narrow<float>(float x) {
   return x;
 }
 template <>
-inline uint16_t narrow<uint16_t>(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof(bits));
-  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-  return static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : rounded);
+FLYWHEEL_ROW_INLINE uint16_t narrow<uint16_t>(float x) {
+  return float_to_bf16(x);
 }
 
 // A value as LibTorch leaves it after one op in E: rounded to E.
 template <typename E>
-inline float round_to(float x) {
+FLYWHEEL_ROW_INLINE float round_to(float x) {
   return widen(narrow<E>(x));
 }
+
+// LibTorch 1.13's bfloat16 silu rounds after each of its ops (exp(-x), 1 + that, x / that);
+// LibTorch 2.x's computes in float32 and rounds once.
+constexpr bool kSiluRoundsEachOp = TORCH_VERSION_MAJOR < 2;
 
 // 1 / sqrt(mean(x^2) + eps) of x[0, n), in float32: the squares summed in 16 lanes, then the lanes
 // in order.
 template <typename E>
-inline float inverse_rms(const E* x, int64_t n, float eps) {
+FLYWHEEL_ROW_INLINE float inverse_rms(const E* __restrict x, int64_t n, float eps) {
   constexpr int kLanes = 16;
   float lanes[kLanes] = {};
   int64_t i = 0;
@@ -70,7 +71,8 @@ inline float inverse_rms(const E* x, int64_t n, float eps) {
 // out = weight * E(x * scale): LibTorch's rms_norm scales in float32, rounds to E, then
 // multiplies by the weight in E.
 template <typename E>
-inline void scale_row(const E* x, const E* weight, float scale, int64_t n, E* out) {
+FLYWHEEL_ROW_INLINE void scale_row(const E* __restrict x, const E* __restrict weight, float scale,
+                                   int64_t n, E* __restrict out) {
   for (int64_t i = 0; i < n; ++i) {
     out[i] = narrow<E>(widen(weight[i]) * round_to<E>(widen(x[i]) * scale));
   }
@@ -78,7 +80,8 @@ inline void scale_row(const E* x, const E* weight, float scale, int64_t n, E* ou
 
 // Rotate-half RoPE of one head, out = x * cos + cat(-x2, x1) * sin, each op rounded to E.
 template <typename E>
-inline void rope_head(const E* x, const E* cos, const E* sin, int64_t half, E* out) {
+FLYWHEEL_ROW_INLINE void rope_head(const E* __restrict x, const E* __restrict cos,
+                                   const E* __restrict sin, int64_t half, E* __restrict out) {
   for (int64_t i = 0; i < half; ++i) {
     const float a = widen(x[i]), b = widen(x[i + half]);
     out[i] = narrow<E>(round_to<E>(a * widen(cos[i])) - round_to<E>(b * widen(sin[i])));
@@ -87,15 +90,19 @@ inline void rope_head(const E* x, const E* cos, const E* sin, int64_t half, E* o
   }
 }
 
-// out = E(gate / (1 + exp(-gate))) * up, as LibTorch's silu (in float32, rounded to E) and mul.
+// out = E(gate / (1 + exp(-gate))) * up, rounded as LibTorch's silu (kSiluRoundsEachOp) and mul.
 template <typename E>
-inline void silu_mul(const E* gate, const E* up, int64_t n, E* out) {
+FLYWHEEL_ROW_INLINE void silu_mul(const E* __restrict gate, const E* __restrict up, int64_t n,
+                                  E* __restrict out) {
+  constexpr bool each_op = kSiluRoundsEachOp && !std::is_same_v<E, float>;
   for (int64_t i = 0; i < n; ++i) {
     const float g = widen(gate[i]), t = -g;
     // exp(t) past its range: 0 below (1 + 0 is 1 all the same), infinite above, where silu is
     // below 1e-36 in magnitude and the result -0 (NaN stays NaN: g / inf).
-    const float e = poly_exp(t > kPolyExpMin ? (t < kPolyExpMax ? t : kPolyExpMax) : kPolyExpMin);
-    const float denominator = t < kPolyExpMax ? 1.0f + e : kInfinity;
+    float e = poly_exp(t > kPolyExpMin ? (t < kPolyExpMax ? t : kPolyExpMax) : kPolyExpMin);
+    if (each_op) e = round_to<E>(e);
+    float denominator = t < kPolyExpMax ? 1.0f + e : kInfinity;
+    if (each_op) denominator = round_to<E>(denominator);
     out[i] = narrow<E>(round_to<E>(g / denominator) * widen(up[i]));
   }
 }

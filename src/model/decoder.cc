@@ -119,34 +119,10 @@ struct LayerContext {
   const CacheIndex* where = nullptr;  // with a cache: where the valid tokens go
   KvCache* cache = nullptr;
   WorkerPool* pool = nullptr;  // projections in small_gemm.h's kernels; null: LibTorch
-  // One token per row (decode) on the pool: per-row element-wise work runs by row ranges on it.
-  bool split_rows = false;
   // Without gradients, on the pool, with float32 or bfloat16 activations: that work (norms,
   // RoPE, SiLU) runs in decode_rows.h's kernels, by rows over the pool's threads, at any T.
   bool fused_rows = false;
 };
-
-// fn(begin, end): the rows [begin, end) of a row-independent result of `like`'s shape and
-// options. With a pool and enough rows (a decode step of a model on the CPU kernels, whose
-// element-wise work would otherwise run on ATen's one thread), row ranges run on the pool's
-// threads into one output; otherwise fn(0, rows) is the result.
-// Rows [begin, end) of t for by_rows' fn: t itself when that is all of it, so that the unsplit
-// (training) path builds the autograd graph it had before the split existed.
-at::Tensor row_range(const at::Tensor& t, int64_t begin, int64_t end) {
-  return begin == 0 && end == t.size(0) ? t : t.narrow(0, begin, end - begin);
-}
-
-at::Tensor by_rows(WorkerPool* pool, const at::Tensor& like,
-                   const std::function<at::Tensor(int64_t, int64_t)>& fn) {
-  constexpr int64_t kMinRows = 8;
-  const int64_t rows = like.size(0);
-  if (pool == nullptr || pool->threads() == 1 || rows < 2 * kMinRows) return fn(0, rows);
-  at::Tensor out = at::empty_like(like);
-  parallel_rows(pool, rows, kMinRows, [&](int64_t begin, int64_t end) {
-    out.narrow(0, begin, end - begin).copy_(fn(begin, end));
-  });
-  return out;
-}
 
 // Self-attention of one layer; with a cache, the valid tokens are written to layer `index` of
 // context.cache at context.where and the rows read their slots.
@@ -162,8 +138,6 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
   at::Tensor q = project(x, layer.q, layer.q_bias, pool).view({B, T, -1, hd});
   at::Tensor k = project(x, layer.k, layer.k_bias, pool).view({B, T, kvh, hd});
   at::Tensor v = project(x, layer.v, layer.v_bias, pool).view({B, T, kvh, hd});
-  // Per-row work (q/k norms, RoPE) by row ranges where the rows are split (by_rows).
-  WorkerPool* rows_pool = context.split_rows ? pool : nullptr;
   auto norm_and_rope = [&](const at::Tensor& t, const at::Tensor& norm) {
     if (context.fused_rows) {
       NormRopeOptions options;
@@ -175,12 +149,8 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
       // One row per token: the tables are [B, T, 1, hd].
       return norm_rope_rows(t.view({B * T, -1, hd}), options).view(t.sizes());
     }
-    return by_rows(rows_pool, t, [&](int64_t begin, int64_t end) {
-      at::Tensor part = row_range(t, begin, end);
-      if (config.qk_norm) part = rms_norm(part, norm, config.rms_norm_eps);
-      return apply_rope(part, row_range(context.cos, begin, end),
-                        row_range(context.sin, begin, end));
-    });
+    return apply_rope(config.qk_norm ? rms_norm(t, norm, config.rms_norm_eps) : t, context.cos,
+                      context.sin);
   };
   q = norm_and_rope(q, layer.q_norm);
   k = norm_and_rope(k, layer.k_norm);
@@ -286,25 +256,11 @@ at::Tensor layer_forward(const ModelConfig& config, const DecoderLayerWeights& l
         silu_mul_rows(project(m, layer.gate, {}, pool), project(m, layer.up, {}, pool), pool);
     return h + project(act, layer.down, {}, pool);
   }
-  WorkerPool* rows_pool = context.split_rows ? pool : nullptr;
-  at::Tensor normed = by_rows(rows_pool, x, [&](int64_t begin, int64_t end) {
-    return rms_norm(row_range(x, begin, end), layer.input_norm, config.rms_norm_eps);
-  });
-  const at::Tensor attended = attention(config, layer, index, normed, context);
-  at::Tensor h = by_rows(rows_pool, x, [&](int64_t begin, int64_t end) {
-    return row_range(x, begin, end) + row_range(attended, begin, end);
-  });
-  at::Tensor m = by_rows(rows_pool, h, [&](int64_t begin, int64_t end) {
-    return rms_norm(row_range(h, begin, end), layer.post_norm, config.rms_norm_eps);
-  });
+  const at::Tensor normed = rms_norm(x, layer.input_norm, config.rms_norm_eps);
+  const at::Tensor h = x + attention(config, layer, index, normed, context);
+  const at::Tensor m = rms_norm(h, layer.post_norm, config.rms_norm_eps);
   const at::Tensor gate = project(m, layer.gate, {}, pool), up = project(m, layer.up, {}, pool);
-  at::Tensor act = by_rows(rows_pool, gate, [&](int64_t begin, int64_t end) {
-    return at::silu(row_range(gate, begin, end)) * row_range(up, begin, end);
-  });
-  const at::Tensor down = project(act, layer.down, {}, pool);
-  return by_rows(rows_pool, h, [&](int64_t begin, int64_t end) {
-    return row_range(h, begin, end) + row_range(down, begin, end);
-  });
+  return h + project(at::silu(gate) * up, layer.down, {}, pool);
 }
 
 // RoPE tables in the compute dtype (computed in float32, as transformers does).
@@ -582,7 +538,6 @@ at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* 
   }
 
   LayerContext layer_context{cos, sin, mask, &index, cache, pool_.get()};
-  layer_context.split_rows = T == 1 && pool_ != nullptr;
   at::Tensor x = at::embedding(embed_, tokens.to(device));
   // The weights' dtype and device are the activations'.
   layer_context.fused_rows = fused_rows_serve(x, cos, pool_.get());

@@ -4,6 +4,8 @@
 #include <limits>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 
 namespace flywheel::model {
 namespace {
@@ -46,7 +48,13 @@ at::Tensor prefill_attention(const PrefillAttentionInputs& in,
       std::clamp<int64_t>(options.chunk_scores / (heads * std::max<int64_t>(L, 1)), 1, T);
   const int64_t chunks = (T + chunk - 1) / chunk;
   const float inf = std::numeric_limits<float>::infinity();
-  parallel_chunks(options.pool, B * chunks, /*chunk=*/1, [&](int64_t begin, int64_t end) {
+  // The tasks' LibTorch ops run on the pool's threads with the caller's thread-local state (grad
+  // mode, inference mode), and only where ATen runs each op on one thread: otherwise every
+  // thread's matmul would start a team of its own on the same cores.
+  WorkerPool* pool = at::get_num_threads() == 1 ? options.pool : nullptr;
+  const at::ThreadLocalState caller;
+  parallel_chunks(pool, B * chunks, /*chunk=*/1, [&](int64_t begin, int64_t end) {
+    const at::ThreadLocalStateGuard same_state(caller);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / chunks, t0 = (task % chunks) * chunk;
       const int64_t tc = std::min(chunk, T - t0);

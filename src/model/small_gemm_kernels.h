@@ -1,7 +1,8 @@
 // The per-ISA kernels behind model::small_gemm (small_gemm.h). Each kernels_<isa>.cc is compiled
 // with its own instruction-set flags and includes nothing but this header and <immintrin.h>, so
 // that no inline function of a shared header is compiled for an instruction set the running CPU
-// may lack (poly_exp.h's one function has internal linkage: each unit keeps its own).
+// may lack (bf16_bits.h's and poly_exp.h's functions have internal linkage: each unit keeps its
+// own).
 //
 // Element types: the float32 kernels (run_avx512, run_avx2, attend_avx512, attend_avx2) read
 // float; the bfloat16 ones (*_avx512_bf16) read bfloat16 as uint16_t bit patterns and multiply
@@ -10,6 +11,7 @@
 
 #include <cstdint>
 
+#include "flywheel/model/bf16_bits.h"
 #include "flywheel/model/poly_exp.h"
 
 namespace flywheel::model::gemm {
@@ -47,13 +49,8 @@ struct AttentionProblem {
   float scale = 1;
 };
 
-// Runs tasks [begin, end); `scratch` holds attention_scratch_floats(p) floats (the scores and the
-// sums of a task's query heads).
-inline int64_t attention_scratch_floats(const AttentionProblem& p) {
-  const int64_t groups = p.heads / p.kv_heads;
-  return groups * ((p.max_len > 0 ? p.max_len : 1) + p.head_dim);
-}
-
+// Runs tasks [begin, end); `scratch` holds groups * (max(max_len, 1) + head_dim) floats (the scores
+// and the sums of a task's query heads; groups = heads / kv_heads).
 void attend_avx512(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch);
 void attend_avx2(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch);
 void attend_avx512_bf16(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch);

@@ -91,6 +91,33 @@ TEST(DecodeAttentionTest, Bf16MatchesTheDoubleReferenceOnBf16Inputs) {
   EXPECT_THROW(decode_attention(mixed), c10::Error);
 }
 
+// Slots long enough for the prefetch ahead of the keys and values (16 keys) and for several of
+// softmax's 16-lane passes, with lengths that end inside and outside a block of four keys.
+TEST(DecodeAttentionTest, MatchesLibTorchOnLongSlots) {
+  if (!gemm_isa_supported(GemmIsa::kAuto)) GTEST_SKIP() << "no AVX2 or AVX-512";
+  at::manual_seed(9);
+  WorkerPool pool(2);
+  DecodeAttentionInputs in = random_inputs(5, 12, 4, 64, 300);
+  in.lengths = {300, 257, 64, 21, 130};
+  const at::Tensor out = decode_attention(in, {GemmIsa::kAuto, &pool});
+  EXPECT_TRUE(at::allclose(out, reference(in), 1e-5, 1e-5))
+      << (out - reference(in)).abs().max().item<double>();
+}
+
+// A NaN in a row's keys makes its heads' outputs NaN, as LibTorch's softmax would: never a
+// probability of 0 that hides it.
+TEST(DecodeAttentionTest, ANaNKeyGivesNaNNotAnIgnoredKey) {
+  if (!gemm_isa_supported(GemmIsa::kAuto)) GTEST_SKIP() << "no AVX2 or AVX-512";
+  DecodeAttentionInputs in = random_inputs(3, 4, 2, 16, 40);
+  in.slots = {0, 1, 2};
+  in.lengths = {40, 40, 40};
+  in.keys[1][0][7][3] = NAN;  // row 1, kv head 0: query heads 0 and 1
+  const at::Tensor out = decode_attention(in).view({3, 4, 16});
+  EXPECT_TRUE(at::isnan(out[1].narrow(0, 0, 2)).all().item<bool>());
+  EXPECT_FALSE(at::isnan(out[1].narrow(0, 2, 2)).any().item<bool>());
+  EXPECT_FALSE(at::isnan(out[0]).any().item<bool>());
+}
+
 TEST(DecodeAttentionTest, ResultsDoNotDependOnTheThreadCount) {
   if (!gemm_isa_supported(GemmIsa::kAuto)) GTEST_SKIP() << "no AVX2 or AVX-512";
   const DecodeAttentionInputs in = random_inputs(9, 6, 2, 64, 40);

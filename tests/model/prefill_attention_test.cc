@@ -1,6 +1,8 @@
 #include "flywheel/model/prefill_attention.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -50,7 +52,19 @@ PrefillAttentionInputs inputs(at::ScalarType dtype, int64_t heads, int64_t kvh, 
   return in;
 }
 
-TEST(PrefillAttentionTest, MatchesTheBatchedFormByChunksOfEverySize) {
+// The pool takes the tasks only where ATen runs each op on one thread (as in flywheel's thread
+// layouts).
+class PrefillAttentionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    threads_ = at::get_num_threads();
+    at::set_num_threads(1);
+  }
+  void TearDown() override { at::set_num_threads(threads_); }
+  int threads_ = 1;
+};
+
+TEST_F(PrefillAttentionTest, MatchesTheBatchedFormByChunksOfEverySize) {
   at::manual_seed(11);
   WorkerPool pool(3);
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
@@ -77,7 +91,36 @@ TEST(PrefillAttentionTest, MatchesTheBatchedFormByChunksOfEverySize) {
   }
 }
 
-TEST(PrefillAttentionTest, AQueryThatMayReadNothingGetsNaNAsTheBatchedSoftmaxGives) {
+// Masks with holes (segments packed in one row, as a training batch's) and more keys than query
+// tokens (a prefill after cached tokens), chunked and on the pool's threads under InferenceMode
+// (whose thread-local state the workers must share to write the output).
+TEST_F(PrefillAttentionTest, MatchesTheBatchedFormForSegmentsAndCachedKeysInInferenceMode) {
+  at::manual_seed(12);
+  const int64_t B = 2, T = 9, L = 14, heads = 4, kvh = 2, hd = 8;
+  PrefillAttentionInputs in;
+  in.q = at::randn({B, T, heads, hd});
+  in.keys = at::randn({B, kvh, L, hd});
+  in.values = at::randn({B, kvh, L, hd});
+  in.scale = 0.3;
+  in.mask = at::zeros({B, T, L}, at::kBool);
+  for (int64_t t = 0; t < T; ++t) {
+    // Row 0: five cached keys, then the causal prefill. Row 1: two segments (0-3, 4-8) with
+    // nothing cached, each reading only its own keys.
+    in.mask[0][t].narrow(0, 0, 5 + t + 1).fill_(true);
+    const int64_t first = t < 4 ? 0 : 4;
+    in.mask[1][t].narrow(0, first, t - first + 1).fill_(true);
+  }
+  const at::Tensor expected = batched(in);
+  WorkerPool pool(3);
+  PrefillAttentionOptions options;
+  options.chunk_scores = heads * L * 2;  // two query tokens per task
+  options.pool = &pool;
+  c10::InferenceMode inference;
+  const at::Tensor ours = prefill_attention(in, options);
+  EXPECT_TRUE(at::allclose(ours, expected, 1e-5, 1e-5)) << (ours - expected).abs().max();
+}
+
+TEST_F(PrefillAttentionTest, AQueryThatMayReadNothingGetsNaNAsTheBatchedSoftmaxGives) {
   PrefillAttentionInputs in = inputs(at::kFloat, 2, 2, 4);
   in.mask[1][2].fill_(false);
   const at::Tensor ours = prefill_attention(in);
@@ -86,7 +129,7 @@ TEST(PrefillAttentionTest, AQueryThatMayReadNothingGetsNaNAsTheBatchedSoftmaxGiv
   EXPECT_FALSE(at::isnan(ours[0]).any().item<bool>());
 }
 
-TEST(PrefillAttentionTest, RejectsInconsistentShapesWithAnErrorNamingThem) {
+TEST_F(PrefillAttentionTest, RejectsInconsistentShapesWithAnErrorNamingThem) {
   PrefillAttentionInputs in = inputs(at::kFloat, 4, 2, 5);
   PrefillAttentionInputs bad = in;
   bad.mask = in.mask.narrow(2, 0, 4);

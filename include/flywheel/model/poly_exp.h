@@ -14,7 +14,7 @@ constexpr float kPolyExpMin = -87.0f, kPolyExpMax = 88.0f;
 // exp(x) for x in [kPolyExpMin, kPolyExpMax]; callers clamp. Static: every translation unit
 // keeps its own copy, compiled for that unit's instruction set (the small_gemm_<isa>.cc kernels,
 // target_clones loops), so that no unit can be linked to another's AVX-512 copy.
-static inline float poly_exp(float x) {
+__attribute__((always_inline)) static inline float poly_exp(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: x + kRound - kRound rounds x to an integer

@@ -29,7 +29,9 @@ struct PrefillAttentionInputs {
 
 struct PrefillAttentionOptions {
   int64_t chunk_scores = int64_t{1} << 20;  // most float32 scores a task holds at once (>= 1)
-  WorkerPool* pool = nullptr;               // null: tasks one after another on the caller
+  // Tasks on its threads where ATen runs on one (at::get_num_threads() == 1, as flywheel's
+  // thread layouts set it beside the pool); null, or ATen on more: one after another.
+  WorkerPool* pool = nullptr;
 };
 
 // [B, T, heads * head_dim] of q's dtype. Query head h reads kv head h / (heads / kv_heads). A query
