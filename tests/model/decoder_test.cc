@@ -114,6 +114,18 @@ ForwardBatch full_batch(const std::vector<int64_t>& tokens) {
 
 const std::vector<int64_t> kTokens = {5, 17, 3, 88, 42, 42, 9, 60, 1, 33, 71, 96};
 
+// A training batch: row 0 packs {3, 1, 4, 1, 5} and {9, 2, 6}; row 1 holds {9, 2, 6} then padding.
+ForwardBatch packed_batch() {
+  ForwardBatch batch;
+  batch.tokens =
+      at::tensor(std::vector<int64_t>{3, 1, 4, 1, 5, 9, 2, 6, 9, 2, 6, 0, 0, 0, 0, 0}).view({2, 8});
+  batch.positions =
+      at::tensor(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 0, 1, 2, 0, 0, 0, 0, 0}).view({2, 8});
+  batch.segment_ids =
+      at::tensor(std::vector<int64_t>{1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 0, 0, 0, 0, 0}).view({2, 8});
+  return batch;
+}
+
 class DecoderFamilyTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DecoderFamilyTest, FullForwardMatchesLiteralReference) {
@@ -124,30 +136,34 @@ TEST_P(DecoderFamilyTest, FullForwardMatchesLiteralReference) {
       << (logits - expected).abs().max().item<float>();
 }
 
-TEST_P(DecoderFamilyTest, IncrementalDecodeMatchesFullForward) {
-  auto model = tiny_model(GetParam());
-  at::Tensor full = model->logits(model->forward(full_batch(kTokens)))[0];
-  auto cache = std::move(*model->make_cache(/*slots=*/3, /*max_len=*/32));
-  // Prefill 5 tokens into slot 1, then decode one token at a time.
-  const int64_t prefill = 5;
+// kTokens through a cache: the first `prefill` in one forward into slot 1, then one token per
+// forward; the logits of every position, [kTokens.size(), vocab].
+at::Tensor cached_logits(const DecoderModel& model, int64_t prefill) {
+  auto cache = std::move(*model.make_cache(/*slots=*/3, /*max_len=*/32));
   ForwardBatch b;
   b.tokens =
       at::tensor(std::vector<int64_t>(kTokens.begin(), kTokens.begin() + prefill)).view({1, -1});
   b.positions = at::arange(prefill, at::kLong).view({1, -1});
   b.slots = {1};
   b.lengths = {prefill};
-  at::Tensor step = model->logits(model->forward(b, cache.get()))[0];
-  EXPECT_TRUE(at::allclose(step, full.narrow(0, 0, prefill), 0, 1e-5));
+  std::vector<at::Tensor> rows = {model.logits(model.forward(b, cache.get()))[0]};
   for (int64_t t = prefill; t < static_cast<int64_t>(kTokens.size()); ++t) {
     ForwardBatch d;
     d.tokens = at::tensor(std::vector<int64_t>{kTokens[t]}).view({1, 1});
     d.positions = at::tensor(std::vector<int64_t>{t}).view({1, 1});
     d.slots = {1};
     d.lengths = {1};
-    at::Tensor logits = model->logits(model->forward(d, cache.get()))[0][0];
-    EXPECT_TRUE(at::allclose(logits, full[t], 0, 1e-5))
-        << "t=" << t << " max diff " << (logits - full[t]).abs().max().item<float>();
+    rows.push_back(model.logits(model.forward(d, cache.get()))[0]);
   }
+  return at::cat(rows, 0);
+}
+
+TEST_P(DecoderFamilyTest, IncrementalDecodeMatchesFullForward) {
+  auto model = tiny_model(GetParam());
+  at::Tensor full = model->logits(model->forward(full_batch(kTokens)))[0];
+  at::Tensor cached = cached_logits(*model, /*prefill=*/5);
+  EXPECT_TRUE(at::allclose(cached, full, 0, 1e-5))
+      << "max diff " << (cached - full).abs().max().item<float>();
 }
 
 TEST_P(DecoderFamilyTest, RaggedBatchInCacheEqualsOneByOne) {
@@ -188,14 +204,7 @@ TEST_P(DecoderFamilyTest, RaggedBatchInCacheEqualsOneByOne) {
 TEST_P(DecoderFamilyTest, PackedAndPaddedTrainingBatchEqualsSeparateSequences) {
   auto model = tiny_model(GetParam());
   std::vector<int64_t> a = {3, 1, 4, 1, 5}, b = {9, 2, 6};
-  // Row 0 packs a and b; row 1 holds b then padding.
-  ForwardBatch batch;
-  batch.tokens =
-      at::tensor(std::vector<int64_t>{3, 1, 4, 1, 5, 9, 2, 6, 9, 2, 6, 0, 0, 0, 0, 0}).view({2, 8});
-  batch.positions =
-      at::tensor(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 0, 1, 2, 0, 0, 0, 0, 0}).view({2, 8});
-  batch.segment_ids =
-      at::tensor(std::vector<int64_t>{1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 0, 0, 0, 0, 0}).view({2, 8});
+  const ForwardBatch batch = packed_batch();
   at::Tensor logits = model->logits(model->forward(batch));
   at::Tensor la = model->logits(model->forward(full_batch(a)))[0];
   at::Tensor lb = model->logits(model->forward(full_batch(b)))[0];
@@ -209,14 +218,7 @@ TEST_P(DecoderFamilyTest, PackedAndPaddedTrainingBatchEqualsSeparateSequences) {
 // in one batched form. Both must give the same logits, packed and padded rows included.
 TEST_P(DecoderFamilyTest, ForwardWithoutGradientsMatchesTheGradientPath) {
   auto model = tiny_model(GetParam());
-  ForwardBatch batch;
-  batch.tokens =
-      at::tensor(std::vector<int64_t>{3, 1, 4, 1, 5, 9, 2, 6, 9, 2, 6, 0, 0, 0, 0, 0}).view({2, 8});
-  batch.positions =
-      at::tensor(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 0, 1, 2, 0, 0, 0, 0, 0}).view({2, 8});
-  batch.segment_ids =
-      at::tensor(std::vector<int64_t>{1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 0, 0, 0, 0, 0}).view({2, 8});
-  for (const ForwardBatch& b : {batch, full_batch(kTokens)}) {
+  for (const ForwardBatch& b : {packed_batch(), full_batch(kTokens)}) {
     at::Tensor with_grad = model->logits(model->forward(b)).detach();
     at::NoGradGuard no_grad;
     at::Tensor without = model->logits(model->forward(b));
@@ -234,24 +236,7 @@ TEST_P(DecoderFamilyTest, CachedDecodeWithoutGradientsMatchesTheGradientPath) {
     auto model = tiny_model(GetParam(), dtype, 7);
     const at::Tensor full = model->logits(model->forward(full_batch(kTokens)))[0].detach();
     at::NoGradGuard no_grad;
-    auto cache = std::move(*model->make_cache(/*slots=*/2, /*max_len=*/32));
-    const int64_t prefill = 5, T = kTokens.size();
-    ForwardBatch b;
-    b.tokens =
-        at::tensor(std::vector<int64_t>(kTokens.begin(), kTokens.begin() + prefill)).view({1, -1});
-    b.positions = at::arange(prefill, at::kLong).view({1, -1});
-    b.slots = {1};
-    b.lengths = {prefill};
-    std::vector<at::Tensor> rows = {model->logits(model->forward(b, cache.get()))[0]};
-    for (int64_t t = prefill; t < T; ++t) {
-      ForwardBatch d;
-      d.tokens = at::tensor(std::vector<int64_t>{kTokens[t]}).view({1, 1});
-      d.positions = at::tensor(std::vector<int64_t>{t}).view({1, 1});
-      d.slots = {1};
-      d.lengths = {1};
-      rows.push_back(model->logits(model->forward(d, cache.get()))[0]);
-    }
-    const at::Tensor ours = at::cat(rows, 0).to(at::kFloat);
+    const at::Tensor ours = cached_logits(*model, /*prefill=*/5).to(at::kFloat);
     const at::Tensor diff = (ours - full.to(at::kFloat)).abs();
     // bfloat16: 0.040-0.052 at most and 0.007-0.009 on average measured for the three families.
     EXPECT_LT(diff.max().item<double>(), dtype == at::kFloat ? 1e-4 : 0.1) << c10::toString(dtype);
