@@ -19,7 +19,7 @@
 namespace flywheel::model {
 namespace {
 
-// Rows below which a split between threads costs more than it saves (as the decoder's by_rows).
+// Rows per thread below which a split between threads costs more than it saves.
 constexpr int64_t kMinRowsPerThread = 8;
 
 constexpr float kInfinity = std::numeric_limits<float>::infinity();
@@ -151,6 +151,16 @@ void for_rows(WorkerPool* pool, int64_t rows, const std::function<void(int64_t, 
   parallel_rows(rows < 2 * kMinRowsPerThread ? nullptr : pool, rows, kMinRowsPerThread, fn);
 }
 
+// fn(E{}) with E the element type of `dtype`: float for float32, uint16_t bits for bfloat16.
+template <typename Fn>
+void with_element_type(at::ScalarType dtype, Fn&& fn) {
+  if (dtype == at::kFloat) {
+    fn(float{});
+  } else {
+    fn(uint16_t{});
+  }
+}
+
 // t's data as E (float, or uint16_t bfloat16 bits).
 template <typename E>
 E* data(const at::Tensor& t) {
@@ -218,11 +228,9 @@ at::Tensor rms_norm_rows(const at::Tensor& x, const at::Tensor& weight, double e
               "] expected for x ", x.sizes(), ", got ", weight.sizes());
   at::Tensor out = at::empty_like(x);
   if (x.numel() == 0) return out;
-  if (x.scalar_type() == at::kFloat) {
-    rms_norm_as<float>(x, weight, static_cast<float>(eps), pool, out);
-  } else {
-    rms_norm_as<uint16_t>(x, weight, static_cast<float>(eps), pool, out);
-  }
+  with_element_type(x.scalar_type(), [&](auto e) {
+    rms_norm_as<decltype(e)>(x, weight, static_cast<float>(eps), pool, out);
+  });
   return out;
 }
 
@@ -246,11 +254,7 @@ at::Tensor norm_rope_rows(const at::Tensor& t, const NormRopeOptions& options) {
   }
   at::Tensor out = at::empty_like(t);
   if (t.numel() == 0) return out;
-  if (t.scalar_type() == at::kFloat) {
-    norm_rope_as<float>(t, options, out);
-  } else {
-    norm_rope_as<uint16_t>(t, options, out);
-  }
+  with_element_type(t.scalar_type(), [&](auto e) { norm_rope_as<decltype(e)>(t, options, out); });
   return out;
 }
 
@@ -263,11 +267,8 @@ at::Tensor silu_mul_rows(const at::Tensor& gate, const at::Tensor& up, WorkerPoo
   at::Tensor out = at::empty_like(gate);
   if (gate.numel() == 0) return out;
   TORCH_CHECK(gate.dim() > 0, "silu_mul_rows: gate [..., n] expected, got a scalar");
-  if (gate.scalar_type() == at::kFloat) {
-    silu_mul_as<float>(gate, up, pool, out);
-  } else {
-    silu_mul_as<uint16_t>(gate, up, pool, out);
-  }
+  with_element_type(gate.scalar_type(),
+                    [&](auto e) { silu_mul_as<decltype(e)>(gate, up, pool, out); });
   return out;
 }
 

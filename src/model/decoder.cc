@@ -244,23 +244,24 @@ bool fused_rows_serve(const at::Tensor& x, const at::Tensor& cos, WorkerPool* po
          decode_rows_serve(cos);
 }
 
+// RMSNorm of t: in decode_rows.h's kernels where the forward's row-wise work runs there.
+at::Tensor row_norm(const at::Tensor& t, const at::Tensor& weight, double eps,
+                    const LayerContext& context) {
+  return context.fused_rows ? rms_norm_rows(t, weight, eps, context.pool)
+                            : rms_norm(t, weight, eps);
+}
+
 // Attention then MLP, each with its pre-norm and residual.
 at::Tensor layer_forward(const ModelConfig& config, const DecoderLayerWeights& layer, int64_t index,
                          const at::Tensor& x, const LayerContext& context) {
   WorkerPool* pool = context.pool;
-  if (context.fused_rows) {
-    const at::Tensor normed = rms_norm_rows(x, layer.input_norm, config.rms_norm_eps, pool);
-    const at::Tensor h = x + attention(config, layer, index, normed, context);
-    const at::Tensor m = rms_norm_rows(h, layer.post_norm, config.rms_norm_eps, pool);
-    const at::Tensor act =
-        silu_mul_rows(project(m, layer.gate, {}, pool), project(m, layer.up, {}, pool), pool);
-    return h + project(act, layer.down, {}, pool);
-  }
-  const at::Tensor normed = rms_norm(x, layer.input_norm, config.rms_norm_eps);
+  const double eps = config.rms_norm_eps;
+  const at::Tensor normed = row_norm(x, layer.input_norm, eps, context);
   const at::Tensor h = x + attention(config, layer, index, normed, context);
-  const at::Tensor m = rms_norm(h, layer.post_norm, config.rms_norm_eps);
+  const at::Tensor m = row_norm(h, layer.post_norm, eps, context);
   const at::Tensor gate = project(m, layer.gate, {}, pool), up = project(m, layer.up, {}, pool);
-  return h + project(at::silu(gate) * up, layer.down, {}, pool);
+  const at::Tensor act = context.fused_rows ? silu_mul_rows(gate, up, pool) : at::silu(gate) * up;
+  return h + project(act, layer.down, {}, pool);
 }
 
 // RoPE tables in the compute dtype (computed in float32, as transformers does).
@@ -475,8 +476,7 @@ at::Tensor DecoderModel::forward(const ForwardBatch& batch, KvCache* cache) cons
   for (size_t i = 0; i < layers_.size(); ++i) {
     x = layer_forward(config_, layers_[i], static_cast<int64_t>(i), x, context);
   }
-  if (context.fused_rows) return rms_norm_rows(x, final_norm_, config_.rms_norm_eps, context.pool);
-  return rms_norm(x, final_norm_, config_.rms_norm_eps);
+  return row_norm(x, final_norm_, config_.rms_norm_eps, context);
 }
 
 at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* cache) const {
@@ -544,9 +544,7 @@ at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* 
   for (size_t i = 0; i < layers_.size(); ++i) {
     x = layer_forward(config_, layers_[i], static_cast<int64_t>(i), x, layer_context);
   }
-  if (layer_context.fused_rows)
-    return rms_norm_rows(x, final_norm_, config_.rms_norm_eps, pool_.get());
-  return rms_norm(x, final_norm_, config_.rms_norm_eps);
+  return row_norm(x, final_norm_, config_.rms_norm_eps, layer_context);
 }
 
 at::Tensor DecoderModel::logits(const at::Tensor& hidden) const {

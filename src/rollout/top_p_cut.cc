@@ -10,9 +10,9 @@
 namespace flywheel::rollout {
 namespace {
 
-// Below this many nats a probability is taken as 0 (exp(-87) ~ 1.6e-38, near float32's smallest
-// normal number).
-constexpr float kZeroBelow = 87.0f;
+// Below this many nats a probability is taken as 0: where poly_exp's range ends (exp(-87) ~
+// 1.6e-38, near float32's smallest normal number).
+constexpr float kZeroBelow = -model::kPolyExpMin;
 
 // e[i] = exp(row[i] - log_total), each token's probability, and bucket[i] its distance from
 // probability 1 in 1 / per_nat nats (clamped to [0, last]: -inf logits land in the
