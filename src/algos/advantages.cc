@@ -31,11 +31,18 @@ absl::Status check_common(const AdvantageInput& in, bool needs_groups) {
   return absl::OkStatus();
 }
 
-// One outcome score per row: `scores`, else the row sum of token_rewards.
+// One outcome score per row (ALGORITHMS.md §1.2): the row sum of token_rewards when they are
+// given (a KL in the reward is part of r_i), else `scores`. A row without a trainable token has
+// no position to carry a reward: it keeps its score.
 std::vector<double> row_scores(const AdvantageInput& in) {
-  at::Tensor s = in.scores.defined()
-                     ? in.scores
-                     : at::where(in.mask.to(at::kBool), in.token_rewards, 0).sum(-1);
+  at::Tensor s;
+  if (in.token_rewards.defined()) {
+    at::Tensor valid = in.mask.to(at::kBool);
+    s = at::where(valid, in.token_rewards.to(at::kDouble), 0).sum(-1);
+    if (in.scores.defined()) s = at::where(valid.any(-1), s, in.scores.to(at::kDouble));
+  } else {
+    s = in.scores;
+  }
   s = s.to(at::kDouble).contiguous();
   return std::vector<double>(s.data_ptr<double>(), s.data_ptr<double>() + s.numel());
 }

@@ -6,7 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "flywheel/algos/actor_loss.h"
+#include "flywheel/algos/dapo.h"
 #include "flywheel/core/plugin_registry.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/trainer/metric_sums.h"
 #include "flywheel/trainer/micro_batch.h"
@@ -41,6 +43,9 @@ absl::StatusOr<LearnerOptions> LearnerOptions::from_config(const core::Config& c
   o.entropy_coef = a.entropy_coef;
   o.value_clip = a.value_clip;
   o.critic = a.advantage_estimator == "gae";
+  o.overlong_buffer_len = a.overlong_buffer_len;
+  o.overlong_penalty_factor = a.overlong_penalty_factor;
+  o.max_response_tokens = c.rollout.max_new_tokens;
   return o;
 }
 
@@ -54,6 +59,8 @@ struct Learner::Batch {
   // Per-token tensors of the local rows [S_local, R].
   at::Tensor local_mask, behaviour, old_logprobs, ref_logprobs, values, advantages, returns,
       is_weights;
+  // Whole-batch tensors [S, R]: advantages; proximal and reference log-probs (KL in the reward).
+  at::Tensor all_advantages, old_all, ref_all;
 };
 
 namespace {
@@ -315,7 +322,8 @@ absl::Status Learner::update(const Batch& batch, bool critic, Metrics* metrics) 
   return absl::OkStatus();
 }
 
-absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>& groups) {
+absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups, Batch* out,
+                              Metrics* metrics) {
   if (groups.empty()) return absl::InvalidArgumentError("learner step: empty batch");
   const int64_t G = static_cast<int64_t>(groups.size());
   if (G % options_.mini_batches != 0) {
@@ -323,7 +331,7 @@ absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>
                                                    " groups do not split into mini_batches (",
                                                    options_.mini_batches, ")"));
   }
-  Batch batch;
+  Batch& batch = *out;
   std::vector<int64_t> first_of_group;  // first sequence index of each group
   std::vector<int64_t> group_id;
   std::vector<double> baselines;
@@ -345,19 +353,33 @@ absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>
   first_of_group.push_back(static_cast<int64_t>(batch.sequences.size()));
   const int64_t S = static_cast<int64_t>(batch.sequences.size()), R = batch.max_response;
   if (R == 0) return absl::InvalidArgumentError("learner step: every response is empty");
-  batch.mask = at::zeros({S, R});
-  batch.scores = at::zeros({S}, at::kDouble);
-  at::Tensor behaviour = at::zeros({S, R});
+  // Per-token inputs filled in plain memory, then moved into tensors in one copy each.
+  std::vector<float> mask(S * R, 0.0f), behaviour(S * R, 0.0f);
+  std::vector<double> raw(S), scores(S), penalties(S);
   for (int64_t s = 0; s < S; ++s) {
     const buffer::Trajectory& t = *batch.sequences[s];
     const int64_t n = t.response_ids.size();
     for (int64_t j = 0; j < n; ++j) {
-      batch.mask[s][j] = static_cast<float>(t.loss_mask[j]);
-      behaviour[s][j] = t.logprobs[j];
+      mask[s * R + j] = static_cast<float>(t.loss_mask[j]);
+      behaviour[s * R + j] = t.logprobs[j];
     }
-    batch.scores[s] = t.reward;
+    // DAPO's soft overlong punishment (ALGORITHMS.md §5.2), on the score before advantages.
+    raw[s] = t.reward;
+    penalties[s] =
+        options_.overlong_buffer_len > 0
+            ? algos::overlong_penalty(n, options_.max_response_tokens, options_.overlong_buffer_len,
+                                      options_.overlong_penalty_factor)
+            : 0.0;
+    scores[s] = raw[s] + penalties[s];
   }
+  batch.mask = at::tensor(mask, at::kFloat).view({S, R});
+  batch.scores = at::tensor(scores, at::kDouble);
   batch.group_ids = at::tensor(group_id, at::kLong);
+  if (options_.overlong_buffer_len > 0) {
+    (*metrics)["reward/overlong_penalty/mean"] =
+        at::tensor(penalties, at::kDouble).mean().item<double>();
+  }
+  (*metrics)["critic/score/mean"] = batch.scores.mean().item<double>();
   // This rank's rows: within each mini-batch's groups, group j goes to rank j % world.
   const int64_t per_mini = G / options_.mini_batches;
   for (int64_t m = 0; m < options_.mini_batches; ++m) {
@@ -374,7 +396,7 @@ absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>
   }
   at::Tensor mine = at::tensor(batch.mine, at::kLong);
   batch.local_mask = batch.mask.index_select(0, mine);
-  batch.behaviour = behaviour.index_select(0, mine);
+  batch.behaviour = at::tensor(behaviour, at::kFloat).view({S, R}).index_select(0, mine);
 
   // Every rank checks that its sequences pack before any model runs.
   {
@@ -385,7 +407,6 @@ absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>
     if (!packed.ok()) return packed.status();
   }
 
-  Metrics metrics;
   // 1. Proximal, reference and critic passes.
   const bool one_update = options_.ppo_epochs == 1 && options_.mini_batches == 1;
   if (!one_update || options_.kl_in_reward) batch.old_logprobs = infer(*policy_, batch, false);
@@ -400,16 +421,20 @@ absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>
   if (needs_baseline) {
     in.baselines = at::tensor(baselines, at::kDouble).to(at::kFloat);  // [S]
     // One value per group: the mean over sequences weighs groups equally (equal sizes).
-    metrics["critic/baseline/mean"] = in.baselines.mean().item<double>();
+    (*metrics)["critic/baseline/mean"] = in.baselines.mean().item<double>();
   }
   if (critic_) in.values = gather_rows(batch.values, batch.mine, S, *comm_);
+  at::Tensor rewards = batch.scores;  // per sequence, KL in the reward included
   if (reference_ && options_.kl_in_reward) {
-    at::Tensor old_all = gather_rows(batch.old_logprobs, batch.mine, S, *comm_);
-    at::Tensor ref_all = gather_rows(batch.ref_logprobs, batch.mine, S, *comm_);
+    batch.old_all = gather_rows(batch.old_logprobs, batch.mine, S, *comm_);
+    batch.ref_all = gather_rows(batch.ref_logprobs, batch.mine, S, *comm_);
     const double beta = kl_beta();
-    in.token_rewards =
-        algos::kl_in_reward(in.scores, batch.mask, old_all, ref_all, beta, algorithm_.kl_estimator);
-    at::Tensor kl = algos::kl_penalty(old_all, ref_all, algorithm_.kl_estimator) * batch.mask;
+    in.token_rewards = algos::kl_in_reward(in.scores, batch.mask, batch.old_all, batch.ref_all,
+                                           beta, algorithm_.kl_estimator);
+    at::Tensor kl =
+        at::where(batch.mask.to(at::kBool),
+                  algos::kl_penalty(batch.old_all, batch.ref_all, algorithm_.kl_estimator), 0);
+    rewards = batch.scores - beta * kl.sum(-1).to(at::kDouble);
     at::Tensor lengths = batch.mask.sum(-1);
     at::Tensor nonempty = lengths > 0;
     const double current =
@@ -418,18 +443,41 @@ absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>
                   .mean()
                   .item<double>()
             : 0.0;
-    metrics["actor/reward_kl_penalty"] = current;
-    metrics["actor/reward_kl_coef"] = beta;
+    (*metrics)["actor/reward_kl_penalty"] = current;
+    (*metrics)["actor/reward_kl_coef"] = beta;
     if (kl_controller_) kl_controller_->update(current, static_cast<double>(S));
   }
+  (*metrics)["critic/rewards/mean"] = rewards.mean().item<double>();
   absl::StatusOr<algos::AdvantageResult> advantages = algorithm_.estimator->compute(in);
   if (!advantages.ok()) return advantages.status();
+  batch.all_advantages = advantages->advantages;
   batch.advantages = advantages->advantages.index_select(0, mine);
   batch.returns = advantages->returns.index_select(0, mine);
   for (const auto& [name, value] :
        algos::advantage_diagnostics(advantages->advantages, batch.mask, batch.group_ids)) {
-    metrics["critic/" + name] = value;
+    (*metrics)["critic/" + name] = value;
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AdvantageTrace> Learner::advantages(
+    const std::vector<buffer::TrajectoryGroup>& groups) {
+  Batch batch;
+  Metrics metrics;
+  FLYWHEEL_RETURN_IF_ERROR(prepare(groups, &batch, &metrics));
+  AdvantageTrace trace;
+  trace.advantages = batch.all_advantages;
+  trace.mask = batch.mask;
+  trace.scores = batch.scores;
+  trace.old_logprobs = batch.old_all;
+  trace.ref_logprobs = batch.ref_all;
+  return trace;
+}
+
+absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>& groups) {
+  Batch batch;
+  Metrics metrics;
+  FLYWHEEL_RETURN_IF_ERROR(prepare(groups, &batch, &metrics));
 
   // 3. IS weights from the proximal and behaviour log-probs (with one update per step they are
   // computed per micro-batch from the training forward).
@@ -455,10 +503,9 @@ absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>
   if (!s.ok()) return s;
 
   // Batch statistics (the same on every rank).
-  metrics["critic/score/mean"] = batch.scores.mean().item<double>();
   double lengths = 0;
   for (const buffer::Trajectory* t : batch.sequences) lengths += t->response_ids.size();
-  metrics["response_length/mean"] = lengths / S;
+  metrics["response_length/mean"] = lengths / static_cast<double>(batch.sequences.size());
   ++version_;
   metrics["actor/version"] = static_cast<double>(version_);
   return metrics;

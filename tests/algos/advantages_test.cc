@@ -150,6 +150,50 @@ TEST(ReinforcePpTest, TokenLevelRewardsAreUsed) {
   expect_near(r->returns, {1.25, 0.75, 1});
 }
 
+// KL in the reward (ALGORITHMS.md §1.2, §4.2): with token-level rewards given, every outcome
+// estimator's r_i is their row sum (garbage on masked positions ignored); a row without a
+// trainable token keeps its score.
+TEST(GroupEstimatorsTest, TakeTheRowSumOfTokenRewardsOverTheScores) {
+  AdvantageInput in;
+  in.scores = at::tensor(std::vector<float>{1, 0, 0, 5});
+  in.group_ids = at::tensor(std::vector<int64_t>{0, 0, 0, 0});
+  in.mask = T({1, 1, 0,  //
+               1, 0, 1,  //
+               0, 1, 1,  //
+               0, 0, 0},
+              {4, 3});
+  in.token_rewards = T({-0.25, 0.5, 9,  //
+                        -0.5, 9, 0,     //
+                        9, -0.125, 0.375, 9, 9, 9},
+                       {4, 3});
+  const std::vector<double> r = {0.25, -0.5, 0.25, 5};  // row sums; row 3 is empty
+  const double mean = (0.25 - 0.5 + 0.25 + 5) / 4;
+  double sq = 0;
+  for (double x : r) sq += (x - mean) * (x - mean);
+  const double sd = std::sqrt(sq / 3);
+  auto grpo = make_grpo({})->get()->compute(in);
+  ASSERT_TRUE(grpo.ok()) << grpo.status();
+  auto a = [&](int i) { return static_cast<float>((r[i] - mean) / (sd + 1e-6)); };
+  expect_near(grpo->advantages, {a(0), a(0), 0, a(1), 0, a(1), 0, a(2), a(2), 0, 0, 0}, 1e-5);
+  auto dr = make_dr_grpo({})->get()->compute(in);
+  ASSERT_TRUE(dr.ok());
+  auto c = [&](int i) { return static_cast<float>(r[i] - mean); };
+  expect_near(dr->advantages, {c(0), c(0), 0, c(1), 0, c(1), 0, c(2), c(2), 0, 0, 0}, 1e-5);
+  auto rloo = make_rloo({})->get()->compute(in);
+  ASSERT_TRUE(rloo.ok());
+  auto l = [&](int i) { return static_cast<float>(4.0 / 3 * (r[i] - mean)); };
+  expect_near(rloo->advantages, {l(0), l(0), 0, l(1), 0, l(1), 0, l(2), l(2), 0, 0, 0}, 1e-5);
+  // REINFORCE++-baseline: centred on the same r_i before whitening.
+  auto base = make_reinforce_pp_baseline({})->get()->compute(in);
+  ASSERT_TRUE(base.ok());
+  AdvantageInput plain = in;
+  plain.token_rewards = at::Tensor();
+  plain.scores = at::tensor(std::vector<float>{0.25, -0.5, 0.25, 5});
+  auto expected = make_reinforce_pp_baseline({})->get()->compute(plain);
+  ASSERT_TRUE(expected.ok());
+  EXPECT_TRUE(at::allclose(base->advantages, expected->advantages, 1e-5, 1e-6));
+}
+
 TEST(ReinforcePpBaselineTest, GroupCenteredThenTokenWeightedWhitening) {
   AdvantageInput in;
   in.scores = at::tensor(std::vector<float>{1, 3});

@@ -14,7 +14,9 @@ namespace flywheel::algos {
 struct AdvantageInput {
   at::Tensor scores;         // [B] outcome score per response (after any shaping)
   at::Tensor token_rewards;  // [B, T] optional token-level rewards (KL-in-reward, process
-                             // rewards); undefined: each score sits on its last valid token
+                             // rewards), the score included; undefined: each score sits on
+                             // its last valid token. Outcome estimators (grpo, rloo, ...) take
+                             // r_i as their row sum (a row without valid tokens: its score).
   at::Tensor mask;           // [B, T] 1 = trainable token (interior zeros allowed)
   at::Tensor values;         // [B, T] critic values at rollout time (gae only)
   at::Tensor group_ids;      // [B] int64: rows with equal ids are one prompt's group

@@ -12,7 +12,9 @@
 //     step makes the training forward's detached log-probs the same thing; the reference
 //     log-probs when a KL term is configured; the critic's values when the estimator is gae;
 //  2. computes advantages on the whole batch (every rank the same: token-level inputs are
-//     all-gathered), with KL in the reward when configured;
+//     all-gathered) from each trajectory's reward plus DAPO's overlong penalty when
+//     overlong_buffer_len > 0, with the KL in the reward when configured (then every
+//     estimator's r_i is the row sum of the KL-shaped token rewards, ALGORITHMS.md §1.2);
 //  3. computes IS-correction weights (proximal vs behaviour log-probs);
 //  4. runs ppo_epochs x mini_batches optimizer updates: micro-batches packed by
 //     micro_batch_tokens, loss denominators all-reduced over the mini-batch first so that the
@@ -50,6 +52,16 @@ namespace flywheel::trainer {
 
 using Metrics = std::map<std::string, double>;
 
+// What step() computes before any update, over the whole batch in batch order ([S, R] or [S],
+// the same on every rank).
+struct AdvantageTrace {
+  at::Tensor advantages;
+  at::Tensor mask;
+  at::Tensor scores;        // float64: each trajectory's reward after overlong shaping
+  at::Tensor old_logprobs;  // the proximal log-probs: defined when the KL is in the reward
+  at::Tensor ref_logprobs;  // the reference's: defined when the KL is in the reward
+};
+
 struct LearnerOptions {
   int64_t ppo_epochs = 1;
   int64_t mini_batches = 1;
@@ -69,6 +81,10 @@ struct LearnerOptions {
   double entropy_coef = 0;
   double value_clip = 0.5;
   bool critic = false;  // a value model (the gae estimator needs one)
+  // DAPO's soft overlong punishment of each score (ALGORITHMS.md §5.2): 0 = off.
+  int64_t overlong_buffer_len = 0;
+  double overlong_penalty_factor = 1.0;
+  int64_t max_response_tokens = 0;  // L_max of the punishment: rollout.max_new_tokens
 
   // From the config's trainer, algorithm and rollout sections.
   static absl::StatusOr<LearnerOptions> from_config(const core::Config& config);
@@ -91,6 +107,9 @@ class Learner {
   // malformed batch (empty, a sequence longer than micro_batch_tokens, ...); FailedPrecondition
   // after max_consecutive_skips non-finite updates in a row.
   absl::StatusOr<Metrics> step(const std::vector<buffer::TrajectoryGroup>& groups);
+  // Phases 1 and 2 of step() alone (no update, no version change): what the advantages of
+  // `groups` would be now. Collective; errors as step().
+  absl::StatusOr<AdvantageTrace> advantages(const std::vector<buffer::TrajectoryGroup>& groups);
 
   int64_t version() const { return version_; }
   void set_version(int64_t version) { version_ = version; }
@@ -109,6 +128,10 @@ class Learner {
   struct Batch;  // the step's sequences and per-token tensors
   Learner(const LearnerOptions& options, algos::Algorithm algorithm, comm::Communicator* comm);
 
+  // Builds `batch` from `groups` and runs phases 1 and 2 (proximal / reference / critic passes,
+  // shaping, advantages), adding their metrics.
+  absl::Status prepare(const std::vector<buffer::TrajectoryGroup>& groups, Batch* batch,
+                       Metrics* metrics);
   // Per-token outputs of `model` for this rank's sequences, without gradient: [S_local, R].
   at::Tensor infer(ShardedDecoder& model, const Batch& batch, bool values);
   // ppo_epochs x mini_batches updates of the policy (or, with `critic`, the critic).

@@ -1,0 +1,161 @@
+// Reward shaping in the learner step (under mpirun, 1 and 2 ranks): the KL in the reward reaches
+// the group estimators' r_i (ALGORITHMS.md §1.2, §4.2) and DAPO's soft overlong punishment is
+// applied to every trained trajectory's score (§5.2).
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "../model/test_models.h"
+#include "flywheel/trainer/learner.h"
+#include "gtest/gtest.h"
+#include "learner_test_util.h"
+#include "mpi_test_main.h"
+
+namespace flywheel::trainer {
+namespace {
+
+LearnerOptions shaping_options() {
+  LearnerOptions o;
+  o.lr.lr = 1e-3;
+  o.lr.total_steps = 10;
+  o.grad_clip = 0;
+  o.micro_batch_tokens = 64;
+  return o;
+}
+
+std::unique_ptr<Learner> make_learner(comm::Communicator& comm, const LearnerOptions& options) {
+  algos::Algorithm algorithm = testing::test_algorithm(algos::AggMode::kTokenMean);
+  algorithm.kl_estimator = algos::KlEstimator::kK1;
+  auto learner =
+      Learner::create(options, std::move(algorithm), model::testing::tiny_config("qwen2"), &comm);
+  EXPECT_TRUE(learner.ok()) << learner.status();
+  (*learner)->policy().init_random(3);
+  if ((*learner)->reference() != nullptr) (*learner)->reference()->init_random(11);
+  return std::move(*learner);
+}
+
+std::map<std::string, at::Tensor> full_parameters(Learner& learner) {
+  std::map<std::string, at::Tensor> params;
+  learner.policy().for_each_full_bucket(
+      1 << 20, at::kFloat, [&](const std::vector<std::pair<std::string, at::Tensor>>& bucket) {
+        for (const auto& [name, t] : bucket) params[name] = t.clone();
+      });
+  return params;
+}
+
+double max_difference(const std::map<std::string, at::Tensor>& a,
+                      const std::map<std::string, at::Tensor>& b) {
+  double worst = 0;
+  for (const auto& [name, t] : a) {
+    worst = std::max(worst, (t - b.at(name)).abs().max().item<double>());
+  }
+  return worst;
+}
+
+// GRPO by hand on per-row rewards r (groups of `group_size` consecutive rows), on `mask`.
+at::Tensor grpo_by_hand(const std::vector<double>& r, int64_t group_size, const at::Tensor& mask) {
+  std::vector<float> a(r.size());
+  for (size_t g = 0; g < r.size(); g += group_size) {
+    double mean = 0, sq = 0;
+    for (int64_t i = 0; i < group_size; ++i) mean += r[g + i];
+    mean /= group_size;
+    for (int64_t i = 0; i < group_size; ++i) sq += (r[g + i] - mean) * (r[g + i] - mean);
+    const double sd = std::sqrt(sq / (group_size - 1));
+    for (int64_t i = 0; i < group_size; ++i) a[g + i] = (r[g + i] - mean) / (sd + 1e-6);
+  }
+  return at::tensor(a).unsqueeze(1) * mask;
+}
+
+TEST(LearnerShapingTest, KlInTheRewardShapesGroupAdvantagesAndTheUpdate) {
+  auto world = flywheel::testing::world_communicator();
+  constexpr int64_t kGroupSize = 4;
+  const auto groups = testing::synthetic_groups(7, /*groups=*/4, kGroupSize, /*vocab=*/97);
+  LearnerOptions kl = shaping_options();
+  kl.kl_coef = 0.5;
+  kl.kl_in_reward = true;
+  std::unique_ptr<Learner> shaped = make_learner(*world, kl);
+  std::unique_ptr<Learner> plain = make_learner(*world, shaping_options());
+
+  absl::StatusOr<AdvantageTrace> trace = shaped->advantages(groups);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_TRUE(trace->old_logprobs.defined() && trace->ref_logprobs.defined());
+  const at::Tensor valid = trace->mask.to(at::kBool);
+  const at::Tensor kl_tokens = at::where(valid, trace->old_logprobs - trace->ref_logprobs, 0);
+  ASSERT_GT(kl_tokens.abs().max().item<double>(), 1e-3) << "the reference equals the policy";
+
+  // r_i = score_i - beta * sum_t (lp_old - lp_ref) (k1), then GRPO over each group.
+  std::vector<double> shaped_rewards, rewards;
+  for (const auto& g : groups) {
+    for (const auto& t : g.trajectories) rewards.push_back(t.reward);
+  }
+  for (size_t i = 0; i < rewards.size(); ++i) {
+    shaped_rewards.push_back(rewards[i] - 0.5 * kl_tokens[i].sum().item<double>());
+  }
+  const at::Tensor expected = grpo_by_hand(shaped_rewards, kGroupSize, trace->mask);
+  EXPECT_LT((trace->advantages - expected).abs().max().item<double>(), 1e-4);
+
+  absl::StatusOr<AdvantageTrace> unshaped = plain->advantages(groups);
+  ASSERT_TRUE(unshaped.ok()) << unshaped.status();
+  EXPECT_GT((trace->advantages - unshaped->advantages).abs().max().item<double>(), 1e-3);
+
+  // The update follows: kl_coef 0.5 trains as a KL-free learner would on the shaped rewards, and
+  // not as one on the raw rewards.
+  auto relabelled = groups;
+  size_t row = 0;
+  for (auto& g : relabelled) {
+    for (auto& t : g.trajectories) t.reward = shaped_rewards[row++];
+  }
+  std::unique_ptr<Learner> by_hand = make_learner(*world, shaping_options());
+  ASSERT_TRUE(shaped->step(groups).ok());
+  ASSERT_TRUE(plain->step(groups).ok());
+  ASSERT_TRUE(by_hand->step(relabelled).ok());
+  const auto after_shaped = full_parameters(*shaped);
+  EXPECT_GT(max_difference(after_shaped, full_parameters(*plain)), 1e-6);
+  EXPECT_LT(max_difference(after_shaped, full_parameters(*by_hand)), 1e-5);
+}
+
+TEST(LearnerShapingTest, OverlongResponsesArePenalisedByDaposFormula) {
+  auto world = flywheel::testing::world_communicator();
+  LearnerOptions options = shaping_options();
+  options.overlong_buffer_len = 4;
+  options.overlong_penalty_factor = 0.5;
+  options.max_response_tokens = 8;
+  std::unique_ptr<Learner> learner = make_learner(*world, options);
+  const auto groups = testing::synthetic_groups(9, /*groups=*/4, /*group_size=*/4, /*vocab=*/97,
+                                                /*max_response=*/8);
+  absl::StatusOr<AdvantageTrace> trace = learner->advantages(groups);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  int64_t s = 0, penalised = 0;
+  double penalty_sum = 0;
+  for (const auto& g : groups) {
+    for (const auto& t : g.trajectories) {
+      const double length = static_cast<double>(t.response_ids.size());
+      // 0 up to L_max - L_buf = 4 tokens, then -(L - 4) / 4 * 0.5: -0.5 at L_max.
+      const double penalty = std::min(-(length - 4) / 4 * 0.5, 0.0);
+      penalised += penalty < 0;
+      penalty_sum += penalty;
+      EXPECT_NEAR(trace->scores[s++].item<double>(), t.reward + penalty, 1e-12)
+          << "length " << length;
+    }
+  }
+  ASSERT_GT(penalised, 0) << "no response reached the buffer zone";
+  absl::StatusOr<Metrics> m = learner->step(groups);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_NEAR(m->at("reward/overlong_penalty/mean"), penalty_sum / s, 1e-12);
+
+  // Off (the default): the scores are the rewards.
+  std::unique_ptr<Learner> off = make_learner(*world, shaping_options());
+  absl::StatusOr<AdvantageTrace> raw = off->advantages(groups);
+  ASSERT_TRUE(raw.ok());
+  s = 0;
+  for (const auto& g : groups) {
+    for (const auto& t : g.trajectories) EXPECT_EQ(raw->scores[s++].item<double>(), t.reward);
+  }
+}
+
+}  // namespace
+}  // namespace flywheel::trainer
+
+int main(int argc, char** argv) { return flywheel::testing::run_mpi_tests(argc, argv); }
