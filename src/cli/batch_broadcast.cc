@@ -37,7 +37,7 @@ absl::StatusOr<BroadcastBatch> broadcast_batch(comm::Communicator& comm,
       buffer::encode_group(group, group.worker_id, reinterpret_cast<uint8_t*>(&bytes[at]));
     }
   }
-  const std::string all = broadcast_string(comm, bytes);
+  const std::string all = comm::broadcast_string(comm, bytes);
   BroadcastBatch out;
   size_t at = 0;
   uint64_t size = 0, count = 0;

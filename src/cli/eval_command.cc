@@ -59,7 +59,7 @@ class ModelDir {
         return s;
       }
     }
-    dir.path_ = broadcast_string(comm, tmp);
+    dir.path_ = comm::broadcast_string(comm, tmp);
     dir.owned_ = comm.rank() == 0;
     return dir;
   }

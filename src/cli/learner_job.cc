@@ -13,16 +13,6 @@ namespace flywheel::cli {
 
 namespace fs = std::filesystem;
 
-std::string broadcast_string(comm::Communicator& comm, const std::string& value) {
-  const std::string mine = comm.rank() == 0 ? value : std::string();
-  at::Tensor size = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);
-  comm.all_reduce_host(size, comm::ReduceOp::kMax);
-  at::Tensor bytes = at::zeros({size.item<int64_t>()}, at::kByte);
-  std::copy(mine.begin(), mine.end(), bytes.data_ptr<uint8_t>());
-  comm.all_reduce_host(bytes, comm::ReduceOp::kMax);  // rank 0's bytes, zeros elsewhere
-  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), bytes.numel());
-}
-
 std::string checkpoint_dir(const core::Config& config) {
   return config.checkpoint.dir.empty() ? (fs::path(config.logging.run_dir) / "checkpoints").string()
                                        : config.checkpoint.dir;
@@ -38,7 +28,7 @@ std::string resume_path(const core::Config& config, comm::Communicator& comm) {
       path = config.checkpoint.resume;
     }
   }
-  return broadcast_string(comm, path);
+  return comm::broadcast_string(comm, path);
 }
 
 absl::StatusOr<std::map<std::string, std::string>> checkpoint_side_files(

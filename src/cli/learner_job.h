@@ -16,9 +16,6 @@
 
 namespace flywheel::cli {
 
-// `value` as rank 0 holds it, on every rank. Collective.
-std::string broadcast_string(comm::Communicator& comm, const std::string& value);
-
 // checkpoint.dir, or <logging.run_dir>/checkpoints.
 std::string checkpoint_dir(const core::Config& config);
 

@@ -9,6 +9,9 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <vector>
+
+#include <unistd.h>
 
 #include <ATen/ATen.h>
 
@@ -65,15 +68,37 @@ void check_nccl(ncclResult_t r, const char* what) {
   TORCH_CHECK(r == ncclSuccess, "NCCL ", what, " failed: ", ncclGetErrorString(r));
 }
 
-// The legacy default stream: implicitly ordered with LibTorch's default-stream work.
-const cudaStream_t kStream = cudaStreamLegacy;
+// "host:PCI bus id" of CUDA device `device` on this host.
+std::string device_id(int device) {
+  char bus[64] = {0};
+  if (cudaDeviceGetPCIBusId(bus, sizeof(bus) - 1, device) != cudaSuccess) {
+    std::snprintf(bus, sizeof(bus), "device %d", device);
+  }
+  char host[128] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(host, ":", bus);
+}
 
 }  // namespace
 
 struct NcclCommunicator::Handle {
   ncclComm_t comm = nullptr;
+  // The legacy default stream (implicitly ordered with LibTorch's default-stream work), or a
+  // stream of this communicator's own (options.own_stream) with an event to order it.
+  cudaStream_t stream = cudaStreamLegacy;
+  bool own_stream = false;
+  cudaEvent_t ready = nullptr;
   ~Handle() {
     if (comm != nullptr) ncclCommDestroy(comm);
+    if (ready != nullptr) cudaEventDestroy(ready);
+    if (own_stream) cudaStreamDestroy(stream);
+  }
+  // The stream the next collective runs on: after what the default stream holds now.
+  cudaStream_t issue() {
+    if (!own_stream) return stream;
+    cudaEventRecord(ready, cudaStreamLegacy);
+    cudaStreamWaitEvent(stream, ready, 0);
+    return stream;
   }
 };
 
@@ -91,6 +116,20 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
   if (cudaSetDevice(device) != cudaSuccess) {
     return absl::UnavailableError(absl::StrCat("cannot use CUDA device ", device));
   }
+  // Every rank on its own GPU, checked before NCCL sees the group.
+  constexpr int64_t kIdBytes = 192;
+  const std::string mine = device_id(device).substr(0, kIdBytes - 1);
+  at::Tensor id_bytes = at::zeros({kIdBytes}, at::kByte);
+  std::memcpy(id_bytes.data_ptr(), mine.data(), mine.size());
+  at::Tensor all_ids = at::zeros({kIdBytes * bootstrap.size()}, at::kByte);
+  bootstrap.all_gather_host(id_bytes, all_ids);
+  std::vector<std::string> ids;
+  for (int r = 0; r < bootstrap.size(); ++r) {
+    ids.emplace_back(reinterpret_cast<const char*>(all_ids.data_ptr<uint8_t>() + r * kIdBytes));
+  }
+  if (absl::Status distinct = check_distinct_devices(ids, options.name); !distinct.ok()) {
+    return distinct;
+  }
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
   if (bootstrap.rank() == 0) {
@@ -104,6 +143,13 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
   bootstrap.broadcast(bytes, 0);
   std::memcpy(&id, bytes.data_ptr(), sizeof(id));
   auto handle = std::make_unique<Handle>();
+  if (options.own_stream) {
+    if (cudaStreamCreateWithFlags(&handle->stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&handle->ready, cudaEventDisableTiming) != cudaSuccess) {
+      return absl::UnavailableError("cannot create a CUDA stream for the communicator");
+    }
+    handle->own_stream = true;
+  }
   ncclResult_t r = ncclCommInitRank(&handle->comm, bootstrap.size(), id, bootstrap.rank());
   if (r != ncclSuccess) {
     handle->comm = nullptr;
@@ -126,7 +172,7 @@ void NcclCommunicator::wait(const char* what) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + std::chrono::duration<double>(options_.timeout_s);
   for (int polls = 0;; ++polls) {
-    const cudaError_t state = cudaStreamQuery(kStream);
+    const cudaError_t state = cudaStreamQuery(handle_->stream);
     if (state == cudaSuccess) return;
     TORCH_CHECK(state == cudaErrorNotReady, "CUDA error during ", what, ": ",
                 cudaGetErrorString(state));
@@ -165,9 +211,10 @@ void NcclCommunicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
     return;
   }
   cudaSetDevice(device_);
-  check_nccl(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
-                           nccl_type(tensor.scalar_type()), nccl_op(op), handle_->comm, kStream),
-             "all_reduce");
+  check_nccl(
+      ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
+                    nccl_type(tensor.scalar_type()), nccl_op(op), handle_->comm, handle_->issue()),
+      "all_reduce");
   wait("all_reduce");
 }
 
@@ -179,7 +226,7 @@ void NcclCommunicator::all_gather(const at::Tensor& shard, at::Tensor& full) {
               " elements of the shard's dtype");
   cudaSetDevice(device_);
   check_nccl(ncclAllGather(shard.data_ptr(), full.data_ptr(), shard.numel(),
-                           nccl_type(shard.scalar_type()), handle_->comm, kStream),
+                           nccl_type(shard.scalar_type()), handle_->comm, handle_->issue()),
              "all_gather");
   wait("all_gather");
 }
@@ -204,7 +251,8 @@ void NcclCommunicator::reduce_scatter(const at::Tensor& full, at::Tensor& shard,
               " elements of the shard's dtype");
   cudaSetDevice(device_);
   check_nccl(ncclReduceScatter(full.data_ptr(), shard.data_ptr(), shard.numel(),
-                               nccl_type(full.scalar_type()), nccl_op(op), handle_->comm, kStream),
+                               nccl_type(full.scalar_type()), nccl_op(op), handle_->comm,
+                               handle_->issue()),
              "reduce_scatter");
   wait("reduce_scatter");
 }
@@ -214,7 +262,7 @@ void NcclCommunicator::broadcast(at::Tensor& tensor, int root) {
   TORCH_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " outside [0, ", size_, ")");
   cudaSetDevice(device_);
   check_nccl(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
-                           nccl_type(tensor.scalar_type()), root, handle_->comm, kStream),
+                           nccl_type(tensor.scalar_type()), root, handle_->comm, handle_->issue()),
              "broadcast");
   wait("broadcast");
 }
@@ -228,6 +276,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::split(int color,
                                                                       const std::string& name) {
   barrier();  // under the deadline, before the split (which has none)
   auto handle = std::make_unique<Handle>();
+  if (options_.own_stream) {
+    if (cudaStreamCreateWithFlags(&handle->stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&handle->ready, cudaEventDisableTiming) != cudaSuccess) {
+      return absl::UnavailableError("cannot create a CUDA stream for the communicator");
+    }
+    handle->own_stream = true;
+  }
   ncclResult_t r = ncclCommSplit(handle_->comm, color, key, &handle->comm, nullptr);
   if (r != ncclSuccess) {
     handle->comm = nullptr;

@@ -80,6 +80,30 @@ TEST(MpiCommunicatorTest, BroadcastFromEveryRootAndBarrier) {
   w->barrier();
 }
 
+// Rank 0's bytes on every rank, in chunks: a 1003-byte string in chunks of 64, 1003 and 5000
+// bytes, the empty string, and bytes with zeros in them.
+TEST(MpiCommunicatorTest, BroadcastStringSendsRankZerosBytesInChunks) {
+  auto w = world();
+  std::string value(1003, '\0');
+  for (size_t i = 0; i < value.size(); ++i) value[i] = static_cast<char>((i * 7) % 256);
+  for (int64_t chunk : {64, 1003, 5000}) {
+    const std::string mine = w->rank() == 0 ? value : std::string("not rank 0");
+    EXPECT_EQ(broadcast_string(*w, mine, chunk), value) << chunk;
+  }
+  EXPECT_EQ(broadcast_string(*w, w->rank() == 0 ? "" : "x"), "");
+}
+
+TEST(DeviceCheckTest, TwoRanksOnOneGpuAreNamed) {
+  EXPECT_TRUE(
+      check_distinct_devices({"a:0000:01:00.0", "a:0000:02:00.0", "b:0000:01:00.0"}, "g").ok());
+  absl::Status s = check_distinct_devices(
+      {"a:0000:01:00.0", "a:0000:02:00.0", "a:0000:01:00.0", "a:0000:01:00.0"}, "learners");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("group 'learners': ranks 0, 2, 3 are all on a:0000:01:00.0"),
+            std::string::npos)
+      << s.message();
+}
+
 TEST(MpiCommunicatorTest, SplitMakesIndependentSubGroups) {
   auto w = world();
   auto half = w->split(w->rank() % 2, w->rank(), "parity");

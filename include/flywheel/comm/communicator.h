@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -31,6 +32,10 @@ enum class ReduceOp { kSum, kMax, kMin };
 struct CommunicatorOptions {
   std::string name = "world";  // names the group in timeout messages
   double timeout_s = 300;      // per collective (> 0)
+  // NCCL: collectives on a CUDA stream of their own, ordered after what the default stream
+  // holds when each is issued, instead of on the legacy default stream (a rollout worker's
+  // weight receive then runs beside the engine's kernels, not between them).
+  bool own_stream = false;
 };
 
 // A collective started by an *_async call. wait() blocks until it completed (under the
@@ -70,11 +75,24 @@ class Communicator {
   // for small bookkeeping tensors such as counts, flags and metrics.
   void all_reduce_host(at::Tensor& cpu_tensor, ReduceOp op = ReduceOp::kSum);
   void all_gather_host(const at::Tensor& cpu_shard, at::Tensor& cpu_full);
+  void broadcast_host(at::Tensor& cpu_tensor, int root);
 
   // A communicator of the ranks that pass the same `color`, ordered by `key` (then by rank);
   // collective over this group. `name` names it in timeout messages.
   virtual absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key,
                                                               const std::string& name) = 0;
 };
+
+// OK when every rank's device id (e.g. "host:PCI bus id", in rank order) is distinct; else
+// FailedPrecondition naming the ranks that share one, for group `name` (NCCL refuses two ranks
+// of one communicator on one GPU, with an opaque error).
+absl::Status check_distinct_devices(const std::vector<std::string>& device_ids,
+                                    const std::string& name);
+
+// `value` as rank 0 holds it, on every rank: its size, then its bytes in broadcasts of at most
+// `chunk_bytes` (a message count stays far below MPI's 2^31 limit whatever the size).
+// Collective.
+std::string broadcast_string(Communicator& comm, const std::string& value,
+                             int64_t chunk_bytes = int64_t{1} << 30);
 
 }  // namespace flywheel::comm

@@ -2,9 +2,12 @@
 // (FLYWHEEL_WITH_NCCL); create() says "not built" otherwise.
 //
 // The group is bootstrapped over another communicator (MPI, or the controller's channel): rank
-// 0 makes the NCCL unique id and broadcasts it. Collectives run on the CUDA legacy default
-// stream, so they are ordered with LibTorch's default-stream kernels before and after them, and
-// each call returns once its collective completed. A collective past the deadline is reported
+// 0 makes the NCCL unique id and broadcasts it; before that every rank's "host:PCI bus id" is
+// all-gathered and two ranks on one GPU are refused (FailedPrecondition naming them).
+// Collectives run on the CUDA legacy default stream, so they are ordered with LibTorch's
+// default-stream kernels before and after them (or, with options.own_stream, on a stream of
+// their own that waits for what the default stream holds when each is issued), and each call
+// returns once its collective completed. A collective past the deadline is reported
 // as in communicator.h, then the NCCL communicator is aborted (ncclCommAbort) and the process
 // exits with kTimeoutExitCode.
 #pragma once
