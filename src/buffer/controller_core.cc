@@ -65,12 +65,23 @@ absl::Status ControllerOptions::validate() const {
   if (remembered_group_ids < 0) {
     return absl::InvalidArgumentError("remembered_group_ids must be >= 0");
   }
+  if (incarnation >= (uint32_t{1} << 31)) {
+    return absl::InvalidArgumentError("incarnation must be < 2^31");
+  }
+  if (max_groups < 0) return absl::InvalidArgumentError("max_groups must be >= 0");
   return absl::OkStatus();
+}
+
+uint32_t make_incarnation() {
+  std::random_device device;
+  std::uniform_int_distribution<uint32_t> pick(1, (uint32_t{1} << 31) - 1);
+  return pick(device);
 }
 
 ControllerCore::ControllerCore(const ControllerOptions& options, Filter filter)
     : options_(options),
       filter_(std::move(filter)),
+      next_lease_id_((static_cast<uint64_t>(options.incarnation) << 32) + 1),
       acknowledged_(static_cast<size_t>(options.remembered_group_ids)) {}
 
 absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::create(
@@ -124,6 +135,27 @@ void ControllerCore::close() {
   closed_ = true;
 }
 
+bool ControllerCore::closed() const {
+  absl::MutexLock lock(&mu_);
+  return closed_;
+}
+
+bool ControllerCore::heartbeat_done(const std::string& worker, double now) {
+  absl::MutexLock lock(&mu_);
+  last_seen_[worker] = now;
+  if (closed_) told_done_.insert(worker);
+  return closed_;
+}
+
+bool ControllerCore::settled(double now) const {
+  absl::MutexLock lock(&mu_);
+  if (!closed_ || !leases_.empty()) return false;
+  for (const auto& [worker, seen] : last_seen_) {
+    if (now - seen <= options_.worker_timeout_s && !told_done_.count(worker)) return false;
+  }
+  return true;
+}
+
 bool ControllerCore::drained() const {
   absl::MutexLock lock(&mu_);
   return epoch_ >= options_.epochs && requeued_.empty() && leases_.empty();
@@ -131,7 +163,7 @@ bool ControllerCore::drained() const {
 
 int64_t ControllerCore::budget_limit() const {
   absl::MutexLock lock(&mu_);
-  return (options_.max_staleness + version_ + 1) * options_.groups_per_step;
+  return (options_.max_staleness + grant_version_locked() + 1) * options_.groups_per_step;
 }
 
 Grant ControllerCore::acquire(const std::string& worker, int64_t max_prompts, double now,
@@ -140,18 +172,26 @@ Grant ControllerCore::acquire(const std::string& worker, int64_t max_prompts, do
   last_seen_[worker] = now;
   expire_locked(now);
   Grant grant;
-  grant.version = version_;
+  grant.version = grant_version_locked();
   if (closed_) {
     grant.kind = Grant::Kind::kDone;
+    told_done_.insert(worker);
     return grant;
   }
-  const int64_t limit = (options_.max_staleness + version_ + 1) * options_.groups_per_step;
+  if (options_.max_groups > 0 && counters_.consumed >= options_.max_groups) {
+    grant.kind = Grant::Kind::kDone;  // every group the run trains on is taken
+    told_done_.insert(worker);
+    return grant;
+  }
+  int64_t limit = (options_.max_staleness + grant.version + 1) * options_.groups_per_step;
+  if (options_.max_groups > 0) limit = std::min(limit, options_.max_groups);
   const int64_t used = static_cast<int64_t>(leases_.size() + buffer_.size()) + counters_.consumed;
   const bool exhausted = epoch_ >= options_.epochs && requeued_.empty();
   if (exhausted) {
     // With requeue_stale a buffered group can still go stale and send its prompt back.
     const bool settled = leases_.empty() && (!options_.requeue_stale || buffer_.empty());
     grant.kind = settled ? Grant::Kind::kDone : Grant::Kind::kWait;
+    if (settled) told_done_.insert(worker);
     return grant;
   }
   const int64_t room = std::min(max_prompts, limit - used);
@@ -199,6 +239,13 @@ absl::StatusOr<PushOutcome> ControllerCore::push(TrajectoryGroup&& group, double
     return valid;
   }
   const Lease lease = it->second;
+  if (lease.worker != group.worker_id ||
+      (group.prompt_index != -1 && group.prompt_index != lease.prompt)) {
+    ++counters_.rejected_lease;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "lease ", lease.id, " was granted to worker '", lease.worker, "' for prompt ", lease.prompt,
+        ", not to '", group.worker_id, "' for prompt ", group.prompt_index));
+  }
   if (min_version < version_ - options_.max_staleness) {
     remove_lease_locked(lease.id);
     acknowledged_.insert(group.group_id);
@@ -275,6 +322,11 @@ void ControllerCore::set_version(int64_t version) {
   absl::MutexLock lock(&mu_);
   version_ = version;
   evict_stale_locked();
+}
+
+void ControllerCore::set_weights_version(int64_t version) {
+  absl::MutexLock lock(&mu_);
+  weights_version_ = version;
 }
 
 void ControllerCore::heartbeat(const std::string& worker, double now) {

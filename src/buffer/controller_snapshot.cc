@@ -169,6 +169,7 @@ std::string ControllerCore::snapshot() const {
     g.set("group_id", Json(e.group.group_id));
     g.set("lease_id", Json(static_cast<int64_t>(e.group.lease_id)));
     g.set("worker_id", Json(e.group.worker_id));
+    if (e.group.prompt_index >= 0) g.set("prompt_index", Json(e.group.prompt_index));
     if (e.group.has_baseline) g.set("baseline_reward", Json(e.group.baseline_reward));
     g.set("epoch", Json(e.epoch));
     g.set("prompt", Json(e.prompt));
@@ -226,7 +227,9 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::restore(
   c.epoch_ = r.integer(j.find("epoch"));
   c.cursor_ = r.integer(j.find("cursor"));
   const int64_t next_lease_id = r.integer(j.find("next_lease_id"));
-  c.next_lease_id_ = static_cast<uint64_t>(next_lease_id);
+  // A start with an incarnation grants ids of its own (set by the constructor); without one
+  // it continues the snapshot's count.
+  if (options.incarnation == 0) c.next_lease_id_ = static_cast<uint64_t>(next_lease_id);
   for (const Json& pair : *requeued) {
     std::vector<int64_t> v = r.list<int64_t>(&pair);
     if (v.size() != 2) return malformed("requeued entries must be [epoch, prompt] pairs");
@@ -245,6 +248,11 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::restore(
           absl::StrCat("lease id ", id, " is outside [1, next_lease_id ", next_lease_id, ")"));
     }
     if (c.leases_.count(lease.id)) return malformed(absl::StrCat("lease id ", id, " twice"));
+    if (options.incarnation != 0 && (lease.id >> 32) == options.incarnation) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("controller snapshot: lease id ", id, " belongs to incarnation ",
+                       options.incarnation, " itself; start with another incarnation"));
+    }
     c.last_seen_[lease.worker] = now;
     c.add_lease_locked(lease);
   }
@@ -253,6 +261,7 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::restore(
     e.group.group_id = r.string(g.find("group_id"));
     e.group.lease_id = static_cast<uint64_t>(r.integer(g.find("lease_id")));
     e.group.worker_id = r.string(g.find("worker_id"));
+    if (const Json* p = g.find("prompt_index"); p != nullptr) e.group.prompt_index = r.integer(p);
     if (const Json* b = g.find("baseline_reward"); b != nullptr) {
       e.group.has_baseline = true;
       e.group.baseline_reward = r.number(b);

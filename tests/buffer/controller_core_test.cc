@@ -65,6 +65,87 @@ TEST(ControllerCoreTest, StalenessBudgetGatesGrantsAndZeroIsSynchronous) {
   EXPECT_EQ(c->acquire("w", 10, 0).leases.size(), 2u);
 }
 
+// Issue 26, item 6: lease ids carry the controller start's incarnation, so a start restored
+// from a snapshot never grants an id an earlier start granted (even after the snapshot); a push
+// must come from its lease's worker and answer its lease's prompt.
+TEST(ControllerCoreTest, LeaseIdsOfARestartNeverRepeatAnEarlierStartsAndPushesMatchTheirLease) {
+  ControllerOptions first = options(10, 1, 5);
+  first.incarnation = 3;
+  auto c = make(first);
+  ASSERT_TRUE(c->acquire("w", 2, 0).kind == Grant::Kind::kWork);
+  const std::string snapshot = c->snapshot();
+  std::set<uint64_t> granted;
+  for (const Lease& l : c->acquire("w", 3, 0).leases) granted.insert(l.id);  // after the snapshot
+  for (uint64_t id : granted) EXPECT_EQ(id >> 32, 3u);
+  ControllerOptions second = first;
+  second.incarnation = 4;
+  auto restored = ControllerCore::restore(second, snapshot, 1);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ((*restored)->incarnation(), 4u);
+  (*restored)->release_all();
+  Grant g = (*restored)->acquire("w", 5, 1);
+  ASSERT_EQ(g.leases.size(), 5u);
+  for (const Lease& l : g.leases) {
+    EXPECT_EQ(l.id >> 32, 4u);
+    EXPECT_EQ(granted.count(l.id), 0u) << l.id;
+  }
+  // The same incarnation as the snapshot's leases is refused: its ids could repeat.
+  EXPECT_EQ(ControllerCore::restore(first, snapshot, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  ControllerCore& core = **restored;
+  TrajectoryGroup other_worker = group_for(g.leases[0], 0);
+  other_worker.worker_id = "someone-else";
+  absl::Status s = core.push(std::move(other_worker), 2).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("granted to worker 'w'"));
+  TrajectoryGroup other_prompt = group_for(g.leases[1], 0);
+  other_prompt.prompt_index = g.leases[2].prompt;
+  EXPECT_EQ(core.push(std::move(other_prompt), 2).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core.counters().rejected_lease, 2);
+  EXPECT_EQ(core.in_flight(), 5);  // the leases stay: the right push may still come
+  TrajectoryGroup right = group_for(g.leases[1], 0);
+  right.prompt_index = g.leases[1].prompt;
+  EXPECT_EQ(*core.push(std::move(right), 2), PushOutcome::kAccepted);
+}
+
+// Item 7: grants are made at the newest published weights' version when the learners are
+// ahead of them (weight_sync.every_steps > 1).
+TEST(ControllerCoreTest, GrantsAreMadeAtTheNewestPublishedWeights) {
+  auto c = make(options(/*prompts=*/50, /*groups_per_step=*/2, /*max_staleness=*/1));
+  c->set_version(4);
+  EXPECT_EQ(c->acquire("w", 1, 0).version, 4);
+  c->set_weights_version(2);
+  Grant g = c->acquire("w", 50, 0);
+  EXPECT_EQ(g.version, 2);
+  EXPECT_EQ(c->budget_limit(), (1 + 2 + 1) * 2);
+  EXPECT_EQ(g.leases.size() + 1, 8u);  // the budget at version 2, less the lease held
+}
+
+// Item 9: no prompt is granted beyond the groups the run trains; once they are taken, and
+// after close(), workers hear "done" (also in heartbeats) and the controller is settled once
+// every live worker heard it and no lease is out.
+TEST(ControllerCoreTest, GrantsStopAtTheRunsGroupsAndEveryLiveWorkerHearsDone) {
+  ControllerOptions o = options(/*prompts=*/50, /*groups_per_step=*/2, /*max_staleness=*/5);
+  o.max_groups = 3;
+  o.worker_timeout_s = 10;
+  auto c = make(o);
+  Grant g = c->acquire("a", 10, 0);
+  ASSERT_EQ(g.leases.size(), 3u);
+  EXPECT_EQ(c->acquire("b", 10, 0).kind, Grant::Kind::kWait);
+  for (const Lease& l : g.leases) ASSERT_TRUE(c->push(group_for(l, 0), 0).ok());
+  ASSERT_TRUE(c->take_batch(3).ok());
+  EXPECT_EQ(c->acquire("a", 10, 1).kind, Grant::Kind::kDone);
+  c->close();
+  EXPECT_FALSE(c->settled(1));  // "b" was heard and not told
+  EXPECT_TRUE(c->heartbeat_done("b", 2));
+  EXPECT_TRUE(c->settled(2));  // "a" heard kDone already
+  c->heartbeat("late", 4);     // a worker that appears later must hear it too
+  EXPECT_FALSE(c->settled(4));
+  EXPECT_TRUE(c->settled(15));  // ... unless it went silent
+}
+
 TEST(ControllerCoreTest, MaxStalenessOneAllowsOneStepAhead) {
   auto c = make(options(20, 2, 1));
   EXPECT_EQ(c->acquire("w", 10, 0).leases.size(), 4u);  // (1 + 0 + 1) * 2

@@ -286,6 +286,44 @@ TEST(ControllerServiceTest, AFullBufferMakesThePushWaitThenResourceExhausted) {
   EXPECT_EQ((*later)[0].code(), 0) << (*later)[0].message();
 }
 
+// Issue 26, item 11: the controller holds a push back on a full buffer for longer than the
+// client's deadline. The client pushes the unacknowledged group again (its id makes that safe)
+// rather than failing, and the push succeeds once the learners take a batch.
+TEST(ControllerServiceTest, APushHeldBackPastTheDeadlineIsPushedAgainNotFailed) {
+  ControllerServerOptions so;
+  so.push_timeout_s = 5.0;
+  ControllerOptions o = core_options(20);
+  o.groups_per_step = 1;
+  o.max_staleness = 5;
+  o.capacity_groups = 1;
+  Fixture f(o, so);
+  ControllerClientOptions co;
+  co.deadline_s = 0.3;
+  co.backoff_initial_s = 0.01;
+  co.max_attempts = 1000;
+  auto client = f.local_client(co);
+  auto work = client->acquire_work(2);
+  ASSERT_TRUE(work.ok());
+  ASSERT_EQ(work->leases_size(), 2);
+  auto first = client->push_groups({group_for(work->leases(0).lease_id(), 0)});
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ((*first)[0].code(), 0);  // the buffer is full now
+  absl::StatusOr<std::vector<v1::PushAck>> held;
+  std::thread pusher(
+      [&] { held = client->push_groups({group_for(work->leases(1).lease_id(), 0)}); });
+  // Two deadlines passed while the buffer stayed full, then the learners take a batch.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (client->reconnects() < 2 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GE(client->reconnects(), 2);
+  EXPECT_TRUE(f.core->take_batch(1).ok());
+  pusher.join();
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ((*held)[0].code(), 0) << (*held)[0].message();
+  EXPECT_EQ(f.core->buffered(), 1);
+}
+
 TEST(ControllerServiceTest, UnreachableControllerIsRetriedWithBackoffThenUnavailable) {
   ControllerClientOptions o;
   o.address = "127.0.0.1:1";  // nothing listens on port 1

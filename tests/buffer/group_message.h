@@ -28,6 +28,7 @@ inline v1::TrajectoryGroup to_message(const TrajectoryGroup& g, const std::strin
     tp->set_sample_index(t.sample_index);
   }
   if (g.has_baseline) p.set_baseline_reward(g.baseline_reward);
+  if (g.prompt_index != -1) p.set_prompt_index(g.prompt_index);
   return p;
 }
 
@@ -36,6 +37,7 @@ inline TrajectoryGroup from_message(const v1::TrajectoryGroup& p) {
   g.group_id = p.group_id();
   g.lease_id = p.lease_id();
   g.worker_id = p.worker_id();
+  g.prompt_index = p.has_prompt_index() ? p.prompt_index() : -1;
   for (const v1::Trajectory& tp : p.trajectories()) {
     Trajectory t;
     for (uint32_t id : tp.prompt_ids()) t.prompt_ids.push_back(static_cast<int32_t>(id));

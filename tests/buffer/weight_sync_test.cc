@@ -291,6 +291,7 @@ TEST(WeightSyncTest, GeneratedClientsReadRangesAndMissingVersionsAreNotFound) {
   {
     grpc::ClientContext context;
     v1::WeightsRequest request;
+    request.set_latest(true);
     request.set_offset(10000);
     request.set_length(8);
     auto reader = stub->StreamWeights(&context, request);
@@ -316,6 +317,38 @@ TEST(WeightSyncTest, GeneratedClientsReadRangesAndMissingVersionsAreNotFound) {
     EXPECT_FALSE(reader->Read(&bucket));
     EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
   }
+}
+
+// Version 0 (the initial weights) is a version like any other: asking for it while version 1
+// is published gets version 0's manifest and buckets, never version 1's.
+TEST(WeightSyncTest, VersionZeroIsNotTheLatest) {
+  WeightsFixture f;
+  ASSERT_TRUE(f.store.publish(small_weights(0)).ok());
+  ASSERT_TRUE(f.store.publish(small_weights(1)).ok());
+  auto stub = v1::Controller::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(f.server->port()), grpc::InsecureChannelCredentials()));
+  for (bool latest : {false, true}) {
+    grpc::ClientContext context;
+    v1::WeightsRequest request;
+    request.set_version(0);
+    request.set_latest(latest);
+    v1::WeightsManifest manifest;
+    ASSERT_TRUE(stub->GetWeightsManifest(&context, request, &manifest).ok());
+    EXPECT_EQ(manifest.version(), latest ? 1 : 0);
+    EXPECT_EQ(manifest.crc32c(), f.store.get(latest ? 1 : 0)->crc32c);
+  }
+  grpc::ClientContext context;
+  v1::WeightsRequest request;
+  request.set_version(0);
+  auto reader = stub->StreamWeights(&context, request);
+  v1::WeightsBucket bucket;
+  std::string got;
+  while (reader->Read(&bucket)) {
+    EXPECT_EQ(bucket.version(), 0);
+    got += bucket.data();
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(got, f.store.get(0)->payload);
 }
 
 TEST(WeightSyncTest, AcksOverTheRpcAreCheckedAndCounted) {

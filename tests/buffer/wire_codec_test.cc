@@ -40,6 +40,7 @@ void expect_same(const TrajectoryGroup& a, const TrajectoryGroup& b) {
   EXPECT_EQ(a.lease_id, b.lease_id);
   EXPECT_EQ(a.worker_id, b.worker_id);
   EXPECT_EQ(a.has_baseline, b.has_baseline);
+  EXPECT_EQ(a.prompt_index, b.prompt_index);
   EXPECT_TRUE(same_double(a.baseline_reward, b.baseline_reward));
   ASSERT_EQ(a.trajectories.size(), b.trajectories.size());
   for (size_t i = 0; i < a.trajectories.size(); ++i) {
@@ -86,6 +87,7 @@ TrajectoryGroup random_group(std::mt19937& rng) {
     t.sample_index = pick(3) == 0 ? 0 : static_cast<int64_t>(rng()) - (1LL << 31);
     g.trajectories.push_back(std::move(t));
   }
+  if (pick(2) == 0) g.prompt_index = pick(3) == 0 ? 0 : static_cast<int64_t>(rng() >> 1);
   if (pick(3) == 0) {
     g.has_baseline = true;
     const double baselines[] = {0.0, -0.0, 0.5, -1.0};

@@ -1,9 +1,10 @@
 // The client rollout workers use to talk to the controller.
 //
-// Every call carries the token (if any) and a deadline; a call that fails with UNAVAILABLE is
-// retried with exponential backoff. push_groups() streams groups and, when the stream breaks,
-// reconnects and re-pushes exactly the groups not yet acknowledged (group ids make re-pushes
-// idempotent). Thread-safe, except that one push_groups() call at a time is expected per client.
+// Every call carries the token (if any) and a deadline; a call that fails with UNAVAILABLE (or
+// CANCELLED by a server shutting down) is retried with exponential backoff. push_groups() streams
+// groups and, when the stream breaks, reconnects and re-pushes exactly the groups not yet
+// acknowledged (group ids make re-pushes idempotent). Thread-safe, except that one push_groups()
+// call at a time is expected per client.
 #pragma once
 
 #include <atomic>
@@ -40,6 +41,9 @@ struct ControllerClientOptions {
   double deadline_s = 30;       // of every call
   int64_t max_message_bytes = 64 << 20;
   int max_attempts = 6;  // per call, for UNAVAILABLE
+  // > 0: UNAVAILABLE is retried for this long from a call's first failure, whatever
+  // max_attempts says (a worker outliving a learner restart).
+  double reconnect_timeout_s = 0;
   double backoff_initial_s = 0.05;
   double backoff_max_s = 2;
   // Test only: fetch_weights() calls it on every received bucket's bytes (at `offset` in the
@@ -56,11 +60,15 @@ class ControllerClient {
       std::shared_ptr<grpc::Channel> channel, const ControllerClientOptions& options);
   ~ControllerClient();  // stops heartbeats
 
+  // Also records the controller's incarnation: acquire_work(), ack_weights() and heartbeats
+  // carry it from then on, and answer is_restart() errors once the controller is another start.
   absl::StatusOr<v1::RegisterReply> register_worker(
       const std::map<std::string, std::string>& capabilities = {});
   absl::StatusOr<v1::AcquireWorkReply> acquire_work(int64_t max_prompts);
-  // One acknowledgement per group, in the order given. Errors only when the controller stays
-  // unreachable (or rejects the call itself, e.g. UNAUTHENTICATED).
+  // One acknowledgement per group, in the order given. A stream that breaks (UNAVAILABLE) or
+  // outlives the deadline while the controller holds it back (a full buffer) is opened again
+  // for the groups not yet acknowledged: group ids make re-pushes safe. Errors only when the
+  // controller stays unreachable (or rejects the call itself, e.g. UNAUTHENTICATED).
   absl::StatusOr<std::vector<v1::PushAck>> push_groups(const std::vector<TrajectoryGroup>& groups);
   // `drop`: the prompt cannot be generated; the controller drops it rather than re-issuing it.
   absl::Status release_lease(uint64_t lease_id, bool drop = false);
@@ -90,17 +98,28 @@ class ControllerClient {
   // Sends Heartbeat every `interval_s` from a background thread until destruction.
   void start_heartbeats(double interval_s);
   int64_t reconnects() const { return reconnects_.load(); }
+  // The incarnation of the controller the last register_worker() reached (0 before).
+  uint32_t incarnation() const { return incarnation_.load(); }
+  // The controller said training is over (an AcquireWork DONE or a heartbeat).
+  bool controller_done() const { return done_.load(); }
+  // The controller was restarted since register_worker() (ABORTED "controller restarted").
+  static bool is_restart(const absl::Status& status);
 
  private:
   ControllerClient() = default;
   struct Stub;
+  // Runs `call` until it succeeds or fails with something other than UNAVAILABLE or CANCELLED
+  // (and, with `retry_deadline`, DEADLINE_EXCEEDED) or the attempts and reconnect_timeout_s run
+  // out.
   template <typename Call>
-  absl::Status with_retries(Call&& call);
+  absl::Status with_retries(Call&& call, bool retry_deadline = false);
 
   ControllerClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Stub> stub_;
   std::atomic<int64_t> reconnects_{0};
+  std::atomic<uint32_t> incarnation_{0};
+  std::atomic<bool> done_{false};
   absl::Notification stop_;
   std::thread heartbeat_thread_;
 };

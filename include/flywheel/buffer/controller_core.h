@@ -2,7 +2,10 @@
 // budget, and the staleness-bounded trajectory buffer (DESIGN.md §1, AReaL's rule).
 //
 //   acquire():  grants prompts only while in_flight + buffered + consumed
-//               < (max_staleness + version + 1) * groups_per_step
+//               < (max_staleness + g + 1) * groups_per_step, where g is the grant version:
+//               the learner's version, or the newest published weights when they are older
+//               (set_weights_version()); a worker generates with weights of at least g, so a
+//               group is trained at most max_staleness versions after its oldest token
 //   push():     validates a group, checks its lease, applies staleness and the group filter,
 //               buffers it (bounded capacity)
 //   take_batch(): hands groups to the learners; never a group whose oldest token version is
@@ -14,6 +17,7 @@
 // Thread-safe. Time is passed in (seconds on any monotonic clock) so tests are deterministic.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -51,9 +55,23 @@ struct ControllerOptions {
   // Identity of the dataset's content (PromptDataset::fingerprint()), recorded in snapshots so
   // that a snapshot is never restored over another dataset. 0 = not known.
   uint64_t dataset_fingerprint = 0;
+  // This controller start's id, < 2^31 (random: make_incarnation()). It is the high 32 bits of
+  // every lease id this start grants, so a restarted controller never grants an id an earlier
+  // start granted, and clients that see it change know their leases are gone. 0 = none: lease
+  // ids count from 1 (tests).
+  uint32_t incarnation = 0;
+  // Groups the learners will take in all (trainer.total_steps x groups_per_step; a resumed run
+  // counts the groups it took before): no prompt is granted beyond what will be trained, and
+  // once they are taken acquire() answers kDone. 0 = no bound.
+  int64_t max_groups = 0;
 
   absl::Status validate() const;
 };
+
+// A random incarnation id in [1, 2^31) for ControllerOptions::incarnation.
+uint32_t make_incarnation();
+// What the ABORTED status says that a client of an earlier incarnation gets (controller.proto).
+inline constexpr char kControllerRestarted[] = "controller restarted";
 
 struct Lease {
   uint64_t id = 0;
@@ -119,12 +137,14 @@ class ControllerCore {
   // many as fit in `budget` when one is given; kWait when none can be granted now (budget
   // spent, every remaining prompt in flight, or groups still buffered that a version bump may
   // requeue), kDone when nothing can ever be issued again: every epoch is issued, nothing is in
-  // flight or waiting to be re-issued, and (with requeue_stale) nothing is buffered. Also counts
-  // as a heartbeat.
+  // flight or waiting to be re-issued, and (with requeue_stale) nothing is buffered, or
+  // max_groups groups were taken, or close() was called. Also counts as a heartbeat.
   Grant acquire(const std::string& worker, int64_t max_prompts, double now,
                 const GrantBudget* budget = nullptr);
 
-  // Errors: FailedPrecondition for an unknown or expired lease, InvalidArgument naming the bad
+  // Errors: FailedPrecondition for an unknown or expired lease, or a lease granted to another
+  // worker than group.worker_id or for another prompt than group.prompt_index (when it is
+  // given), InvalidArgument naming the bad
   // field (validate_group), ResourceExhausted when the buffer is full (the lease stays valid,
   // and `group` is left as it was: retry with it). A group id seen before returns kDuplicate
   // without storing it again. Validation runs before the core's lock is taken, so a large
@@ -138,6 +158,9 @@ class ControllerCore {
 
   // The learner's new version; buffered groups that became too stale are dropped or requeued.
   void set_version(int64_t version);
+  // The newest weights workers can fetch (weight_sync.every_steps > 1 publishes every few
+  // versions): grants are made at min(version, this). Never called: the version.
+  void set_weights_version(int64_t version);
 
   void heartbeat(const std::string& worker, double now);
   // Expires leases past their deadline or held by silent workers; their prompts are re-issued.
@@ -150,11 +173,19 @@ class ControllerCore {
   int64_t release_all();
 
   int64_t version() const;
+  uint32_t incarnation() const { return options_.incarnation; }
   int64_t group_size() const { return options_.limits.group_size; }
   int64_t num_prompts() const { return options_.num_prompts; }
   int64_t in_flight() const;
   // Training is over: acquire() answers kDone from now on (workers stop cleanly).
   void close();
+  bool closed() const;
+  // A heartbeat of `worker` whose reply says whether training is over (closed()); a worker
+  // answered true counts as told, as one answered kDone by acquire().
+  bool heartbeat_done(const std::string& worker, double now);
+  // Closed, no lease out, and every worker heard within worker_timeout_s was told that training
+  // is over: the server can shut down without failing a worker.
+  bool settled(double now) const;
   // Every epoch is issued, nothing waits to be re-issued and no lease is out: no group will
   // arrive any more (what is buffered is all there will be).
   bool drained() const;
@@ -194,6 +225,10 @@ class ControllerCore {
   const Filter filter_;
   mutable absl::Mutex mu_;
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t weights_version_ ABSL_GUARDED_BY(mu_) = -1;  // -1: not set
+  int64_t grant_version_locked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return weights_version_ < 0 ? version_ : std::min(version_, weights_version_);
+  }
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;   // epoch of the cursor
   int64_t cursor_ ABSL_GUARDED_BY(mu_) = 0;  // next position in the epoch's order
@@ -205,6 +240,7 @@ class ControllerCore {
   std::set<std::pair<double, uint64_t>> leases_by_deadline_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::set<uint64_t>> leases_by_worker_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, double> last_seen_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> told_done_ ABSL_GUARDED_BY(mu_);  // since close()
   struct Entry {
     TrajectoryGroup group;
     int64_t epoch = 0, prompt = 0;  // the prompt it answers, for requeueing

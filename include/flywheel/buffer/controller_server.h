@@ -42,6 +42,7 @@ struct ControllerServerOptions {
   std::string tls_cert_pem;         // server certificate; empty = plaintext
   std::string tls_key_pem;
   std::string tls_client_ca_pem;  // set: require client certificates signed by this CA (mTLS)
+  std::string weights_dtype;      // told to workers on Register ("" = not publishing)
 };
 
 // Reads the shared token from `file` (trailing whitespace stripped) or else the environment

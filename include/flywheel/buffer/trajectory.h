@@ -33,6 +33,7 @@ struct TrajectoryGroup {
   std::string group_id;   // unique; a re-push of an acknowledged id is a no-op
   uint64_t lease_id = 0;  // the lease the prompt was granted under
   std::string worker_id;
+  int64_t prompt_index = -1;  // the dataset index the lease was for; -1 = not sent
   std::vector<Trajectory> trajectories;
   // The reward of one greedy response to the prompt (estimators that need it, e.g. remax); the
   // greedy response itself is not trained on and not sent.

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "flywheel/buffer/controller_core.h"
 #include "flywheel/v1/controller.grpc.pb.h"
 #include "push_call.h"
 #include "transport_args.h"
@@ -90,22 +91,40 @@ ControllerClient::~ControllerClient() {
 // Runs `call(context)` until it succeeds, fails with something other than UNAVAILABLE, or the
 // attempts run out; every attempt gets a fresh context with the token and the deadline.
 template <typename Call>
-absl::Status ControllerClient::with_retries(Call&& call) {
+absl::Status ControllerClient::with_retries(Call&& call, bool retry_deadline) {
   double backoff = options_.backoff_initial_s;
   grpc::Status status;
-  for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
+  std::optional<std::chrono::steady_clock::time_point> first_failure;
+  for (int attempt = 0;; ++attempt) {
     grpc::ClientContext context;
     context.set_deadline(
         std::chrono::system_clock::now() +
         std::chrono::microseconds(static_cast<int64_t>(options_.deadline_s * 1e6)));
     if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
     status = call(&context);
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return from_grpc(status);
+    // A server shutting down cancels the calls it still runs (CANCELLED): like a broken
+    // connection, worth another attempt (a restarted controller may be there by then).
+    const bool retry =
+        status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+        status.error_code() == grpc::StatusCode::CANCELLED ||
+        (retry_deadline && status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+    if (!retry) return from_grpc(status);
+    const auto now = std::chrono::steady_clock::now();
+    if (!first_failure) first_failure = now;
+    const bool attempts_left = attempt + 1 < options_.max_attempts;
+    const bool time_left =
+        std::chrono::duration<double>(now - *first_failure).count() < options_.reconnect_timeout_s;
     ++reconnects_;
+    if (!attempts_left && !time_left) break;
     if (stop_.WaitForNotificationWithTimeout(absl::Seconds(backoff))) break;
     backoff = std::min(backoff * 2, options_.backoff_max_s);
   }
   return from_grpc(status);
+}
+
+bool ControllerClient::is_restart(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kAborted &&
+         absl::StrContains(status.message(), kControllerRestarted);
 }
 
 absl::StatusOr<v1::RegisterReply> ControllerClient::register_worker(
@@ -117,6 +136,8 @@ absl::StatusOr<v1::RegisterReply> ControllerClient::register_worker(
   absl::Status s = with_retries(
       [&](grpc::ClientContext* c) { return stub_->stub->Register(c, request, &reply); });
   if (!s.ok()) return s;
+  incarnation_.store(reply.incarnation());
+  done_.store(false);
   return reply;
 }
 
@@ -124,12 +145,14 @@ absl::StatusOr<v1::AcquireWorkReply> ControllerClient::acquire_work(int64_t max_
   v1::AcquireWorkRequest request;
   request.set_worker_id(options_.worker_id);
   request.set_max_prompts(max_prompts);
+  request.set_incarnation(incarnation_.load());
   v1::AcquireWorkReply reply;
   absl::Status s = with_retries([&](grpc::ClientContext* c) {
     reply.Clear();
     return stub_->stub->AcquireWork(c, request, &reply);
   });
   if (!s.ok()) return s;
+  if (reply.kind() == v1::AcquireWorkReply::DONE) done_.store(true);
   return reply;
 }
 
@@ -156,26 +179,28 @@ absl::StatusOr<v1::StatusReply> ControllerClient::status() {
 absl::StatusOr<std::vector<v1::PushAck>> ControllerClient::push_groups(
     const std::vector<TrajectoryGroup>& groups) {
   std::vector<std::optional<v1::PushAck>> acks(groups.size());  // by position
-  absl::Status s = with_retries([&](grpc::ClientContext* c) {
-    std::vector<size_t> pending;  // not acknowledged before a reconnect
-    std::vector<const TrajectoryGroup*> sent;
-    for (size_t i = 0; i < groups.size(); ++i) {
-      if (!acks[i]) {
-        pending.push_back(i);
-        sent.push_back(&groups[i]);
-      }
-    }
-    std::vector<v1::PushAck> received;
-    grpc::Status status =
-        push_over_one_stream(&stub_->generic, c, std::move(sent), options_.worker_id, &received);
-    for (size_t k = 0; k < received.size() && k < pending.size(); ++k) {
-      acks[pending[k]] = std::move(received[k]);
-    }
-    if (status.ok() && received.size() < pending.size()) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended before every ack");
-    }
-    return status;
-  });
+  absl::Status s = with_retries(
+      [&](grpc::ClientContext* c) {
+        std::vector<size_t> pending;  // not acknowledged before a reconnect
+        std::vector<const TrajectoryGroup*> sent;
+        for (size_t i = 0; i < groups.size(); ++i) {
+          if (!acks[i]) {
+            pending.push_back(i);
+            sent.push_back(&groups[i]);
+          }
+        }
+        std::vector<v1::PushAck> received;
+        grpc::Status status = push_over_one_stream(&stub_->generic, c, std::move(sent),
+                                                   options_.worker_id, &received);
+        for (size_t k = 0; k < received.size() && k < pending.size(); ++k) {
+          acks[pending[k]] = std::move(received[k]);
+        }
+        if (status.ok() && received.size() < pending.size()) {
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended before every ack");
+        }
+        return status;
+      },
+      /*retry_deadline=*/true);
   if (!s.ok()) return s;
   std::vector<v1::PushAck> ordered;
   for (std::optional<v1::PushAck>& ack : acks) ordered.push_back(std::move(*ack));
@@ -226,8 +251,9 @@ absl::StatusOr<bool> ControllerClient::fetch_weights_into(int64_t newer_than, do
 
   v1::WeightsRequest request;
   request.set_max_bucket_bytes(max_bucket_for(options_.max_message_bytes));
-  while (true) {             // once more each time the version being fetched is dropped (NOT_FOUND)
-    request.set_version(0);  // the latest
+  while (true) {  // once more each time the version being fetched is dropped (NOT_FOUND)
+    request.set_latest(true);
+    request.clear_version();
     request.clear_offset();
     request.clear_length();
     v1::WeightsManifest manifest;
@@ -262,6 +288,7 @@ absl::StatusOr<bool> ControllerClient::fetch_weights_into(int64_t newer_than, do
     transfer.crcs.assign(buckets, 0);
     transfer.bad.assign(buckets, 0);
     transfer.corrupt = &options_.corrupt_bucket_for_test;
+    request.set_latest(false);
     request.set_version(weights.version);
 
     // Every bucket, resuming after the last one received when the stream breaks.
@@ -311,6 +338,7 @@ absl::Status ControllerClient::ack_weights(int64_t version, uint32_t crc32c) {
   request.set_worker_id(options_.worker_id);
   request.set_version(version);
   request.set_crc32c(crc32c);
+  request.set_incarnation(incarnation_.load());
   v1::AckWeightsReply reply;
   return with_retries(
       [&](grpc::ClientContext* c) { return stub_->stub->AckWeights(c, request, &reply); });
@@ -322,11 +350,16 @@ void ControllerClient::start_heartbeats(double interval_s) {
     while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(interval_s))) {
       v1::HeartbeatRequest request;
       request.set_worker_id(options_.worker_id);
+      request.set_incarnation(incarnation_.load());
       v1::HeartbeatReply reply;
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
       if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
-      stub_->stub->Heartbeat(&context, request, &reply);  // a missed beat is retried next tick
+      // A missed beat is retried next tick; a restarted controller answers ABORTED until the
+      // worker registers again.
+      if (stub_->stub->Heartbeat(&context, request, &reply).ok() && reply.done()) {
+        done_.store(true);
+      }
     }
   });
 }

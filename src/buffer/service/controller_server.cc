@@ -175,6 +175,8 @@ class ControllerServer::Service final : public CallbackBase {
       reply->set_version(core_->version());
       reply->set_group_size(core_->group_size());
       reply->set_heartbeat_interval_s(options_.heartbeat_interval_s);
+      reply->set_incarnation(core_->incarnation());
+      reply->set_weights_dtype(options_.weights_dtype);
     }
     return finish(ctx, s);
   }
@@ -183,9 +185,11 @@ class ControllerServer::Service final : public CallbackBase {
                                       const v1::HeartbeatRequest* req,
                                       v1::HeartbeatReply* reply) override {
     grpc::Status s = authorize(ctx);
+    if (s.ok()) s = same_incarnation(req->incarnation());
     if (s.ok()) {
-      core_->heartbeat(req->worker_id(), clock_());
+      reply->set_done(core_->heartbeat_done(req->worker_id(), clock_()));
       reply->set_version(core_->version());
+      reply->set_incarnation(core_->incarnation());
     }
     return finish(ctx, s);
   }
@@ -198,6 +202,7 @@ class ControllerServer::Service final : public CallbackBase {
       s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                        "AcquireWork needs a worker_id and max_prompts >= 1");
     }
+    if (s.ok()) s = same_incarnation(req->incarnation());
     if (!s.ok()) return finish(ctx, s);
     // Grant only what the reply can carry: a lease in a reply that is never sent would hold its
     // prompt until the lease expires.
@@ -208,6 +213,7 @@ class ControllerServer::Service final : public CallbackBase {
     budget.max_cost = options_.max_message_bytes - kReplyOverheadBytes;
     Grant grant = core_->acquire(req->worker_id(), req->max_prompts(), clock_(), &budget);
     reply->set_version(grant.version);
+    reply->set_incarnation(core_->incarnation());
     reply->set_kind(grant.kind == Grant::Kind::kWork   ? v1::AcquireWorkReply::WORK
                     : grant.kind == Grant::Kind::kDone ? v1::AcquireWorkReply::DONE
                                                        : v1::AcquireWorkReply::WAIT);
@@ -264,7 +270,7 @@ class ControllerServer::Service final : public CallbackBase {
                                                v1::WeightsManifest* reply) override {
     grpc::Status s = authorize(ctx);
     std::shared_ptr<const PublishedWeights> w;
-    if (s.ok()) s = find_weights(req->version(), &w);
+    if (s.ok()) s = find_weights(*req, &w);
     if (s.ok()) {
       reply->set_version(w->version);
       for (const WeightTensor& t : w->tensors) {
@@ -293,7 +299,7 @@ class ControllerServer::Service final : public CallbackBase {
       }
     }
     std::shared_ptr<const PublishedWeights> w;
-    if (s.ok()) s = find_weights(req.version(), &w);
+    if (s.ok()) s = find_weights(req, &w);
     if (s.ok()) {
       const uint64_t total = w->payload.size();
       if (req.offset() > total || req.length() > total - req.offset()) {
@@ -316,6 +322,7 @@ class ControllerServer::Service final : public CallbackBase {
     if (s.ok() && req->worker_id().empty()) {
       s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id must not be empty");
     }
+    if (s.ok()) s = same_incarnation(req->incarnation());
     if (s.ok()) {
       const absl::Status acked =
           weights_->acknowledge(req->worker_id(), req->version(), req->crc32c());
@@ -341,10 +348,20 @@ class ControllerServer::Service final : public CallbackBase {
                         "this controller publishes no weights (weight_sync.transport is not grpc)");
   }
 
-  // `version` <= 0: the latest; else that version if it is still held.
-  grpc::Status find_weights(int64_t version, std::shared_ptr<const PublishedWeights>* out) const {
+  // ABORTED when a client's incarnation (0: none given) is not this controller's.
+  grpc::Status same_incarnation(uint32_t incarnation) const {
+    if (incarnation == 0 || incarnation == core_->incarnation()) return grpc::Status::OK;
+    return grpc::Status(grpc::StatusCode::ABORTED,
+                        absl::StrCat(kControllerRestarted, " (incarnation ", incarnation, " -> ",
+                                     core_->incarnation(), "): register again"));
+  }
+
+  // The latest when `latest` is set, else `version` if it is still held.
+  grpc::Status find_weights(const v1::WeightsRequest& request,
+                            std::shared_ptr<const PublishedWeights>* out) const {
     if (weights_ == nullptr) return no_weight_store();
-    if (version <= 0) {
+    const int64_t version = request.version();
+    if (request.latest()) {
       *out = weights_->latest();
       if (*out == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, kNoWeightsYet);
       return grpc::Status::OK;

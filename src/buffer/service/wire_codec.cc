@@ -38,7 +38,8 @@ enum GroupField {
   kLeaseId = 2,
   kWorkerId = 3,
   kTrajectories = 4,
-  kBaselineReward = 5
+  kBaselineReward = 5,
+  kPromptIndex = 6
 };
 enum TrajectoryField {
   kPromptIds = 1,
@@ -376,6 +377,10 @@ void write_group(const TrajectoryGroup& group, absl::string_view worker_id, Sink
     out->varint(tag(kBaselineReward, kFixed64));
     out->fixed64(bits_of(group.baseline_reward));
   }
+  if (group.prompt_index != -1) {
+    out->varint(tag(kPromptIndex, kVarint));
+    out->varint(static_cast<uint64_t>(group.prompt_index));
+  }
 }
 
 class ArraySink final : public Sink {
@@ -450,6 +455,9 @@ absl::Status decode_group(google::protobuf::io::ZeroCopyInputStream* input, size
         if ((tag & 7) == kFixed64) g.has_baseline = true;
         ok = r.double_value(tag, &g.baseline_reward);
         break;
+      case kPromptIndex:
+        ok = r.varint(tag, &g.prompt_index);
+        break;
       case kTrajectories: {
         if ((tag & 7) != kLengthDelimited) {
           ok = r.skip(tag);
@@ -471,9 +479,9 @@ absl::Status decode_group(google::protobuf::io::ZeroCopyInputStream* input, size
         ok = number != 0 && r.skip(tag);
     }
     if (!ok) {
-      const char* names[] = {"unknown field", "group_id",     "lease_id",
-                             "worker_id",     "trajectories", "baseline_reward"};
-      return bad(names[number <= kBaselineReward ? number : 0]);
+      const char* names[] = {"unknown field", "group_id",        "lease_id",    "worker_id",
+                             "trajectories",  "baseline_reward", "prompt_index"};
+      return bad(names[number <= kPromptIndex ? number : 0]);
     }
   }
   if (!r.at_end()) return bad("message (truncated, or a zero tag)");
