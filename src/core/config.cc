@@ -70,6 +70,16 @@ std::vector<ConfigIssue> collect_config_issues(const Config& config) {
                       " versions old: buffer.max_staleness (", config.buffer.max_staleness,
                       ") must be at least that")});
   }
+  // The learners pack whole sequences into micro-batches: a sequence the controller accepts must
+  // fit in one.
+  if (config.trainer.micro_batch_tokens < config.model.max_seq_len) {
+    issues.push_back(
+        {"trainer.micro_batch_tokens",
+         absl::StrCat(config.trainer.micro_batch_tokens,
+                      " tokens cannot hold one sequence of "
+                      "model.max_seq_len (",
+                      config.model.max_seq_len, ") tokens; raise it or lower model.max_seq_len")});
+  }
   for (size_t i = 0; i < config.plugins.size(); ++i) {
     if (config.plugins[i].empty()) {
       issues.push_back({absl::StrCat("plugins[", i, "]"), "must not be empty"});

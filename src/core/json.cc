@@ -174,7 +174,7 @@ std::string Json::dump() const {
 // Recursive-descent parser over the whole text.
 class JsonParser {
  public:
-  explicit JsonParser(absl::string_view text) : text_(text) {}
+  JsonParser(absl::string_view text, int64_t max_values) : text_(text), max_values_(max_values) {}
 
   absl::StatusOr<Json> parse_document() {
     Json value;
@@ -227,6 +227,12 @@ class JsonParser {
 
   bool parse_value(Json* out, int depth) {
     if (depth > kMaxDepth) return fail("nesting deeper than 512 levels");
+    // A value costs ~100 bytes in memory whatever its text: bounded before it is made, so a
+    // file of a few bytes per value cannot take gigabytes.
+    if (++values_ > max_values_) {
+      return fail(absl::StrCat("more than ", max_values_,
+                               " values (each takes ~100 bytes in memory); refusing the rest"));
+    }
     skip_whitespace();
     if (pos_ >= text_.size()) return fail("unexpected end of input");
     char c = text_[pos_];
@@ -444,13 +450,15 @@ class JsonParser {
   }
 
   absl::string_view text_;
+  int64_t max_values_;
+  int64_t values_ = 0;
   size_t pos_ = 0;
   std::string error_;
   size_t error_pos_ = 0;
 };
 
-absl::StatusOr<Json> Json::parse(absl::string_view text) {
-  return JsonParser(text).parse_document();
+absl::StatusOr<Json> Json::parse(absl::string_view text, int64_t max_values) {
+  return JsonParser(text, max_values).parse_document();
 }
 
 }  // namespace flywheel::core

@@ -370,6 +370,25 @@ TEST(ConfigValidateTest, ProgrammaticConfigIsCheckedToo) {
                     HasSubstr("buffer.sampling: must be one of: fifo, freshest")));
 }
 
+// Issue 26, items 8 and 11: combinations that abort a learner job or crash-loop workers are
+// refused before anything starts.
+TEST(ConfigValidateTest, CombinationsThatWouldFailMidRunAreRefused) {
+  Config config;
+  config.model.max_seq_len = 4096;
+  config.trainer.micro_batch_tokens = 2048;
+  EXPECT_THAT(std::string(config.validate().message()),
+              HasSubstr("trainer.micro_batch_tokens: 2048 tokens cannot hold one sequence of "
+                        "model.max_seq_len (4096) tokens"));
+  config.trainer.micro_batch_tokens = 4096;
+  EXPECT_TRUE(config.validate().ok());
+  config.buffer.push_timeout_s = 30;
+  config.buffer.server.rpc_deadline_s = 30;
+  EXPECT_THAT(std::string(config.validate().message()),
+              HasSubstr("buffer.push_timeout_s: 30 s must be less than server.rpc_deadline_s"));
+  config.buffer.push_timeout_s = 29;
+  EXPECT_TRUE(config.validate().ok());
+}
+
 TEST(ConfigValidateTest, NestedSectionRulesCarryTheirPath) {
   Config config;
   config.buffer.server.tls_cert = "cert.pem";

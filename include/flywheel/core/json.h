@@ -63,8 +63,11 @@ class Json {
   void dump_to(std::string* out) const;
 
   // Parses one JSON document (trailing whitespace allowed). InvalidArgument with
-  // "line L, column C: problem" on malformed input; nesting deeper than 512 is an error.
-  static absl::StatusOr<Json> parse(absl::string_view text);
+  // "line L, column C: problem" on malformed input; nesting deeper than 512 is an error, and so
+  // are more than `max_values` values (bounding memory: a value takes ~100 bytes however short
+  // its text; the default admits a tree of about 1 GB, far above any tokenizer.json).
+  static constexpr int64_t kMaxValues = int64_t{1} << 23;
+  static absl::StatusOr<Json> parse(absl::string_view text, int64_t max_values = kMaxValues);
 
   // A name for error messages: "null", "a boolean", "a number", "a string", "an array", ...
   static const char* type_name(Type type);

@@ -1,5 +1,7 @@
 #include "flywheel/core/options/buffer_options.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace flywheel::core {
 
 void bind_options(FieldBinder& b, ServerOptions& o) {
@@ -21,7 +23,13 @@ void bind_options(FieldBinder& b, ServerOptions& o) {
                     "(received and unsent bytes); under pressure it offers smaller windows.")
               .min(int64_t{1} << 20));
   b.field("rpc_deadline_s", &o.rpc_deadline_s,
-          FieldInfo("Deadline of every client call in seconds.").greater_than(0));
+          FieldInfo("Deadline of every client call in seconds (a push stream's included: it "
+                    "must exceed buffer.push_timeout_s).")
+              .greater_than(0));
+  b.field("reconnect_timeout_s", &o.reconnect_timeout_s,
+          FieldInfo("How long a rollout worker keeps retrying a controller it cannot reach (a "
+                    "learner job restarting from a checkpoint) before it exits with an error.")
+              .min(0));
 }
 
 absl::Status ServerOptions::validate() const {
@@ -48,13 +56,21 @@ void bind_options(FieldBinder& b, BufferOptions& o) {
   b.field("capacity_groups", &o.capacity_groups, FieldInfo("Maximum buffered groups.").min(1));
   b.field("capacity_bytes", &o.capacity_bytes, FieldInfo("Maximum buffered bytes.").min(1));
   b.field("push_timeout_s", &o.push_timeout_s,
-          FieldInfo("How long a push waits on a full buffer before RESOURCE_EXHAUSTED.").min(0));
+          FieldInfo("How long the controller holds a push back while the buffer is full before "
+                    "answering RESOURCE_EXHAUSTED (the worker then pushes it again); less than "
+                    "server.rpc_deadline_s.")
+              .min(0));
   b.field("lease_timeout_s", &o.lease_timeout_s,
           FieldInfo("A prompt lease expires after this many seconds.").greater_than(0));
   b.field("heartbeat_interval_s", &o.heartbeat_interval_s,
           FieldInfo("Interval of worker heartbeats in seconds.").greater_than(0));
   b.field("missed_heartbeats", &o.missed_heartbeats,
           FieldInfo("Missed heartbeats after which a worker's leases expire.").min(1));
+  b.field("drain_timeout_s", &o.drain_timeout_s,
+          FieldInfo("After the last step, how long the controller waits for the pushes of "
+                    "prompts still leased (workers hear that training is over and stop) before "
+                    "it shuts down.")
+              .min(0));
   b.field("filter", &o.filter,
           FieldInfo("Group filter applied on insert (e.g. nonzero_reward_std). Empty: none."));
   b.section("server", &o.server, "The controller's gRPC server.");
@@ -65,6 +81,12 @@ absl::Status BufferOptions::validate() const {
   if (!server_status.ok()) {
     return absl::InvalidArgumentError(std::string("server.") +
                                       std::string(server_status.message()));
+  }
+  // A push held back longer than the client's deadline would end in DEADLINE_EXCEEDED.
+  if (push_timeout_s >= server.rpc_deadline_s) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push_timeout_s: ", push_timeout_s, " s must be less than server.rpc_deadline_s (",
+        server.rpc_deadline_s, " s), the deadline of the worker's push"));
   }
   return absl::OkStatus();
 }

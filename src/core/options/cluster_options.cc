@@ -6,7 +6,9 @@ void bind_options(FieldBinder& b, ClusterOptions& o) {
   b.field("num_learners", &o.num_learners,
           FieldInfo("Learner MPI ranks started by `flywheel train`.").min(1));
   b.field("controller_address", &o.controller_address,
-          FieldInfo("HOST:PORT of the controller for rollout workers. Empty: the local one."));
+          FieldInfo("HOST:PORT of the controller for `flywheel rollout` when --controller is not "
+                    "given (workers started on their own). Empty: --controller is required, "
+                    "except in an MPMD mpirun and under `flywheel train`, which pass it."));
   b.field("threads_per_process", &o.threads_per_process,
           FieldInfo("Thread budget of each process, given to flywheel's kernels, "
                     "LibTorch's intra-op pool or the BLAS library's pool as "
@@ -28,6 +30,11 @@ void bind_options(FieldBinder& b, ClusterOptions& o) {
               .one_of({"auto", "mpi", "nccl"}));
   b.field("collective_timeout_s", &o.collective_timeout_s,
           FieldInfo("A collective that takes longer is an error, never a hang.").greater_than(0));
+  b.field("max_worker_restarts", &o.max_worker_restarts,
+          FieldInfo("`flywheel train` restarts a rollout worker that crashes up to this many "
+                    "times (one that fails while starting, up to 2 times); when no worker is "
+                    "left running the run stops with an error naming their last log lines.")
+              .min(0));
 }
 
 }  // namespace flywheel::core

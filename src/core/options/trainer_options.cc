@@ -39,6 +39,11 @@ void bind_options(FieldBinder& b, TrainerOptions& o) {
           FieldInfo("Updates skipped in a row for a non-finite loss or gradient norm before the "
                     "run stops with an error.")
               .min(1));
+  b.field("no_progress_timeout_s", &o.no_progress_timeout_s,
+          FieldInfo("The learners stop with an error when, waiting for a batch, they see no "
+                    "group pushed, filtered or dropped for this many seconds (rollout workers "
+                    "that all died or cannot generate); 0 = wait forever.")
+              .min(0));
 }
 
 absl::Status TrainerOptions::validate() const {

@@ -19,6 +19,7 @@ struct ServerOptions {
   int64_t max_message_bytes = 64 << 20;
   int64_t transport_memory_bytes = int64_t{256} << 20;  // gRPC transport buffers, all clients
   double rpc_deadline_s = 30.0;                         // deadline on every client call
+  double reconnect_timeout_s = 120.0;  // a worker retries an unreachable controller this long
 
   absl::Status validate() const;
 };
@@ -29,10 +30,11 @@ struct BufferOptions {
   std::string sampling = "fifo";      // fifo | freshest
   int64_t capacity_groups = 1024;
   int64_t capacity_bytes = int64_t{1} << 30;
-  double push_timeout_s = 60.0;  // backpressure wait before RESOURCE_EXHAUSTED
+  double push_timeout_s = 20.0;  // backpressure wait before RESOURCE_EXHAUSTED; < rpc_deadline_s
   double lease_timeout_s = 600.0;
   double heartbeat_interval_s = 5.0;
   int64_t missed_heartbeats = 3;  // a worker is gone after this many
+  double drain_timeout_s = 30.0;  // at the end: waiting for pushes of prompts still leased
   std::string filter;             // group filter, e.g. nonzero_reward_std; "" = none
   ServerOptions server;
 

@@ -15,6 +15,7 @@ struct ClusterOptions {
   std::string thread_split = "auto";  // auto | blas | aten (model::ThreadSplit)
   std::string backend = "auto";       // auto | mpi | nccl
   double collective_timeout_s = 300.0;
+  int64_t max_worker_restarts = 20;  // `flywheel train`: restarts of each crashed rollout worker
 };
 
 void bind_options(FieldBinder& b, ClusterOptions& o);

@@ -30,6 +30,7 @@ struct TrainerOptions {
   std::string reduce_dtype = "float32";  // gradient reduction dtype
   bool reshard_after_forward = true;     // free gathered units after forward (recompute)
   int64_t max_consecutive_skips = 3;     // non-finite updates in a row before the run stops
+  double no_progress_timeout_s = 1800;   // no group arriving this long is an error; 0 = off
 
   absl::Status validate() const;
 };
