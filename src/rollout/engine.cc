@@ -659,6 +659,15 @@ absl::Status GenerationEngine::abort(const std::string& request_id) {
   return absl::OkStatus();
 }
 
+absl::Status GenerationEngine::reset_version(int64_t version) {
+  if (!idle()) {
+    return absl::FailedPreconditionError("reset_version: the engine still has requests");
+  }
+  version_ = version;
+  staged_.reset();
+  return absl::OkStatus();
+}
+
 void GenerationEngine::abort_all() {
   std::vector<std::string> ids;
   for (const auto& [id, group] : groups_) ids.push_back(id);

@@ -233,6 +233,29 @@ TEST(GenerationEngineTest, DrainModeAppliesWeightsOnlyWhenNothingIsActive) {
   for (int64_t v : results["b"].samples[0].versions) EXPECT_EQ(v, 1);  // admitted after
 }
 
+// A restarted controller publishes older versions than the engine saw: after reset_version()
+// they apply, and tokens carry them.
+TEST(GenerationEngineTest, ResetVersionAcceptsOlderWeightsOnlyWhenIdle) {
+  auto model = shared_model("qwen2");
+  std::vector<std::pair<std::string, at::Tensor>> weights;
+  for (const auto& [name, p] : model->named_parameters()) weights.emplace_back(name, p.clone());
+  auto engine = make_engine(model);
+  ASSERT_TRUE(engine->update_weights(weights, 5).ok());
+  engine->step();
+  ASSERT_EQ(engine->version(), 5);
+  EXPECT_FALSE(engine->update_weights(weights, 3).ok());
+  ASSERT_TRUE(engine->submit(greedy("busy", kPrompts[0], 4)).ok());
+  EXPECT_EQ(engine->reset_version(-1).code(), absl::StatusCode::kFailedPrecondition);
+  engine->abort_all();
+  (void)engine->take_finished();
+  ASSERT_TRUE(engine->reset_version(-1).ok());
+  ASSERT_TRUE(engine->update_weights(weights, 3).ok());
+  ASSERT_TRUE(engine->submit(greedy("after", kPrompts[1], 4)).ok());
+  Sample s = engine->run_until_idle().at(0).samples.at(0);
+  for (int64_t v : s.versions) EXPECT_EQ(v, 3);
+  EXPECT_EQ(engine->version(), 3);
+}
+
 TEST(GenerationEngineTest, BadRequestsAreRejectedAndTheEngineKeepsServing) {
   auto model = shared_model("qwen2");
   EngineOptions options;

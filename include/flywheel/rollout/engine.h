@@ -147,6 +147,11 @@ class GenerationEngine {
   // queued or active.
   absl::Status abort(const std::string& request_id);
   void abort_all();
+  // Forgets the version of the weights held and any staged update, so that the next update may
+  // carry any version above `version` (a restarted controller publishes older versions than
+  // the engine saw). The weights themselves stay until that update. FailedPrecondition unless
+  // idle().
+  absl::Status reset_version(int64_t version);
 
   int64_t version() const { return version_; }
   int64_t active_sequences() const { return active_; }
