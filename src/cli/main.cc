@@ -1,5 +1,6 @@
 // flywheel: RL post-training of LLMs. `flywheel --help` lists the subcommands.
 #include <iostream>
+#include <new>
 
 #include "CLI/CLI.hpp"
 #include "commands.h"
@@ -40,6 +41,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     app.exit(e);
     return kExitUsage;
+  } catch (const std::bad_alloc&) {
+    // Inputs are bounded before they are allocated; this is the last line for what is not.
+    std::cerr << "flywheel: out of memory\n";
+    return kExitFailure;
   }
   return exit_code;
 }

@@ -4,13 +4,17 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include <ATen/ATen.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/json.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/model/safetensors.h"
 
 namespace flywheel::model {
@@ -55,7 +59,37 @@ std::string dtype_name(at::ScalarType dtype) {
   }
 }
 
-absl::StatusOr<DecoderModel::TensorLookup> open_hf_weights(const std::string& dir) {
+namespace {
+
+// How many layers `names` (tensor names) hold: the count of distinct N in "model.layers.N.".
+int64_t held_layers(const std::vector<std::string>& names) {
+  constexpr absl::string_view kPrefix = "model.layers.";
+  std::set<int64_t> layers;
+  for (const std::string& name : names) {
+    absl::string_view rest(name);
+    if (!absl::ConsumePrefix(&rest, kPrefix)) continue;
+    const size_t dot = rest.find('.');
+    int64_t index = 0;
+    if (dot != absl::string_view::npos && absl::SimpleAtoi(rest.substr(0, dot), &index)) {
+      layers.insert(index);
+    }
+  }
+  return static_cast<int64_t>(layers.size());
+}
+
+}  // namespace
+
+absl::Status check_held_layers(const ModelConfig& config, const std::vector<std::string>& names,
+                               const std::string& config_path) {
+  const int64_t held = held_layers(names);
+  if (config.num_hidden_layers <= held) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(config_path, ": num_hidden_layers ",
+                                                 config.num_hidden_layers, " but the weights hold ",
+                                                 held, " layer(s) (model.layers.N.*)"));
+}
+
+absl::StatusOr<DecoderModel::TensorLookup> open_hf_weights(const std::string& dir,
+                                                           std::vector<std::string>* names) {
   fs::path root(dir);
   // name -> file that holds it
   std::map<std::string, std::shared_ptr<SafetensorsFile>> files;
@@ -90,6 +124,9 @@ absl::StatusOr<DecoderModel::TensorLookup> open_hf_weights(const std::string& di
     std::shared_ptr<SafetensorsFile> file = std::move(*opened);
     for (const auto& entry : file->entries()) (*by_name)[entry.name] = file;
   }
+  if (names != nullptr) {
+    for (const auto& [name, file] : *by_name) names->push_back(name);
+  }
   return DecoderModel::TensorLookup(
       [by_name](const std::string& name) -> absl::StatusOr<at::Tensor> {
         auto it = by_name->find(name);
@@ -103,10 +140,12 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> load_hf_model(const std::string& d
   fs::path root(dir);
   absl::StatusOr<ModelConfig> config = ModelConfig::from_file((root / "config.json").string());
   if (!config.ok()) return config.status();
+  std::vector<std::string> names;
+  absl::StatusOr<DecoderModel::TensorLookup> weights = open_hf_weights(dir, &names);
+  if (!weights.ok()) return weights.status();
+  FLYWHEEL_RETURN_IF_ERROR(check_held_layers(*config, names, (root / "config.json").string()));
   absl::StatusOr<std::unique_ptr<DecoderModel>> model = DecoderModel::create(*config, options);
   if (!model.ok()) return model.status();
-  absl::StatusOr<DecoderModel::TensorLookup> weights = open_hf_weights(dir);
-  if (!weights.ok()) return weights.status();
   absl::Status loaded = (*model)->load(*weights);
   if (!loaded.ok()) {
     return absl::Status(loaded.code(), absl::StrCat(dir, ": ", loaded.message()));

@@ -121,6 +121,33 @@ JSON
     # Piped input still works.
     expect_exit 0 "$flywheel" tokenize --tokenizer "$work/m" -i <(cat "$work/in.jsonl")
     expect_output '"ids":[' ;;
+  fuzz_findings)
+    # Issue 26: a tokenizer.json of 20 million integers (40 MB) is refused before its parse tree
+    # outgrows a 4 GB address space; a config.json declaring 20000 layers over a 1-layer
+    # checkpoint is refused before the model is allocated.
+    mkdir -p "$work/t"
+    node -e 'const fs = require("fs"); const n = 20000000;
+      fs.writeFileSync(process.argv[1], "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, " +
+        "\"merges\": [" + "1,".repeat(n - 1) + "1]}}");' "$work/t/tokenizer.json"
+    printf '{"text": "ab"}\n' > "$work/t.jsonl"
+    expect_exit 2 bash -c "ulimit -v 4000000; exec \"\$@\"" _ "$flywheel" tokenize \
+      --tokenizer "$work/t" -i "$work/t.jsonl"
+    expect_output "tokenizer.json: line 1, column"
+    expect_output "more than 8388608 values"
+    printf '{"model_type": "llama", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
+      "num_hidden_layers": 1, "num_attention_heads": 4}' > "$work/c.json"
+    "$flywheel" init-model --config "$work/c.json" --out "$work/m" --char-tokenizer > /dev/null ||
+      fail "init-model"
+    node -e 'const fs = require("fs"); const f = process.argv[1];
+      const c = JSON.parse(fs.readFileSync(f)); c.num_hidden_layers = 20000;
+      fs.writeFileSync(f, JSON.stringify(c));' "$work/m/config.json"
+    printf '{"ids": [1, 2, 3]}\n' > "$work/in.jsonl"
+    expect_exit 2 bash -c "ulimit -v 4000000; exec \"\$@\"" _ "$flywheel" score \
+      --model "$work/m" -i "$work/in.jsonl"
+    expect_output "config.json: num_hidden_layers 20000 but the weights hold 1 layer(s)"
+    # /dev/null is a device: refused, like /dev/zero (an empty input is an empty file).
+    expect_exit 2 "$flywheel" tokenize --tokenizer "$work/m" -i /dev/null
+    expect_output "it is a character device, not a file or a pipe" ;;
   jsonl_long_line)
     # Item 20: a line longer than the limit is an error naming path:line, never parsed whole.
     tiny_model "$work/m" 128 --char-tokenizer

@@ -14,7 +14,8 @@ namespace flywheel::model {
 
 // Loads config.json and the weights of `dir` into a model with `options` (weights are converted
 // to its dtype and device). Errors name the file: missing config or weights, a corrupt
-// safetensors file, a missing or misshapen tensor, an index naming a missing shard.
+// safetensors file, a missing or misshapen tensor, an index naming a missing shard, and (before
+// anything is allocated) a config.json that declares more layers than the weights hold.
 absl::StatusOr<std::unique_ptr<DecoderModel>> load_hf_model(const std::string& dir,
                                                             const DecoderOptions& options);
 
@@ -22,7 +23,15 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> load_hf_model(const std::string& d
 // model.safetensors.index.json lists) by name, mapped: NotFound for a name it does not have.
 // Errors name the file: no weights, a corrupt safetensors file, an index naming a missing
 // shard.
-absl::StatusOr<DecoderModel::TensorLookup> open_hf_weights(const std::string& dir);
+// InvalidArgument naming `config_path` when `config` declares more layers than the tensor
+// `names` of its weights hold (model.layers.N.*): checked before a model is allocated, so that
+// memory follows the checkpoint rather than a config.json's claim.
+absl::Status check_held_layers(const ModelConfig& config, const std::vector<std::string>& names,
+                               const std::string& config_path);
+
+// `names`, when given, gets every tensor name the directory holds.
+absl::StatusOr<DecoderModel::TensorLookup> open_hf_weights(
+    const std::string& dir, std::vector<std::string>* names = nullptr);
 
 struct SaveOptions {
   int64_t max_shard_bytes = int64_t{5} << 30;  // larger models are split into shards + index
