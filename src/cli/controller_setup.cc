@@ -1,5 +1,6 @@
 #include "controller_setup.h"
 
+#include <algorithm>
 #include <iostream>
 #include <utility>
 
@@ -36,7 +37,11 @@ absl::StatusOr<ControllerSetup> prepare_controller(const JobSetup& job, int64_t 
   o.worker_timeout_s = c.buffer.heartbeat_interval_s * c.buffer.missed_heartbeats;
   o.limits.vocab_size = vocab_size;
   o.limits.group_size = c.rollout.group_size;
-  o.limits.max_tokens = c.model.max_seq_len;
+  // A sequence must fit the context and one learner micro-batch (config validation checks the
+  // second holds whatever the context; this keeps the learners safe from any other client).
+  o.limits.max_tokens = std::min(c.model.max_seq_len, c.trainer.micro_batch_tokens);
+  o.incarnation = buffer::make_incarnation();
+  o.max_groups = c.trainer.total_steps * c.trainer.groups_per_step;
   o.limits.max_group_bytes = c.buffer.server.max_message_bytes;
   o.dataset_fingerprint = setup.dataset->fingerprint();
   absl::StatusOr<bool> baseline = algos::needs_greedy_baseline(c, *job.registry);
@@ -95,6 +100,7 @@ absl::StatusOr<buffer::ControllerClientOptions> controller_client_options(
   o.address = address;
   o.worker_id = worker_id;
   o.deadline_s = config.buffer.server.rpc_deadline_s;
+  o.reconnect_timeout_s = config.buffer.server.reconnect_timeout_s;
   o.max_message_bytes = config.buffer.server.max_message_bytes;
   const core::ServerOptions& server = config.buffer.server;
   absl::StatusOr<std::string> token =

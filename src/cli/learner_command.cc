@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -16,6 +17,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "batch_broadcast.h"
@@ -25,7 +27,9 @@
 #include "flywheel/comm/mpi_communicator.h"
 #include "flywheel/comm/nccl_communicator.h"
 #include "flywheel/core/file_io.h"
+#include "flywheel/core/json.h"
 #include "flywheel/core/logging.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/model/cpu_features.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/trainer/checkpoint.h"
@@ -46,6 +50,7 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 constexpr char kControllerFile[] = "controller.json";
+constexpr char kLearnerStateFile[] = "learner_state.json";  // counters that outlive a resume
 constexpr char kTrainedPromptsFile[] = "trained_prompts.jsonl";
 // Rank 0 tells the other ranks it still waits for a batch this often (see the step loop).
 constexpr double kWaitBroadcastS = 5;
@@ -80,7 +85,7 @@ std::string dial_address(const std::string& bind_address, int port) {
 
 // Statistics of one batch of groups as the learner receives it, at policy version `version`.
 struct BatchStats {
-  double score_mean = 0, length_max = 0, clip_ratio = 0;
+  double length_max = 0, clip_ratio = 0;
   double staleness_mean = 0, staleness_max = 0;
   int64_t violations = 0, tokens = 0;
   std::map<std::string, double> reward_parts;  // mean of each breakdown entry
@@ -94,7 +99,6 @@ BatchStats batch_stats(const std::vector<buffer::TrajectoryGroup>& groups, int64
   for (const buffer::TrajectoryGroup& g : groups) {
     for (const buffer::Trajectory& t : g.trajectories) {
       ++n;
-      s.score_mean += t.reward;
       const double length = static_cast<double>(t.response_ids.size());
       s.length_max = std::max(s.length_max, length);
       s.clip_ratio += t.finish_reason == "length" ? 1 : 0;
@@ -112,7 +116,6 @@ BatchStats batch_stats(const std::vector<buffer::TrajectoryGroup>& groups, int64
     }
   }
   if (n > 0) {
-    s.score_mean /= n;
     s.clip_ratio /= n;
     s.staleness_mean /= n;
   }
@@ -186,9 +189,15 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
       model::resolve_dtype(c.model.dtype, /*on_cuda=*/c.model.device == "cuda");
   if (!rollout_dtype.ok()) return rollout_dtype.status();
 
+  std::vector<std::string> weight_names;
+  absl::StatusOr<model::DecoderModel::TensorLookup> weights =
+      model::open_hf_weights(c.model.path, &weight_names);
+  if (weights.ok()) {
+    FLYWHEEL_RETURN_IF_ERROR(model::check_held_layers(
+        *model_config, weight_names, (fs::path(c.model.path) / "config.json").string()));
+  }
   auto learner = trainer::Learner::create(c, *model_config, &learners, *job->registry);
   if (!learner.ok()) return learner.status();
-  absl::StatusOr<model::DecoderModel::TensorLookup> weights = model::open_hf_weights(c.model.path);
   if (weights.ok()) {
     absl::Status loaded = (*learner)->policy().load(*weights);
     if (!loaded.ok()) return loaded;
@@ -232,6 +241,7 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
   const std::string checkpoints = checkpoint_dir(c);
   const std::string resume_from = resume_path(c, learners);
   std::string controller_snapshot;
+  int64_t violations = 0;  // trajectories trained beyond max_staleness, over the whole run
   if (!resume_from.empty()) {
     absl::Status loaded = trainer::load_checkpoint(**learner, resume_from);
     if (!loaded.ok()) return loaded;
@@ -240,6 +250,18 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
           trainer::read_checkpoint_file(resume_from, kControllerFile);
       if (!snapshot.ok()) return snapshot.status();
       controller_snapshot = std::move(*snapshot);
+      // Checkpoints from before the file existed start the count again.
+      absl::StatusOr<std::string> state =
+          trainer::read_checkpoint_file(resume_from, kLearnerStateFile);
+      if (state.ok()) {
+        absl::StatusOr<core::Json> json = core::Json::parse(*state);
+        const core::Json* v = json.ok() ? json->find("staleness_violations") : nullptr;
+        if (v == nullptr || !v->is_integer()) {
+          return absl::DataLossError(
+              absl::StrCat(resume_from, "/", kLearnerStateFile, ": no staleness_violations"));
+        }
+        violations = v->as_int();
+      }
       FLYWHEEL_LOG_INFO("resumed from %s at version %d", resume_from, (*learner)->version());
     }
   }
@@ -253,6 +275,7 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
         prepare_controller(*job, model_config->vocab_size, "flywheel learner");
     if (!setup.ok()) return setup.status();
     host->setup = std::move(*setup);
+    host->setup.server.weights_dtype = model::dtype_name(*rollout_dtype);
     auto core = make_controller_core(host->setup, controller_snapshot);
     if (!core.ok()) return core.status();
     host->core = std::move(*core);
@@ -271,7 +294,7 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
     if (!truncated.ok()) return truncated;
   }
   // The controller's address for the rollout ranks of an MPMD job (and the launcher's file).
-  const std::string address = broadcast_string(*roles->world, host ? host->address : "");
+  const std::string address = comm::broadcast_string(*roles->world, host ? host->address : "");
   // weight_sync.transport mpi / nccl: rank 0 also broadcasts every version to the MPMD job's
   // rollout ranks (the controller keeps serving it over gRPC, and checks the workers' acks).
   WeightGroup weight_group;
@@ -286,8 +309,10 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
         (*learner)->policy(), *rollout_dtype, (*learner)->version(), c.weight_sync.bucket_bytes);
     if (!payload.ok()) return payload.status();
     if (!host) return absl::OkStatus();
+    const int64_t version = payload->version;
     absl::Status s = host->weights.publish(std::move(*payload));
     if (s.ok() && weight_group.channel) weight_group.channel->send(*host->weights.latest());
+    if (s.ok()) host->core->set_weights_version(version);  // grants may now need it
     return s;
   };
   absl::Status published = publish();
@@ -356,13 +381,24 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
     if (step == last_saved) return absl::OkStatus();
     trainer::CheckpointSaveOptions o = save_options;
     if (host) o.extra_files[kControllerFile] = host->core->snapshot();
+    o.extra_files[kLearnerStateFile] =
+        absl::StrCat("{\"staleness_violations\": ", violations, "}\n");
     absl::Status saved = trainer::save_checkpoint(**learner, checkpoints, step, o);
     if (saved.ok()) last_saved = step;
     return saved;
   };
 
-  // Rank 0: the next batch from the buffer, or why there is none ("stop", "exhausted"), or
-  // "wait" after kWaitBroadcastS without one.
+  // Rank 0: what the workers have done to the buffer so far; the no-progress deadline runs while
+  // it stays the same.
+  auto progress = [&] {
+    const buffer::ControllerCounters k = host->core->counters();
+    return k.accepted + k.duplicates + k.filtered + k.stale_dropped + k.stale_requeued +
+           k.rejected_invalid + k.rejected_lease + k.rejected_full + k.dropped;
+  };
+  int64_t last_progress = -1;
+  auto last_progress_at = Clock::now();
+  // Rank 0: the next batch from the buffer, or why there is none ("stop", "exhausted",
+  // "no_progress: <why>"), or "wait" after kWaitBroadcastS without one.
   auto last_note = Clock::now();
   auto next_batch = [&](int64_t version) {
     BroadcastBatch batch;
@@ -381,6 +417,9 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
         if (taken.ok()) {
           batch.tag = "batch";
           batch.groups = std::move(*taken);
+          // The last step's batch: nothing more will be trained, so nothing more is granted
+          // (workers hear "done" and stop; what they still push is drained at the end).
+          if (version + 1 >= c.trainer.total_steps) host->core->close();
           std::string line = absl::StrCat("{\"step\": ", version + 1, ", \"prompts\": [");
           for (size_t i = 0; i < prompts.size(); ++i) {
             absl::StrAppend(&line, i ? ", " : "", "[", prompts[i].epoch, ", ", prompts[i].prompt,
@@ -392,6 +431,20 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
       }
       if (drained) {
         batch.tag = "exhausted";
+        return batch;
+      }
+      const int64_t now_progress = progress();
+      if (now_progress != last_progress) {
+        last_progress = now_progress;
+        last_progress_at = Clock::now();
+      } else if (c.trainer.no_progress_timeout_s > 0 &&
+                 seconds_since(last_progress_at) > c.trainer.no_progress_timeout_s) {
+        batch.tag = absl::StrFormat(
+            "no_progress: no group arrived for %.0f s (trainer.no_progress_timeout_s): %d of %d "
+            "groups buffered, %d prompts leased; are the rollout workers running? (their logs "
+            "are in %s/logs under flywheel train)",
+            seconds_since(last_progress_at), host->core->buffered(), c.trainer.groups_per_step,
+            host->core->in_flight(), c.logging.run_dir);
         return batch;
       }
       if (seconds_since(last_note) > 30) {
@@ -410,7 +463,6 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
 
   absl::Status evaluated = evaluate((*learner)->version());
   if (!evaluated.ok()) return evaluated;
-  int64_t violations = 0;
   std::string stopped_by;
   const auto start = Clock::now();
   const int64_t first_step = (*learner)->version();
@@ -421,6 +473,7 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
     // it sends "wait" every few seconds, so that no rank sits in one collective for longer than
     // its timeout however slow generation is.
     absl::StatusOr<BroadcastBatch> received;
+    last_progress_at = Clock::now();  // the deadline counts the wait, not the last step
     do {
       BroadcastBatch batch;
       if (host) batch = next_batch(version);
@@ -434,6 +487,9 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
     if (received->tag == "exhausted") {
       stopped_by = "the end of the dataset (data.epochs)";
       break;
+    }
+    if (absl::StartsWith(received->tag, "no_progress: ")) {
+      return absl::DeadlineExceededError(received->tag.substr(std::strlen("no_progress: ")));
     }
     const double gen_s = seconds_since(step_start);
     const BatchStats stats = batch_stats(received->groups, version, c.buffer.max_staleness);
@@ -456,7 +512,6 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
 
     const double step_s = seconds_since(step_start);
     for (const auto& [name, value] : *m) log(name, value, step);
-    log("critic/rewards/mean", stats.score_mean, step);  // no reward shaping besides KL-in-reward
     for (const auto& [name, value] : stats.reward_parts) log("reward/" + name, value, step);
     log("response_length/max", stats.length_max, step);
     log("response_length/clip_ratio", stats.clip_ratio, step);
@@ -500,8 +555,22 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const StopSignal&
   }
   if (weight_group.channel) weight_group.channel->close();
   if (host) {
-    host->core->close();  // workers asking for work hear "done" and stop
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    host->core->close();  // workers hear "done" (acquiring or in a heartbeat) and stop
+    // Until every live worker heard it and what they still push for prompts they hold is taken
+    // (not trained on), so that no worker finds the controller gone mid-push; leases of workers
+    // gone silent expire.
+    const auto drain_start = Clock::now();
+    while (!host->core->settled(buffer::ControllerServer::monotonic_seconds()) &&
+           seconds_since(drain_start) < c.buffer.drain_timeout_s) {
+      host->core->expire(buffer::ControllerServer::monotonic_seconds());
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!host->core->settled(buffer::ControllerServer::monotonic_seconds())) {
+      FLYWHEEL_LOG_WARN(
+          "after buffer.drain_timeout_s (%.0f s): %d prompts still leased, or a "
+          "worker not yet told that training is over",
+          c.buffer.drain_timeout_s, host->core->in_flight());
+    }
     host->server->shutdown();
   }
   std::string exported;

@@ -72,8 +72,10 @@ absl::StatusOr<WeightGroup> join_weight_group(MpmdWorld& world, Role role,
       return absl::FailedPreconditionError(
           "weight_sync.transport nccl needs a CUDA GPU on every learner and rollout rank");
     }
-    auto nccl = comm::NcclCommunicator::create(
-        *out.control, cuda_device, {"weights (nccl)", config.cluster.collective_timeout_s});
+    comm::CommunicatorOptions options{"weights (nccl)", config.cluster.collective_timeout_s};
+    // A worker receives on a stream of its own: its engine keeps the default stream busy.
+    options.own_stream = role == Role::kRollout;
+    auto nccl = comm::NcclCommunicator::create(*out.control, cuda_device, options);
     if (!nccl.ok()) return nccl.status();
     out.nccl = std::move(*nccl);
     data = out.nccl.get();

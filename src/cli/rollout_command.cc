@@ -47,6 +47,30 @@ struct RolloutArgs {
   std::string log_file;
 };
 
+// The dtype this worker runs: the published weights' (`published`, from the controller) when
+// model.dtype is auto; an explicit model.dtype must be the same (FailedPrecondition), since
+// weights converted on arrival would make every checksum acknowledgement meaningless.
+absl::StatusOr<at::ScalarType> weights_dtype(const core::Config& c, const std::string& published) {
+  if (published.empty()) {
+    return model::resolve_dtype(c.model.dtype, /*on_cuda=*/c.model.device == "cuda");
+  }
+  absl::StatusOr<at::ScalarType> theirs = model::parse_dtype(published);
+  if (!theirs.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the controller publishes weights of an unknown dtype '", published, "'"));
+  }
+  if (c.model.dtype != "auto") {
+    absl::StatusOr<at::ScalarType> mine = model::parse_dtype(c.model.dtype);
+    if (!mine.ok()) return mine.status();
+    if (*mine != *theirs) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("model.dtype is ", c.model.dtype, " here but the learners publish ",
+                       published, " weights; use the same model.dtype (or auto) on every host"));
+    }
+  }
+  return *theirs;
+}
+
 // Appends this process's stdout and stderr to `path` ("{rank}" replaced by `rank`).
 absl::Status redirect_output(std::string path, int rank) {
   const size_t at = path.find("{rank}");
@@ -66,7 +90,8 @@ absl::Status redirect_output(std::string path, int rank) {
   return absl::OkStatus();
 }
 
-absl::Status run(const RolloutArgs& args) {
+// Sets *serving once the worker loop runs: a failure before that is a start failure.
+absl::Status run(const RolloutArgs& args, bool* serving) {
   StopSignal stop("flywheel rollout");
   absl::StatusOr<JobSetup> job = set_up_job(args.config_path, args.overrides);
   if (!job.ok()) return job.status();
@@ -85,7 +110,7 @@ absl::Status run(const RolloutArgs& args) {
     auto joined = join_mpmd_world(*mpi, Role::kRollout, c);
     if (!joined.ok()) return joined.status();
     roles = std::move(*joined);
-    const std::string announced = broadcast_string(*roles->world, "");
+    const std::string announced = comm::broadcast_string(*roles->world, "");
     if (address.empty()) address = announced;
     if (worker_id.empty()) worker_id = absl::StrCat("rollout-", roles->role->rank());
     if (weight_transport(c) != "grpc") {
@@ -105,8 +130,11 @@ absl::Status run(const RolloutArgs& args) {
     absl::Status redirected = redirect_output(args.log_file, roles ? roles->role->rank() : 0);
     if (!redirected.ok()) return redirected;
   }
+  if (address.empty()) address = c.cluster.controller_address;
   if (address.empty()) {
-    return absl::InvalidArgumentError("--controller HOST:PORT is required outside an MPMD mpirun");
+    return absl::InvalidArgumentError(
+        "--controller HOST:PORT (or cluster.controller_address) is required outside an MPMD "
+        "mpirun");
   }
   if (worker_id.empty()) {
     char host[256] = {0};
@@ -121,8 +149,20 @@ absl::Status run(const RolloutArgs& args) {
   if (!model_config.ok()) return model_config.status();
   absl::StatusOr<TokenizerSetup> tokenizers = load_tokenizer_setup(c);
   if (!tokenizers.ok()) return tokenizers.status();
-  absl::StatusOr<at::ScalarType> dtype =
-      model::resolve_dtype(c.model.dtype, /*on_cuda=*/c.model.device == "cuda");
+  // The controller first: the learners decide the weights' dtype (model.dtype auto resolves by
+  // their host's CPU or GPU), and this worker runs what they publish.
+  absl::StatusOr<buffer::ControllerClientOptions> client_options =
+      controller_client_options(c, address, worker_id);
+  if (!client_options.ok()) return client_options.status();
+  auto client = buffer::ControllerClient::connect(*client_options);
+  if (!client.ok()) return client.status();
+  absl::StatusOr<v1::RegisterReply> registered = (*client)->register_worker();
+  if (!registered.ok()) {
+    return absl::Status(registered.status().code(),
+                        absl::StrCat("cannot register with the controller at ", address, ": ",
+                                     registered.status().message()));
+  }
+  absl::StatusOr<at::ScalarType> dtype = weights_dtype(c, registered->weights_dtype());
   if (!dtype.ok()) return dtype.status();
   const model::ThreadLayout layout = apply_thread_layout(c.cluster, *dtype);
   model::keep_freed_cpu_memory_for_reuse();
@@ -160,12 +200,6 @@ absl::Status run(const RolloutArgs& args) {
       rewards::ScoringPool::create(*composite, rewards::ScoringPoolOptions::from_config(c.rewards));
   if (!pool.ok()) return pool.status();
 
-  absl::StatusOr<buffer::ControllerClientOptions> client_options =
-      controller_client_options(c, address, worker_id);
-  if (!client_options.ok()) return client_options.status();
-  auto client = buffer::ControllerClient::connect(*client_options);
-  if (!client.ok()) return client.status();
-
   absl::StatusOr<bool> greedy_baseline = algos::needs_greedy_baseline(c, *job->registry);
   if (!greedy_baseline.ok()) return greedy_baseline.status();
 
@@ -176,7 +210,6 @@ absl::Status run(const RolloutArgs& args) {
   options.max_slots = c.rollout.max_slots;
   options.sampling = rollout::sampling_params_from_config(c);
   options.sampling.stop_token_ids = model_config->eos_token_ids;
-  options.max_staleness = c.buffer.max_staleness;
   options.weight_timeout_s = c.weight_sync.timeout_s;
   options.drain_timeout_s = c.rewards.timeout_s + 5;
   options.greedy_baseline = *greedy_baseline;
@@ -196,6 +229,7 @@ absl::Status run(const RolloutArgs& args) {
   }
   auto worker = std::make_unique<RolloutWorker>(options, client->get(), weights, engine->get(),
                                                 &encoder, tokenizers->tokenizer.get(), pool->get());
+  *serving = true;
   absl::Status s = worker->run(stop);
   pool->reset();  // every scoring callback (they use the worker) has run
   const RolloutWorkerStats stats = worker->stats();
@@ -237,9 +271,10 @@ void add_rollout_command(CLI::App& app, int* exit_code) {
   command->add_option("--set", args->overrides, "Override a key (repeatable)")
       ->allow_extra_args(false);  // one key=value per --set: a positional after it stays one
   command->callback([args, exit_code] {
-    absl::Status status = run(*args);
+    bool serving = false;
+    absl::Status status = run(*args, &serving);
     if (!status.ok()) std::cerr << "flywheel rollout: " << status.message() << "\n";
-    *exit_code = exit_code_for(status);
+    *exit_code = !status.ok() && !serving ? kExitStartFailure : exit_code_for(status);
   });
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/logging.h"
+#include "flywheel/core/status_macros.h"
 #include "weight_payload.h"
 
 namespace flywheel::cli {
@@ -73,11 +74,16 @@ void RolloutWorker::fetch_loop() {
     {
       std::lock_guard<std::mutex> lock(fetch_mu_);
       into = spare_ ? std::move(spare_) : std::make_shared<buffer::PublishedWeights>();
+      if (forget_fetched_) known = -1;
+      forget_fetched_ = false;
     }
     absl::StatusOr<bool> got = weights_->fetch_into(known, options_.weight_timeout_s, into.get());
     {
       std::lock_guard<std::mutex> lock(fetch_mu_);
-      if (got.ok() && *got) {
+      if (forget_fetched_) {
+        // A restart began during this fetch: what it got may be of the old controller.
+        if (!spare_) spare_ = std::move(into);
+      } else if (got.ok() && *got) {
         known = into->version;
         fetched_ = std::move(into);
         fetched_version_ = known;
@@ -200,9 +206,9 @@ absl::Status RolloutWorker::acquire(bool* done) {
 absl::Status RolloutWorker::submit_ready() {
   while (!pending_.empty()) {
     Pending& next = *pending_.front();
-    // Generate only with weights recent enough for the staleness bound.
-    const int64_t slack = std::max<int64_t>(0, options_.max_staleness - 1);
-    absl::Status s = apply_weights(next.grant_version - slack, /*strict=*/false);
+    // Generate only with weights at least as new as the grant's version: the controller's
+    // grant rule then keeps the group within max_staleness when it is trained.
+    absl::Status s = apply_weights(next.grant_version, /*strict=*/false);
     if (!s.ok()) return s;
     rollout::GenerationRequest request;
     request.id = std::to_string(next.lease.lease_id());
@@ -313,6 +319,7 @@ void RolloutWorker::collect_finished() {
       group.group_id = absl::StrCat(worker, "/", lease->lease_id());
       group.lease_id = lease->lease_id();
       group.worker_id = worker;
+      group.prompt_index = lease->prompt_index();
       if (scored.size() > group_size) {
         group.has_baseline = true;
         group.baseline_reward = scored[group_size].reward;
@@ -346,11 +353,26 @@ void RolloutWorker::push_loop() {
       std::unique_lock<std::mutex> lock(push_mu_);
       push_cv_.wait(lock, [this] { return stopping_.load() || !to_push_.empty(); });
       if (to_push_.empty()) return;  // stopping
+      const uint64_t tag = lease_tag_.load();
+      int64_t dropped = 0;
       while (!to_push_.empty()) {
-        batch.push_back(std::move(to_push_.front()));
+        if ((to_push_.front().lease_id >> 32) == tag) {
+          batch.push_back(std::move(to_push_.front()));
+        } else {
+          ++dropped;  // its lease belongs to a controller that restarted since
+        }
         to_push_.pop_front();
       }
       pushing_ = static_cast<int64_t>(batch.size());
+      if (dropped > 0) {
+        std::lock_guard<std::mutex> stats_lock(stats_mu_);
+        stats_.groups_dropped += dropped;
+      }
+      if (batch.empty()) {
+        pushing_ = 0;
+        push_cv_.notify_all();
+        continue;
+      }
     }
     absl::StatusOr<std::vector<v1::PushAck>> acks = client_->push_groups(batch);
     std::vector<buffer::TrajectoryGroup> retry;
@@ -389,16 +411,66 @@ void RolloutWorker::push_loop() {
   }
 }
 
+void RolloutWorker::give_back_leases() {
+  engine_->abort_all();
+  (void)engine_->take_finished();
+  for (const auto& [id, active] : active_) (void)client_->release_lease(active->lease.lease_id());
+  for (const auto& pending : pending_) (void)client_->release_lease(pending->lease.lease_id());
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.leases_released += static_cast<int64_t>(active_.size() + pending_.size());
+  active_.clear();
+  pending_.clear();
+}
+
+absl::Status RolloutWorker::reset_for_restart() {
+  lease_tag_.store(kNoLeases);  // nothing of the old leases is pushed from now on
+  engine_->abort_all();
+  (void)engine_->take_finished();
+  active_.clear();
+  pending_.clear();
+  {
+    std::lock_guard<std::mutex> lock(push_mu_);
+    {
+      std::lock_guard<std::mutex> stats_lock(stats_mu_);
+      stats_.groups_dropped += static_cast<int64_t>(to_push_.size());
+      ++stats_.controller_restarts;
+    }
+    to_push_.clear();
+    push_error_ = absl::OkStatus();  // the old controller's unreachability is history
+  }
+  FLYWHEEL_RETURN_IF_ERROR(engine_->reset_version(-1));
+  {
+    std::lock_guard<std::mutex> lock(fetch_mu_);
+    if (fetched_ && !spare_) spare_ = std::move(fetched_);
+    fetched_.reset();
+    fetched_version_ = -1;
+    forget_fetched_ = true;
+    fetch_error_ = absl::OkStatus();
+  }
+  applied_version_ = -1;
+  acked_version_ = -1;
+  unpublished_ = -1;
+  return absl::OkStatus();
+}
+
 absl::Status RolloutWorker::run(const StopSignal& stop) {
   stop_ = &stop;
-  absl::Status s = loop(stop);
+  fetcher_ = std::thread([this] { fetch_loop(); });
+  pusher_ = std::thread([this] { push_loop(); });
+  absl::Status s;
+  while (true) {
+    s = loop(stop);
+    if (!buffer::ControllerClient::is_restart(s)) break;
+    FLYWHEEL_LOG_WARN("%s; dropping the work in flight and registering again", s.message());
+    s = reset_for_restart();
+    if (!s.ok()) break;
+  }
   const bool reachable =
       s.code() != absl::StatusCode::kUnavailable && s.code() != absl::StatusCode::kCancelled;
-  engine_->abort_all();
   if (reachable) {
-    // Give back what was not generated, so that the controller re-issues it at once.
-    for (const auto& [id, active] : active_) (void)client_->release_lease(active->lease.lease_id());
-    for (const auto& pending : pending_) (void)client_->release_lease(pending->lease.lease_id());
+    give_back_leases();  // the controller re-issues what was not generated at once
+  } else {
+    engine_->abort_all();
   }
   // Groups still being scored are pushed (when the controller is there) before returning: the
   // scoring pool's callbacks use this worker.
@@ -409,8 +481,14 @@ absl::Status RolloutWorker::run(const StopSignal& stop) {
     return scoring_.load() == 0 &&
            ((to_push_.empty() && pushing_ == 0) || !push_error_.ok() || !reachable);
   });
-  if (!reachable) FLYWHEEL_LOG_WARN("the controller is unreachable: %s", s.message());
   lock.unlock();
+  if (!reachable && client_->controller_done()) {
+    // Told that training is over: a controller that has shut down since is no failure.
+    FLYWHEEL_LOG_INFO("done; the controller has shut down (%s)", s.message());
+    s = absl::OkStatus();
+  } else if (!reachable) {
+    FLYWHEEL_LOG_WARN("the controller is unreachable: %s", s.message());
+  }
   if (s.ok() && !weights_finished_.load()) {
     // A broadcast transport: the learners send every version to every worker until they close
     // the channel, however long they still train on what is buffered.
@@ -428,9 +506,8 @@ absl::Status RolloutWorker::loop(const StopSignal& stop) {
         absl::StrCat("the controller expects groups of ", registered->group_size(),
                      " but rollout.group_size is ", options_.group_size));
   }
+  lease_tag_.store(registered->incarnation());
   client_->start_heartbeats(std::max(0.05, registered->heartbeat_interval_s()));
-  fetcher_ = std::thread([this] { fetch_loop(); });
-  pusher_ = std::thread([this] { push_loop(); });
 
   // The first weights, before anything is generated.
   absl::Status s = apply_weights(0, /*strict=*/true);
@@ -441,6 +518,13 @@ absl::Status RolloutWorker::loop(const StopSignal& stop) {
     {
       std::lock_guard<std::mutex> lock(push_mu_);
       if (!push_error_.ok()) return push_error_;
+    }
+    if (!done && client_->controller_done()) {
+      // Heard in a heartbeat while busy: what is being generated will not be trained on.
+      FLYWHEEL_LOG_INFO("training is over; giving back %d leases",
+                        active_.size() + pending_.size());
+      done = true;
+      give_back_leases();
     }
     s = apply_weights(-1, /*strict=*/false);  // whatever newer arrived, without waiting
     if (!s.ok()) return s;

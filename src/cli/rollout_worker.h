@@ -10,8 +10,15 @@
 // becomes the group's baseline_reward; the group is scored when both requests are done.
 //
 // Versions: before generating for a lease granted at version g the worker holds weights of at
-// least g - max(0, max_staleness - 1) when such weights are published (with max_staleness 0,
-// exactly g: generation and training alternate).
+// least g (the controller grants at versions whose weights are published). The controller's
+// grant rule then bounds a group's staleness by max_staleness when it is trained.
+//
+// Controller restarts: when the controller answers with another incarnation (the learner job
+// restarted from a checkpoint), the worker drops its work in flight (those leases are gone),
+// forgets the weights' version (the restarted controller publishes older ones), registers
+// again and goes on. Training over: once the controller says so (an AcquireWork DONE, or a
+// heartbeat while busy), the worker gives its leases back, pushes what is scored, and returns
+// OK, also when the controller is gone by then.
 #pragma once
 
 #include <atomic>
@@ -41,11 +48,10 @@ struct RolloutWorkerOptions {
   int64_t group_size = 8;
   int64_t max_slots = 32;            // the engine's
   rollout::SamplingParams sampling;  // stop ids and the base seed included
-  int64_t max_staleness = 1;
-  double weight_timeout_s = 300;  // waiting for (or transferring) weights
-  double poll_interval_s = 0.05;  // weight manifest polls
-  bool verify_weights = true;     // acknowledge applied weights with their checksum
-  double drain_timeout_s = 15;    // at exit: waiting for groups being scored and pushed
+  double weight_timeout_s = 300;     // waiting for (or transferring) weights
+  double poll_interval_s = 0.05;     // weight manifest polls
+  bool verify_weights = true;        // acknowledge applied weights with their checksum
+  double drain_timeout_s = 15;       // at exit: waiting for groups being scored and pushed
   // One extra greedy response per prompt, scored and sent as the group's baseline_reward (the
   // estimator needs it: remax); it is not part of the group.
   bool greedy_baseline = false;
@@ -55,7 +61,9 @@ struct RolloutWorkerStats {
   int64_t groups_pushed = 0, groups_accepted = 0, groups_rejected = 0;
   int64_t leases_released = 0;
   int64_t weight_updates = 0;
-  double weight_stage_s = 0;  // the loop's time staging updates (copies into the engine)
+  int64_t controller_restarts = 0;  // new incarnations seen
+  int64_t groups_dropped = 0;       // scored for a controller that restarted since
+  double weight_stage_s = 0;        // the loop's time staging updates (copies into the engine)
   int64_t generated_tokens = 0;
 };
 
@@ -78,6 +86,11 @@ class RolloutWorker {
   struct Active;   // a lease the engine works on, by request id
 
   absl::Status loop(const StopSignal& stop);
+  // After a controller restart: every request and group in flight dropped, the weights'
+  // version forgotten.
+  absl::Status reset_for_restart();
+  // Aborts generation and gives every lease back (the prompts are re-issued).
+  void give_back_leases();
   absl::Status acquire(bool* done);
   absl::Status submit_ready();
   // Hands the newest fetched weights to the engine. When it holds less than `min_version`,
@@ -104,6 +117,10 @@ class RolloutWorker {
   int64_t applied_version_ = -1;  // staged into the engine
   int64_t unpublished_ = -1;      // a version a wait found not published
   const StopSignal* stop_ = nullptr;
+  // High 32 bits of the current controller's lease ids (its incarnation); groups of other
+  // leases are not pushed. kNoLeases while registering again.
+  static constexpr uint64_t kNoLeases = ~uint64_t{0};
+  std::atomic<uint64_t> lease_tag_{kNoLeases};
 
   // Fetcher thread.
   mutable std::mutex fetch_mu_;
@@ -111,7 +128,8 @@ class RolloutWorker {
   std::shared_ptr<buffer::PublishedWeights> fetched_;  // newest, not yet taken
   std::shared_ptr<buffer::PublishedWeights> spare_;    // applied; its memory is reused
   int64_t fetched_version_ = -1;
-  int64_t fetch_rounds_ = 0;  // completed polls
+  int64_t fetch_rounds_ = 0;     // completed polls
+  bool forget_fetched_ = false;  // the fetcher forgets the version it knows (restart)
   absl::Status fetch_error_;
   std::thread fetcher_;
 

@@ -17,14 +17,19 @@
 #include <optional>
 #include <thread>
 
+#include <torch/cuda.h>
+
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "child_process.h"
 #include "commands.h"
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/json.h"
+#include "gpu_placement.h"
 #include "job_setup.h"
 #include "mpmd.h"
 
@@ -35,7 +40,20 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 constexpr char kLaunchFile[] = "launch.json";
-constexpr int kMaxRestartsPerWorker = 20;
+// A worker that fails while starting (kExitStartFailure) is started again at most this often.
+constexpr int kMaxStartRetries = 2;
+constexpr int kLogLinesInErrors = 6;
+
+// The last `n` lines of the file at `path` ("" when unreadable).
+std::string last_lines(const std::string& path, int n) {
+  absl::StatusOr<std::string> text = core::read_file(path);
+  if (!text.ok()) return "";
+  std::vector<absl::string_view> lines = absl::StrSplit(*text, '\n', absl::SkipEmpty());
+  const size_t from = lines.size() > static_cast<size_t>(n) ? lines.size() - n : 0;
+  std::string out;
+  for (size_t i = from; i < lines.size(); ++i) absl::StrAppend(&out, "    ", lines[i], "\n");
+  return out;
+}
 
 struct TrainArgs {
   std::string config_path;
@@ -129,6 +147,13 @@ class Launcher {
   }
   absl::Status start_learners();
   absl::Status start_worker(size_t index);
+  // After worker `index` exited with `status`: schedules its restart, or gives up on it.
+  void worker_exited(size_t index, int status);
+  // Every worker is gone for good (given up or finished with an error): why, with their logs.
+  std::optional<std::string> no_worker_left() const;
+  std::string worker_log(size_t index) const {
+    return (fs::path(run_dir_) / "logs" / absl::StrCat("worker-", index, ".log")).string();
+  }
   void stop_workers();
   void plot() const;
 
@@ -144,9 +169,51 @@ class Launcher {
   bool mpmd_ = weight_transport(c_) != "grpc";
   std::optional<ChildProcess> learners_;
   std::vector<std::optional<ChildProcess>> workers_;
-  std::vector<int> restarts_;
+  std::vector<int> restarts_, start_failures_;
+  std::vector<bool> given_up_, finished_;
+  std::vector<std::string> last_exit_;
   std::vector<std::optional<Clock::time_point>> restart_at_;
+  GpuPlacement gpus_;  // model.device cuda only
 };
+
+void Launcher::worker_exited(size_t i, int status) {
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    finished_[i] = true;  // no work left
+    return;
+  }
+  last_exit_[i] = describe_exit(status);
+  const bool start_failure = WIFEXITED(status) && WEXITSTATUS(status) == kExitStartFailure;
+  start_failures_[i] = start_failure ? start_failures_[i] + 1 : 0;
+  if (start_failure ? start_failures_[i] > kMaxStartRetries
+                    : restarts_[i] >= c_.cluster.max_worker_restarts) {
+    given_up_[i] = true;
+    std::cerr << "flywheel train: worker-" << i << " exited (" << last_exit_[i] << ") "
+              << (start_failure ? absl::StrCat(start_failures_[i], " times while starting")
+                                : absl::StrCat("after ", restarts_[i], " restarts"))
+              << "; not restarting it\n";
+    return;
+  }
+  ++restarts_[i];
+  std::cerr << "flywheel train: worker-" << i << " exited (" << last_exit_[i]
+            << "); restarting it (restart " << restarts_[i] << ")\n";
+  // A moment later, so that a worker that lost the controller because training is ending is
+  // not started again.
+  restart_at_[i] = Clock::now() + std::chrono::seconds(1);
+}
+
+std::optional<std::string> Launcher::no_worker_left() const {
+  if (workers_.empty()) return std::nullopt;
+  std::string why;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (workers_[i] || restart_at_[i] || finished_[i]) return std::nullopt;
+    absl::StrAppend(&why, "\n  worker-", i, " (", last_exit_[i], "), the end of ", worker_log(i),
+                    ":\n", last_lines(worker_log(i), kLogLinesInErrors));
+  }
+  return absl::StrCat(
+      "no rollout worker is left (each exited and was not restarted); the "
+      "learners are stopped:",
+      why);
+}
 
 absl::Status Launcher::start_learners() {
   std::vector<std::string> argv;
@@ -183,6 +250,7 @@ absl::Status Launcher::start_learners() {
   ChildOptions o;
   o.argv = std::move(argv);
   o.env = child_env();
+  if (!gpus_.learners.empty()) o.env["CUDA_VISIBLE_DEVICES"] = gpus_.learners;
   auto child = ChildProcess::start(o);
   if (!child.ok()) return child.status();
   learners_ = std::move(*child);
@@ -198,7 +266,8 @@ absl::Status Launcher::start_worker(size_t index) {
   o.argv.push_back(
       absl::StrCat("worker-", index, restarts_[index] ? absl::StrCat(".", restarts_[index]) : ""));
   o.env = child_env();
-  o.log_file = (fs::path(run_dir_) / "logs" / absl::StrCat("worker-", index, ".log")).string();
+  if (index < gpus_.workers.size()) o.env["CUDA_VISIBLE_DEVICES"] = gpus_.workers[index];
+  o.log_file = worker_log(index);
   auto child = ChildProcess::start(o);
   if (!child.ok()) return child.status();
   workers_[index] = std::move(*child);
@@ -266,11 +335,34 @@ absl::Status Launcher::run() {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  if (c_.model.device == "cuda") {
+    GpuPlacementRequest request;
+    request.learners = c_.cluster.num_learners;
+    request.workers = c_.rollout.num_workers;
+    request.visible = visible_gpus(std::getenv("CUDA_VISIBLE_DEVICES"),
+                                   static_cast<int>(torch::cuda::device_count()));
+    request.mpmd = mpmd_;
+    request.nccl_weights = weight_transport(c_) == "nccl";
+    absl::StatusOr<GpuPlacement> placed = place_on_gpus(request);
+    if (!placed.ok()) return placed.status();
+    gpus_ = std::move(*placed);
+    std::cerr << "flywheel train: learners on GPU(s) " << gpus_.learners
+              << (gpus_.workers.empty()
+                      ? ""
+                      : absl::StrCat(", workers on ", absl::StrJoin(gpus_.workers, ",")))
+              << (gpus_.note.empty() ? "" : absl::StrCat(" (", gpus_.note, ")")) << "\n";
+  }
   absl::Status s = start_learners();
   if (!s.ok()) return s;
-  workers_.resize(mpmd_ ? 0 : c_.rollout.num_workers);
-  restarts_.assign(c_.rollout.num_workers, 0);
-  restart_at_.assign(c_.rollout.num_workers, std::nullopt);
+  const size_t n = c_.rollout.num_workers;
+  workers_.resize(mpmd_ ? 0 : n);
+  restarts_.assign(n, 0);
+  start_failures_.assign(n, 0);
+  given_up_.assign(n, false);
+  finished_.assign(n, false);
+  last_exit_.assign(n, "");
+  restart_at_.assign(n, std::nullopt);
+  std::optional<std::string> failure;  // why the launcher stopped the run
   int stop_requests = 0;
   int learner_status = 0;
   bool learner_done = false;
@@ -314,18 +406,7 @@ absl::Status Launcher::run() {
       int status = 0;
       if (workers_[i] && workers_[i]->poll(&status) && stop_requests == 0) {
         workers_[i].reset();
-        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;  // finished: no work left
-        if (restarts_[i] >= kMaxRestartsPerWorker) {
-          std::cerr << "flywheel train: worker-" << i << " exited (" << describe_exit(status)
-                    << ") " << restarts_[i] << " times; not restarting it\n";
-          continue;
-        }
-        ++restarts_[i];
-        std::cerr << "flywheel train: worker-" << i << " exited (" << describe_exit(status)
-                  << "); restarting it (restart " << restarts_[i] << ")\n";
-        // A moment later, so that a worker that lost the controller because training is
-        // ending is not started again.
-        restart_at_[i] = Clock::now() + std::chrono::seconds(1);
+        worker_exited(i, status);
       }
       if (!workers_[i] && restart_at_[i] && Clock::now() >= *restart_at_[i]) {
         restart_at_[i].reset();
@@ -334,6 +415,15 @@ absl::Status Launcher::run() {
       }
     }
     if (!s.ok()) break;
+    if (!failure && stop_requests == 0 && !address_.empty()) {
+      failure = no_worker_left();
+      if (failure) {
+        std::cerr << "flywheel train: " << *failure;
+        // The learners checkpoint and stop (the stop file), or are stopped by a signal.
+        if (!core::write_file_atomically(stop_file_, "stop\n").ok()) learners_->signal(SIGTERM);
+        ++stop_requests;
+      }
+    }
   }
   if (!learner_done) {
     learners_->signal(SIGTERM);
@@ -346,6 +436,7 @@ absl::Status Launcher::run() {
   stop_workers();
   fs::remove(stop_file_, ec);
   if (!s.ok()) return s;
+  if (failure) return absl::AbortedError(*failure);
   const bool ok = WIFEXITED(learner_status) && WEXITSTATUS(learner_status) == 0;
   plot();
   if (!ok) {

@@ -4,7 +4,8 @@
 # and every worker's weights equal to the learners' after each update (the controller compares
 # each worker's checksum of what it holds with the published one); SIGKILL of a rollout worker
 # (restarted, training goes on, no prompt trained twice); SIGKILL of the learner job, then
-# --resume (every prompt of the epoch trained exactly once over both runs); a ReMax run (the
+# --resume (every prompt of the epoch trained exactly once over both runs); a dataset larger than
+# the run (workers exit 0 with every transport); a worker that cannot start; a ReMax run (the
 # workers' greedy baselines reach the learners). The sync and async runs go once with weights over
 # gRPC and once over MPI (the workers inside the learners' mpirun).
 # Usage: e2e_test.sh FLYWHEEL
@@ -117,6 +118,37 @@ for transport in grpc mpi; do
   done
 done
 
+# A dataset larger than the run (issue 26, item 9): the controller stops granting at the last
+# step and tells the workers, which exit 0; `flywheel train` succeeds with every transport and
+# no worker is restarted.
+for transport in grpc mpi; do
+  rm -rf "$work/run"
+  out=$(timeout 300 "$flywheel" train "$work/base.yaml" --set trainer.total_steps=3 \
+    --set weight_sync.transport=$transport --set buffer.max_staleness=1 \
+    --set checkpoint.every_steps=0 2>&1) || fail "short run ($transport) exited with $?: $out"
+  grep -q "flywheel learner: 3 steps" <<<"$out" || fail "short run ($transport): not 3 steps: $out"
+  grep -q "exited (" <<<"$out" && fail "short run ($transport): a worker failed: $out"
+  n=$(check_prompts "$work/run/trained_prompts.jsonl") || fail "prompts (short run, $transport)"
+  [[ "$n" == 12 ]] || fail "$n prompts trained in the short run ($transport), want 12"
+  echo "dataset larger than the run ($transport): 3 steps, exit 0, no worker failed"
+done
+
+# A worker that cannot start (issue 26, item 10: a reward only workers build, whose pattern does
+# not compile) is started 3 times, then the launcher stops the learners and exits non-zero,
+# quoting the worker's log, instead of waiting forever.
+rm -rf "$work/run"
+start=$SECONDS
+out=$(timeout 120 "$flywheel" train "$work/base.yaml" --set rollout.num_workers=1 \
+  --set 'rewards.functions=[{name: format_regex, params: {pattern: "(unclosed"}}]' \
+  --set data.eval_path= 2>&1)
+rc=$?
+elapsed=$((SECONDS - start))
+[[ $rc != 0 && $rc != 124 ]] || fail "a worker that cannot start: train exited $rc: $out"
+grep -q "no rollout worker is left" <<<"$out" || fail "no cause named: $out"
+grep -q "does not compile" <<<"$out" || fail "the worker's log is not quoted: $out"
+(( elapsed < 60 )) || fail "train took ${elapsed} s to give up"
+echo "a worker that cannot start: train exited $rc after ${elapsed} s, naming the cause"
+
 # ReMax: each worker adds a greedy response per prompt and sends its reward as the group's
 # baseline; the controller refuses groups without one, so the run completes only if they arrive.
 # An engine of exactly group_size slots queues the greedy request behind the group.
@@ -169,8 +201,15 @@ wait "$launcher" && fail "train survived its learners"
 launcher=""
 sleep 0.5
 pgrep -f -- "rollout $work/base.yaml" > /dev/null && fail "workers outlived the launcher's run"
+# The run's staleness-violation count lives in each checkpoint (it is always 0 here; set to 5,
+# the resumed run must continue from it rather than from 0).
+ls "$work"/run/checkpoints/step_*/learner_state.json > /dev/null 2>&1 || fail "no learner_state.json"
+for f in "$work"/run/checkpoints/step_*/learner_state.json; do
+  printf '{"staleness_violations": 5}\n' > "$f"
+done
 out=$(timeout 300 "$flywheel" train --resume "$work/run" 2>&1) || fail "resume exited with $?: $out"
 grep -q "resumed from" <<<"$out" || fail "did not resume: $out"
+grep -q "; 5 staleness violations" <<<"$out" || fail "the violation count restarted: $out"
 grep -q "flywheel learner: 60 steps" <<<"$out" || fail "resume: not 60 steps: $out"
 n=$(check_prompts "$work/run/trained_prompts.jsonl") || fail "prompts after resume"
 [[ "$n" == 240 ]] || fail "$n prompts trained over the two runs, want 240"

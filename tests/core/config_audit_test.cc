@@ -1,0 +1,170 @@
+// Issue 26, item 2: no documented key of the RL run's sections (algorithm, rollout, trainer,
+// buffer, cluster) may be parsed and then read by nothing. Each key is listed with the source
+// file and the exact code through which the run takes it; the test fails when the schema has a
+// key this list does not (a new key that nothing reads yet), when the list names a key the
+// schema lost, and when a listed read is no longer in its file (the code that used the key was
+// removed or rewritten without it). Keys whose effect is also tested by behaviour name that
+// test in `tested_by` (e.g. the overlong penalty and the KL in the reward).
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "flywheel/core/config_loader.h"
+#include "gtest/gtest.h"
+
+namespace flywheel::core {
+namespace {
+
+struct Reader {
+  const char* key;
+  const char* file;  // relative to the source tree
+  const char* code;  // appears in `file`, on one line
+  const char* tested_by = "";
+};
+
+// clang-format off
+const Reader kReaders[] = {
+  {"rollout.num_workers", "src/cli/train_command.cc", "request.workers = c_.rollout.num_workers;"},
+  {"rollout.group_size", "src/cli/controller_setup.cc", "o.limits.group_size = c.rollout.group_size;"},
+  {"rollout.max_new_tokens", "src/rollout/engine_config.cc", "p.max_new_tokens = r.max_new_tokens;"},
+  {"rollout.temperature", "src/rollout/engine_config.cc", "p.temperature = r.temperature;"},
+  {"rollout.top_k", "src/rollout/engine_config.cc", "p.top_k = r.top_k;"},
+  {"rollout.top_p", "src/rollout/engine_config.cc", "p.top_p = r.top_p;"},
+  {"rollout.min_p", "src/rollout/engine_config.cc", "p.min_p = r.min_p;"},
+  {"rollout.stop", "src/rollout/engine_config.cc", "p.stop_strings = r.stop;"},
+  {"rollout.max_slots", "src/rollout/engine_config.cc", "o.max_slots = r.max_slots;"},
+  {"rollout.seed", "src/rollout/engine_config.cc", "p.seed = static_cast<uint64_t>(r.seed);"},
+  {"rollout.weight_update", "src/rollout/engine_config.cc", "o.drain_before_update = r.weight_update == \"drain\";"},
+  {"rollout.recompute_kv_on_update", "src/rollout/engine_config.cc", "o.recompute_kv_on_update = r.recompute_kv_on_update;"},
+  {"rollout.logprob_mode", "src/rollout/engine_config.cc", "r.logprob_mode == \"processed\""},
+  {"rollout.max_prefill_tokens", "src/rollout/engine_config.cc", "o.max_prefill_tokens = r.max_prefill_tokens;"},
+  {"algorithm.name", "src/algos/presets.cc", "auto it = presets().find(config.algorithm.name);"},
+  {"algorithm.advantage_estimator", "src/algos/algorithm.cc", "create(a.advantage_estimator, e);"},
+  {"algorithm.policy_loss", "src/algos/algorithm.cc", "create(a.policy_loss, p);"},
+  {"algorithm.loss_agg_mode", "src/algos/algorithm.cc", "parse_agg_mode(a.loss_agg_mode);"},
+  {"algorithm.is_correction", "src/algos/algorithm.cc", "create(a.is_correction, is);"},
+  {"algorithm.clip_low", "src/algos/algorithm.cc", "p.clip_low = a.clip_low;"},
+  {"algorithm.clip_high", "src/algos/algorithm.cc", "p.clip_high = a.clip_high;"},
+  {"algorithm.clip_c", "src/algos/algorithm.cc", "p.clip_c = a.clip_c;"},
+  {"algorithm.kl_estimator", "src/algos/algorithm.cc", "parse_kl_estimator(a.kl_estimator);"},
+  {"algorithm.kl_coef", "src/trainer/learner.cc", "o.kl_coef = a.kl_coef;", "LearnerShapingTest.KlInTheRewardShapesGroupAdvantagesAndTheUpdate"},
+  {"algorithm.kl_in_reward", "src/trainer/learner.cc", "o.kl_in_reward = a.kl_in_reward;", "LearnerShapingTest.KlInTheRewardShapesGroupAdvantagesAndTheUpdate"},
+  {"algorithm.entropy_coef", "src/trainer/learner.cc", "o.entropy_coef = a.entropy_coef;"},
+  {"algorithm.gamma", "src/algos/algorithm.cc", "e.gamma = a.gamma;"},
+  {"algorithm.lam", "src/algos/algorithm.cc", "e.lam = a.lam;"},
+  {"algorithm.norm_by_std", "src/algos/algorithm.cc", "e.norm_by_std = a.norm_by_std;"},
+  {"algorithm.grpo_eps", "src/algos/algorithm.cc", "e.eps = a.grpo_eps;"},
+  {"algorithm.whiten_advantages", "src/algos/algorithm.cc", "e.whiten = a.whiten_advantages;"},
+  {"algorithm.loss_agg_constant", "src/algos/algorithm.cc", "out.norm_constant = a.loss_agg_constant > 0 ? a.loss_agg_constant"},
+  {"algorithm.kl_controller", "src/trainer/learner.cc", "o.adaptive_kl = a.kl_controller == \"adaptive\";"},
+  {"algorithm.kl_target", "src/trainer/learner.cc", "o.kl_target = a.kl_target;"},
+  {"algorithm.kl_horizon", "src/trainer/learner.cc", "o.kl_horizon = a.kl_horizon;"},
+  {"algorithm.is_low", "src/algos/algorithm.cc", "is.low = a.is_low;"},
+  {"algorithm.is_high", "src/algos/algorithm.cc", "is.high = a.is_high;"},
+  {"algorithm.value_clip", "src/trainer/learner.cc", "o.value_clip = a.value_clip;"},
+  {"algorithm.overlong_buffer_len", "src/trainer/learner.cc", "o.overlong_buffer_len = a.overlong_buffer_len;", "LearnerShapingTest.OverlongResponsesArePenalisedByDaposFormula"},
+  {"algorithm.overlong_penalty_factor", "src/trainer/learner.cc", "o.overlong_penalty_factor = a.overlong_penalty_factor;", "LearnerShapingTest.OverlongResponsesArePenalisedByDaposFormula"},
+  {"trainer.total_steps", "src/cli/controller_setup.cc", "o.max_groups = c.trainer.total_steps * c.trainer.groups_per_step;"},
+  {"trainer.groups_per_step", "src/cli/controller_setup.cc", "o.groups_per_step = c.trainer.groups_per_step;"},
+  {"trainer.ppo_epochs", "src/trainer/learner.cc", "o.ppo_epochs = t.ppo_epochs;"},
+  {"trainer.mini_batches", "src/trainer/learner.cc", "o.mini_batches = t.mini_batches;"},
+  {"trainer.micro_batch_tokens", "src/trainer/learner.cc", "o.micro_batch_tokens = t.micro_batch_tokens;"},
+  {"trainer.lr", "src/trainer/learner.cc", "o.lr = {t.lr, t.lr_schedule, t.warmup_steps, t.total_steps, t.min_lr_ratio};"},
+  {"trainer.lr_schedule", "src/trainer/learner.cc", "o.lr = {t.lr, t.lr_schedule, t.warmup_steps, t.total_steps, t.min_lr_ratio};"},
+  {"trainer.warmup_steps", "src/trainer/learner.cc", "o.lr = {t.lr, t.lr_schedule, t.warmup_steps, t.total_steps, t.min_lr_ratio};"},
+  {"trainer.min_lr_ratio", "src/trainer/learner.cc", "o.lr = {t.lr, t.lr_schedule, t.warmup_steps, t.total_steps, t.min_lr_ratio};"},
+  {"trainer.weight_decay", "src/trainer/learner.cc", "o.adamw = {t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};"},
+  {"trainer.adam_beta1", "src/trainer/learner.cc", "o.adamw = {t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};"},
+  {"trainer.adam_beta2", "src/trainer/learner.cc", "o.adamw = {t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};"},
+  {"trainer.adam_eps", "src/trainer/learner.cc", "o.adamw = {t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};"},
+  {"trainer.grad_clip", "src/trainer/learner.cc", "o.grad_clip = t.grad_clip;"},
+  {"trainer.critic_lr", "src/trainer/learner.cc", "o.critic_lr = t.critic_lr;"},
+  {"trainer.seed", "src/cli/learner_command.cc", "(*learner)->policy().init_random(static_cast<uint64_t>(c.trainer.seed));"},
+  {"trainer.param_dtype", "src/trainer/learner.cc", "model::parse_dtype(t.param_dtype);"},
+  {"trainer.reduce_dtype", "src/trainer/learner.cc", "model::parse_dtype(t.reduce_dtype);"},
+  {"trainer.reshard_after_forward", "src/trainer/learner.cc", "o.sharding.reshard_after_forward = t.reshard_after_forward;"},
+  {"trainer.max_consecutive_skips", "src/trainer/learner.cc", "o.max_consecutive_skips = t.max_consecutive_skips;"},
+  {"trainer.no_progress_timeout_s", "src/cli/learner_command.cc", "seconds_since(last_progress_at) > c.trainer.no_progress_timeout_s"},
+  {"buffer.max_staleness", "src/cli/controller_setup.cc", "o.max_staleness = c.buffer.max_staleness;"},
+  {"buffer.stale_policy", "src/cli/controller_setup.cc", "o.requeue_stale = c.buffer.stale_policy == \"requeue\";"},
+  {"buffer.sampling", "src/cli/controller_setup.cc", "o.freshest_first = c.buffer.sampling == \"freshest\";"},
+  {"buffer.capacity_groups", "src/cli/controller_setup.cc", "o.capacity_groups = c.buffer.capacity_groups;"},
+  {"buffer.capacity_bytes", "src/cli/controller_setup.cc", "o.capacity_bytes = c.buffer.capacity_bytes;"},
+  {"buffer.push_timeout_s", "src/cli/controller_setup.cc", "so.push_timeout_s = c.buffer.push_timeout_s;"},
+  {"buffer.lease_timeout_s", "src/cli/controller_setup.cc", "o.lease_timeout_s = c.buffer.lease_timeout_s;"},
+  {"buffer.heartbeat_interval_s", "src/cli/controller_setup.cc", "so.heartbeat_interval_s = c.buffer.heartbeat_interval_s;"},
+  {"buffer.missed_heartbeats", "src/cli/controller_setup.cc", "o.worker_timeout_s = c.buffer.heartbeat_interval_s * c.buffer.missed_heartbeats;"},
+  {"buffer.drain_timeout_s", "src/cli/learner_command.cc", "seconds_since(drain_start) < c.buffer.drain_timeout_s"},
+  {"buffer.filter", "src/cli/controller_setup.cc", "c.buffer.filter, {});"},
+  {"buffer.server.bind_address", "src/cli/controller_setup.cc", "so.bind_address = c.buffer.server.bind_address;"},
+  {"buffer.server.auth_token_file", "src/cli/controller_setup.cc", "buffer::read_token(c.buffer.server.auth_token_file, c.buffer.server.auth_token_env);"},
+  {"buffer.server.auth_token_env", "src/cli/controller_setup.cc", "buffer::read_token(c.buffer.server.auth_token_file, c.buffer.server.auth_token_env);"},
+  {"buffer.server.tls_cert", "src/cli/controller_setup.cc", "std::pair{&c.buffer.server.tls_cert, &so.tls_cert_pem}"},
+  {"buffer.server.tls_key", "src/cli/controller_setup.cc", "std::pair{&c.buffer.server.tls_key, &so.tls_key_pem}"},
+  {"buffer.server.tls_client_ca", "src/cli/controller_setup.cc", "std::pair{&c.buffer.server.tls_client_ca, &so.tls_client_ca_pem}"},
+  {"buffer.server.max_message_bytes", "src/cli/controller_setup.cc", "so.max_message_bytes = c.buffer.server.max_message_bytes;"},
+  {"buffer.server.transport_memory_bytes", "src/cli/controller_setup.cc", "so.transport_memory_bytes = c.buffer.server.transport_memory_bytes;"},
+  {"buffer.server.rpc_deadline_s", "src/cli/controller_setup.cc", "o.deadline_s = config.buffer.server.rpc_deadline_s;", "ControllerServiceTest.APushHeldBackPastTheDeadlineIsPushedAgainNotFailed"},
+  {"buffer.server.reconnect_timeout_s", "src/cli/controller_setup.cc", "o.reconnect_timeout_s = config.buffer.server.reconnect_timeout_s;", "integration.faults"},
+  {"cluster.num_learners", "src/cli/train_command.cc", "request.learners = c_.cluster.num_learners;"},
+  {"cluster.controller_address", "src/cli/rollout_command.cc", "if (address.empty()) address = c.cluster.controller_address;", "integration.faults"},
+  {"cluster.threads_per_process", "src/cli/learner_command.cc", "at::set_num_threads(static_cast<int>(c.cluster.threads_per_process));"},
+  {"cluster.thread_split", "src/cli/model_args.cc", "(void)model::parse_thread_split(cluster.thread_split, &options.split);"},
+  {"cluster.backend", "src/cli/learner_command.cc", "c.cluster.backend == \"nccl\" || (c.cluster.backend == \"auto\" && c.model.device == \"cuda\");"},
+  {"cluster.collective_timeout_s", "src/cli/learner_command.cc", "{\"learners (nccl)\", c.cluster.collective_timeout_s});"},
+  {"cluster.max_worker_restarts", "src/cli/train_command.cc", ": restarts_[i] >= c_.cluster.max_worker_restarts) {"},
+};
+// clang-format on
+
+const char* const kAuditedSections[] = {"algorithm.", "rollout.", "trainer.", "buffer.",
+                                        "cluster."};
+
+// The schema's leaf keys under the audited sections (a path another path extends is a section).
+std::set<std::string> documented_keys() {
+  const std::vector<std::string> paths = all_config_key_paths();
+  std::set<std::string> keys;
+  for (const std::string& p : paths) {
+    bool audited = false;
+    for (const char* s : kAuditedSections) audited = audited || p.rfind(s, 0) == 0;
+    const bool section = std::any_of(paths.begin(), paths.end(), [&](const std::string& q) {
+      return q.size() > p.size() && q.compare(0, p.size() + 1, p + ".") == 0;
+    });
+    if (audited && !section) keys.insert(p);
+  }
+  return keys;
+}
+
+std::string source(const std::string& file) {
+  std::ifstream in(std::string(FLYWHEEL_SOURCE_DIR) + "/" + file);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(ConfigAuditTest, EveryDocumentedRunKeyIsReadWhereItTakesEffect) {
+  const std::set<std::string> documented = documented_keys();
+  ASSERT_GT(documented.size(), 80u);  // the schema was read
+  std::set<std::string> listed;
+  std::map<std::string, std::string> files;
+  for (const Reader& r : kReaders) {
+    EXPECT_TRUE(listed.insert(r.key).second) << r.key << " is listed twice";
+    EXPECT_TRUE(documented.count(r.key)) << r.key << " is listed but not in the schema";
+    auto it = files.find(r.file);
+    if (it == files.end()) it = files.emplace(r.file, source(r.file)).first;
+    ASSERT_FALSE(it->second.empty()) << "cannot read " << r.file;
+    EXPECT_NE(it->second.find(r.code), std::string::npos)
+        << r.key << ": " << r.file << " no longer reads it as `" << r.code << "`";
+  }
+  for (const std::string& key : documented) {
+    EXPECT_TRUE(listed.count(key))
+        << key << " is documented and parsed, but nothing in this audit reads it: make the run "
+        << "use it (and list where), or remove it from the schema";
+  }
+}
+
+}  // namespace
+}  // namespace flywheel::core
