@@ -208,6 +208,7 @@ Grant ControllerCore::acquire(const std::string& worker, int64_t max_prompts, do
     lease.id = next_lease_id_++;
     lease.worker = worker;
     lease.deadline = now + options_.lease_timeout_s;
+    lease.grant_version = grant.version;
     add_lease_locked(lease);
     grant.leases.push_back(lease);
     ++counters_.granted;
@@ -272,7 +273,8 @@ absl::StatusOr<PushOutcome> ControllerCore::push(TrajectoryGroup&& group, double
   remove_lease_locked(lease.id);
   acknowledged_.insert(group.group_id);
   buffered_bytes_ += bytes;
-  buffer_.push_back(Entry{std::move(group), lease.epoch, lease.prompt, min_version, bytes});
+  buffer_.push_back(
+      Entry{std::move(group), lease.epoch, lease.prompt, min_version, bytes, lease.grant_version});
   ++counters_.accepted;
   return PushOutcome::kAccepted;
 }
@@ -288,6 +290,18 @@ absl::StatusOr<std::vector<TrajectoryGroup>> ControllerCore::take_batch(
   if (options_.freshest_first) {
     std::stable_sort(buffer_.begin(), buffer_.end(),
                      [](const Entry& a, const Entry& b) { return a.min_version > b.min_version; });
+  } else {
+    // A lease due now: its group must be in this batch to be trained within the bound.
+    for (const auto& [id, lease] : leases_) {
+      if (lease.grant_version + options_.max_staleness <= version_) {
+        return absl::UnavailableError(absl::StrCat(
+            "waiting for lease ", id, " (prompt ", lease.prompt, ", granted at version ",
+            lease.grant_version, "): later its group would be stale"));
+      }
+    }
+    std::stable_sort(buffer_.begin(), buffer_.end(), [](const Entry& a, const Entry& b) {
+      return a.grant_version < b.grant_version;
+    });
   }
   std::vector<TrajectoryGroup> batch;
   for (int64_t i = 0; i < n; ++i) {

@@ -1,4 +1,5 @@
 // ControllerCore::snapshot() / restore(): the controller's whole state as JSON.
+#include <algorithm>
 #include <limits>
 #include <type_traits>
 
@@ -160,6 +161,7 @@ std::string ControllerCore::snapshot() const {
     l.set("epoch", Json(lease.epoch));
     l.set("prompt", Json(lease.prompt));
     l.set("worker", Json(lease.worker));
+    l.set("grant_version", Json(lease.grant_version));
     leases.push_back(std::move(l));
   }
   j.set("leases", std::move(leases));
@@ -172,6 +174,7 @@ std::string ControllerCore::snapshot() const {
     if (e.group.prompt_index >= 0) g.set("prompt_index", Json(e.group.prompt_index));
     if (e.group.has_baseline) g.set("baseline_reward", Json(e.group.baseline_reward));
     g.set("epoch", Json(e.epoch));
+    g.set("grant_version", Json(e.grant_version));
     g.set("prompt", Json(e.prompt));
     Json ts = Json::array();
     for (const Trajectory& t : e.group.trajectories) ts.push_back(trajectory_json(t));
@@ -242,6 +245,9 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::restore(
     lease.epoch = r.integer(l.find("epoch"));
     lease.prompt = r.integer(l.find("prompt"));
     lease.worker = r.string(l.find("worker"));
+    // Snapshots from before grant versions were kept: the version they were made at.
+    const Json* granted = l.find("grant_version");
+    lease.grant_version = granted != nullptr ? r.integer(granted) : c.version_;
     lease.deadline = now + options.lease_timeout_s;  // deadlines restart with the controller
     if (id < 1 || id >= next_lease_id) {
       return malformed(
@@ -278,6 +284,8 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::restore(
                                     "'): ", valid.message()));
     }
     e.min_version = e.group.min_version();
+    const Json* granted = g.find("grant_version");
+    e.grant_version = granted != nullptr ? r.integer(granted) : std::min(e.min_version, c.version_);
     e.bytes = static_cast<int64_t>(e.group.bytes());
     c.buffered_bytes_ += e.bytes;
     c.buffer_.push_back(std::move(e));

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "flywheel/buffer/controller_core.h"
 #include "flywheel/core/logging.h"
 #include "flywheel/core/status_macros.h"
 #include "weight_payload.h"
@@ -101,24 +102,24 @@ void RolloutWorker::fetch_loop() {
   }
 }
 
-absl::Status RolloutWorker::apply_weights(int64_t min_version, bool strict) {
+absl::Status RolloutWorker::apply_weights(int64_t min_version) {
   std::shared_ptr<buffer::PublishedWeights> weights;
   {
     std::unique_lock<std::mutex> lock(fetch_mu_);
-    if (min_version > applied_version_ && fetched_version_ < min_version &&
-        (strict || min_version > unpublished_)) {
-      // Wait until the weights arrive, or until a poll that started after now found nothing
-      // newer (none is published yet: e.g. weight_sync.every_steps > 1).
-      const int64_t rounds = fetch_rounds_;
+    if (min_version > applied_version_ && fetched_version_ < min_version) {
+      // The controller grants at versions it has published: wait until they arrive (or the
+      // controller turns out to be another start, which publishes other versions).
       const auto deadline =
           Clock::now() + std::chrono::duration_cast<Clock::duration>(
                              std::chrono::duration<double>(options_.weight_timeout_s));
       const bool ready = fetch_cv_.wait_until(lock, deadline, [&] {
-        return fetched_version_ >= min_version || (!strict && fetch_rounds_ >= rounds + 2) ||
+        return fetched_version_ >= min_version || client_->controller_restarted() ||
                stopping_.load() || (stop_ != nullptr && stop_->requested());
       });
-      // Not published (yet): later leases needing no more than this do not wait again.
-      if (!strict && fetched_version_ < min_version) unpublished_ = min_version;
+      if (client_->controller_restarted()) {
+        return absl::AbortedError(absl::StrCat(buffer::kControllerRestarted,
+                                               " while waiting for weights v", min_version));
+      }
       if (!ready) {
         return absl::DeadlineExceededError(absl::StrCat(
             "no weights of version ", min_version, " after ", options_.weight_timeout_s,
@@ -208,7 +209,7 @@ absl::Status RolloutWorker::submit_ready() {
     Pending& next = *pending_.front();
     // Generate only with weights at least as new as the grant's version: the controller's
     // grant rule then keeps the group within max_staleness when it is trained.
-    absl::Status s = apply_weights(next.grant_version, /*strict=*/false);
+    absl::Status s = apply_weights(next.grant_version);
     if (!s.ok()) return s;
     rollout::GenerationRequest request;
     request.id = std::to_string(next.lease.lease_id());
@@ -449,7 +450,6 @@ absl::Status RolloutWorker::reset_for_restart() {
   }
   applied_version_ = -1;
   acked_version_ = -1;
-  unpublished_ = -1;
   return absl::OkStatus();
 }
 
@@ -510,7 +510,7 @@ absl::Status RolloutWorker::loop(const StopSignal& stop) {
   client_->start_heartbeats(std::max(0.05, registered->heartbeat_interval_s()));
 
   // The first weights, before anything is generated.
-  absl::Status s = apply_weights(0, /*strict=*/true);
+  absl::Status s = apply_weights(0);
   if (!s.ok()) return s;
   bool done = false;
   auto next_acquire = Clock::now();
@@ -526,7 +526,10 @@ absl::Status RolloutWorker::loop(const StopSignal& stop) {
       done = true;
       give_back_leases();
     }
-    s = apply_weights(-1, /*strict=*/false);  // whatever newer arrived, without waiting
+    if (client_->controller_restarted()) {
+      return absl::AbortedError(absl::StrCat(buffer::kControllerRestarted, " (a heartbeat)"));
+    }
+    s = apply_weights(-1);  // whatever newer arrived, without waiting
     if (!s.ok()) return s;
     if (!done && Clock::now() >= next_acquire) {
       s = acquire(&done);

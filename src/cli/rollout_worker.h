@@ -94,9 +94,9 @@ class RolloutWorker {
   absl::Status acquire(bool* done);
   absl::Status submit_ready();
   // Hands the newest fetched weights to the engine. When it holds less than `min_version`,
-  // waits for them (up to weight_timeout_s): until they arrive when `strict`, else only while
-  // they are published (a poll that finds nothing newer ends the wait).
-  absl::Status apply_weights(int64_t min_version, bool strict);
+  // waits for them (up to weight_timeout_s, DeadlineExceeded); Aborted "controller restarted"
+  // when a heartbeat finds another incarnation meanwhile.
+  absl::Status apply_weights(int64_t min_version);
   void maybe_acknowledge();
   void collect_finished();
   void fetch_loop();
@@ -115,7 +115,6 @@ class RolloutWorker {
   int64_t acked_version_ = -1;
   std::vector<buffer::WeightTensor> applied_manifest_;
   int64_t applied_version_ = -1;  // staged into the engine
-  int64_t unpublished_ = -1;      // a version a wait found not published
   const StopSignal* stop_ = nullptr;
   // High 32 bits of the current controller's lease ids (its incarnation); groups of other
   // leases are not pushed. kNoLeases while registering again.

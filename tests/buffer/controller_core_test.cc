@@ -110,6 +110,41 @@ TEST(ControllerCoreTest, LeaseIdsOfARestartNeverRepeatAnEarlierStartsAndPushesMa
   EXPECT_EQ(*core.push(std::move(right), 2), PushOutcome::kAccepted);
 }
 
+// Item 7: groups overtaken by later grants (a slow worker) are not left to go stale: the
+// learners take groups in grant order and, while a lease due at this version is out, wait.
+TEST(ControllerCoreTest, BatchesFollowGrantOrderAndWaitForALeaseThatWouldGoStale) {
+  auto c = make(options(/*prompts=*/50, /*groups_per_step=*/1, /*max_staleness=*/1));
+  Lease slow = c->acquire("slow", 1, 0).leases.at(0);  // granted at version 0
+  Lease fast = c->acquire("fast", 1, 0).leases.at(0);
+  ASSERT_TRUE(c->push(group_for(fast, 0), 0).ok());
+  ASSERT_TRUE(c->take_batch(1).ok());  // version 0: the slow lease may still be trained at 1
+  c->set_version(1);
+  Lease later = c->acquire("fast", 1, 1).leases.at(0);  // granted at version 1
+  ASSERT_TRUE(c->push(group_for(later, 1), 1).ok());
+  // Taking `later` now would train `slow` at version 2 at the earliest: stale.
+  absl::Status waiting = c->take_batch(1).status();
+  EXPECT_EQ(waiting.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(waiting.message()), HasSubstr("granted at version 0"));
+  ASSERT_TRUE(c->push(group_for(slow, 0), 2).ok());
+  std::vector<PromptRef> prompts;
+  auto batch = c->take_batch(1, &prompts);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(prompts.at(0).prompt, slow.prompt);  // the older grant first
+  EXPECT_EQ(c->counters().stale_dropped, 0);
+  // A lease that expires (its worker died) holds the learners only until it expires.
+  auto d = make(options(/*prompts=*/50, /*groups_per_step=*/2, /*max_staleness=*/0));
+  ASSERT_EQ(d->acquire("gone", 1, 0).leases.size(), 1u);
+  Lease other = d->acquire("fast", 1, 0).leases.at(0);
+  ASSERT_TRUE(d->push(group_for(other, 0), 0).ok());
+  EXPECT_EQ(d->take_batch(1).status().code(), absl::StatusCode::kUnavailable);
+  d->heartbeat("fast", 11);
+  d->expire(/*now=*/11);  // lease_timeout 10
+  EXPECT_EQ(d->counters().expired, 1);
+  auto taken = d->take_batch(1, &prompts);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(prompts.back().prompt, other.prompt);
+}
+
 // Item 7: grants are made at the newest published weights' version when the learners are
 // ahead of them (weight_sync.every_steps > 1).
 TEST(ControllerCoreTest, GrantsAreMadeAtTheNewestPublishedWeights) {

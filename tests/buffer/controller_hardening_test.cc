@@ -41,13 +41,13 @@ TEST(ControllerHardeningTest, AcksParseWhateverGroupIdWasPushed) {
   Fixture f;
   auto work = f.local_client()->acquire_work(2);
   ASSERT_TRUE(work.ok());
-  v1::TrajectoryGroup not_utf8 = to_message(group_for(work->leases(0).lease_id(), 0));
+  v1::TrajectoryGroup not_utf8 = to_message(group_for(work->leases(0).lease_id(), 0), "w");
   not_utf8.set_group_id("bad\xC3\x28id");
-  v1::TrajectoryGroup long_id = to_message(group_for(work->leases(0).lease_id(), 0));
+  v1::TrajectoryGroup long_id = to_message(group_for(work->leases(0).lease_id(), 0), "w");
   long_id.set_group_id(std::string(100000, 'x'));
-  v1::TrajectoryGroup hostile_name = to_message(group_for(work->leases(0).lease_id(), 0));
+  v1::TrajectoryGroup hostile_name = to_message(group_for(work->leases(0).lease_id(), 0), "w");
   (*hostile_name.mutable_trajectories(0)->mutable_reward_breakdown())[std::string(5000, 'k')] = NAN;
-  v1::TrajectoryGroup good = to_message(group_for(work->leases(1).lease_id(), 0));
+  v1::TrajectoryGroup good = to_message(group_for(work->leases(1).lease_id(), 0), "w");
   RawPushCall call(f.server->in_process_channel(), {serialized(not_utf8), serialized(long_id),
                                                     serialized(hostile_name), serialized(good)});
   ASSERT_TRUE(call.wait().ok());
@@ -81,7 +81,7 @@ TEST(ControllerHardeningTest, FuzzedPushStreamsGetOneParseableAckPerMessage) {
     ASSERT_TRUE(work.ok());
     std::vector<std::string> messages;
     for (const auto& lease : work->leases()) {
-      v1::TrajectoryGroup message = to_message(group_for(lease.lease_id(), 0));
+      v1::TrajectoryGroup message = to_message(group_for(lease.lease_id(), 0), "w");
       std::string bytes = serialized(message);
       switch (uniform(6)) {
         case 0:  // valid
@@ -182,7 +182,7 @@ TEST(ControllerHardeningTest, ShutdownClosesIdlePushStreamsAtOnce) {
   grpc::ClientContext context;
   auto stream = stub->PushGroups(&context);
   // One group and its ack: the stream is live on the server, then idle (waiting to read).
-  ASSERT_TRUE(stream->Write(to_message(group_for(work->leases(0).lease_id(), 0))));
+  ASSERT_TRUE(stream->Write(to_message(group_for(work->leases(0).lease_id(), 0), "w")));
   v1::PushAck ack;
   ASSERT_TRUE(stream->Read(&ack));
   EXPECT_EQ(ack.outcome(), "accepted");

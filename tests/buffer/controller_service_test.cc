@@ -78,11 +78,12 @@ TEST(ControllerServiceTest, GeneratedClientsGetOneAckPerGroupInOrder) {
   auto work = f.local_client()->acquire_work(3);
   ASSERT_TRUE(work.ok());
   std::vector<v1::TrajectoryGroup> sent;
-  for (int i = 0; i < 3; ++i) sent.push_back(to_message(group_for(work->leases(i).lease_id(), 0)));
+  for (int i = 0; i < 3; ++i)
+    sent.push_back(to_message(group_for(work->leases(i).lease_id(), 0), "w"));
   v1::TrajectoryGroup undecodable = sent[1];
   undecodable.set_group_id("undecodable");
   undecodable.mutable_trajectories(0)->set_finish_reason("\xC0\x80");
-  v1::TrajectoryGroup unknown_lease = to_message(group_for(12345, 0));
+  v1::TrajectoryGroup unknown_lease = to_message(group_for(12345, 0), "w");
   sent.insert(sent.begin() + 1, undecodable);
   sent.insert(sent.begin() + 3, unknown_lease);
   auto stub = v1::Controller::NewStub(f.server->in_process_channel());
@@ -208,7 +209,7 @@ TEST(ControllerServiceTest, AClientKilledMidStreamLosesNoAckedGroupAndDuplicates
     auto stream = stub->PushGroups(&context);
     v1::PushAck ack;
     for (size_t i = 0; i < 4; ++i) {
-      const v1::TrajectoryGroup p = to_message(groups[i]);
+      const v1::TrajectoryGroup p = to_message(groups[i], "w");
       ASSERT_TRUE(stream->Write(p));
       if (i < 3) {
         ASSERT_TRUE(stream->Read(&ack));

@@ -5,7 +5,8 @@
 # job is SIGKILLed after a checkpoint plus a few steps and started again with checkpoint.resume
 # auto while the workers keep running; workers are SIGKILLed several times; the dataset is
 # larger than the run; max_staleness 2. The run must end with exit 0 everywhere, every trained
-# prompt trained exactly once, buffer/dropped 0 and async/staleness_violations 0.
+# prompt trained exactly once, buffer/dropped 0 and async/staleness_violations 0. A worker whose
+# model.dtype differs from the weights the learners publish refuses to start.
 # Usage: fault_test.sh FLYWHEEL MPIRUN
 set -uo pipefail
 flywheel=$1
@@ -106,6 +107,14 @@ wait_for() {  # a condition command and its arguments, then seconds
 }
 
 start_learners learners-1
+# Item 13: the learners publish float32 (model.dtype float32); a worker set to bfloat16 refuses
+# to start rather than running other weights than the learners' (exit 3: a start failure).
+"$flywheel" rollout "$work/run.yaml" --worker-id wrong-dtype --set model.dtype=bfloat16 \
+  > "$work/wrong-dtype.log" 2>&1
+rc=$?
+[[ $rc == 3 ]] || fail "a worker of another dtype exited $rc"
+grep -q "model.dtype is bfloat16 here but the learners publish float32" "$work/wrong-dtype.log" ||
+  fail "the dtype mismatch is not named"
 start_worker 0
 start_worker 1
 

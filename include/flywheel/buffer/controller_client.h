@@ -102,6 +102,8 @@ class ControllerClient {
   uint32_t incarnation() const { return incarnation_.load(); }
   // The controller said training is over (an AcquireWork DONE or a heartbeat).
   bool controller_done() const { return done_.load(); }
+  // A heartbeat found the controller restarted since register_worker() (another incarnation).
+  bool controller_restarted() const { return restarted_.load(); }
   // The controller was restarted since register_worker() (ABORTED "controller restarted").
   static bool is_restart(const absl::Status& status);
 
@@ -120,6 +122,7 @@ class ControllerClient {
   std::atomic<int64_t> reconnects_{0};
   std::atomic<uint32_t> incarnation_{0};
   std::atomic<bool> done_{false};
+  std::atomic<bool> restarted_{false};
   absl::Notification stop_;
   std::thread heartbeat_thread_;
 };

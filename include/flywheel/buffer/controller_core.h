@@ -79,6 +79,7 @@ struct Lease {
   int64_t prompt = 0;  // index into the dataset
   std::string worker;
   double deadline = 0;
+  int64_t grant_version = 0;  // the version it was granted at (Grant::version)
 };
 
 // What one acquire() may grant besides max_prompts: the leases travel in one reply, which must
@@ -151,8 +152,11 @@ class ControllerCore {
   // group does not hold up other calls while it is checked.
   absl::StatusOr<PushOutcome> push(TrajectoryGroup&& group, double now);
 
-  // Exactly `n` groups (FIFO or freshest first), or Unavailable when fewer are buffered.
-  // `prompts`, when given, gets the (epoch, prompt) each group answers, in the same order.
+  // Exactly `n` groups, or Unavailable when fewer are buffered. FIFO takes them in grant
+  // order (oldest grant version first, then push order) and waits (Unavailable) while a lease
+  // granted at version - max_staleness is still out: taken later it would be stale, so the
+  // bound would drop its prompt. freshest_first takes the newest groups and makes no such
+  // promise. `prompts`, when given, gets the (epoch, prompt) each group answers, in order.
   absl::StatusOr<std::vector<TrajectoryGroup>> take_batch(
       int64_t n, std::vector<PromptRef>* prompts = nullptr);
 
@@ -246,6 +250,7 @@ class ControllerCore {
     int64_t epoch = 0, prompt = 0;  // the prompt it answers, for requeueing
     int64_t min_version = 0;
     int64_t bytes = 0;
+    int64_t grant_version = 0;  // of its lease
   };
   std::deque<Entry> buffer_ ABSL_GUARDED_BY(mu_);
   int64_t buffered_bytes_ ABSL_GUARDED_BY(mu_) = 0;

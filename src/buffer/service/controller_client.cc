@@ -138,6 +138,7 @@ absl::StatusOr<v1::RegisterReply> ControllerClient::register_worker(
   if (!s.ok()) return s;
   incarnation_.store(reply.incarnation());
   done_.store(false);
+  restarted_.store(false);
   return reply;
 }
 
@@ -357,9 +358,9 @@ void ControllerClient::start_heartbeats(double interval_s) {
       if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
       // A missed beat is retried next tick; a restarted controller answers ABORTED until the
       // worker registers again.
-      if (stub_->stub->Heartbeat(&context, request, &reply).ok() && reply.done()) {
-        done_.store(true);
-      }
+      const grpc::Status s = stub_->stub->Heartbeat(&context, request, &reply);
+      if (s.ok() && reply.done()) done_.store(true);
+      if (is_restart(from_grpc(s))) restarted_.store(true);
     }
   });
 }
