@@ -259,14 +259,23 @@ TEST(ControllerServiceTest, TokenFromFileOrEnvironment) {
   std::remove(path.c_str());
 }
 
-TEST(ControllerServiceTest, AFullBufferMakesThePushWaitThenResourceExhausted) {
-  ControllerServerOptions so;
-  so.push_timeout_s = 1.0;
+// A controller whose buffer holds one group, holding pushes back for `push_timeout_s`.
+ControllerOptions one_group_buffer() {
   ControllerOptions o = core_options(20);
   o.groups_per_step = 1;
   o.max_staleness = 5;
   o.capacity_groups = 1;
-  Fixture f(o, so);
+  return o;
+}
+
+ControllerServerOptions push_timeout(double seconds) {
+  ControllerServerOptions so;
+  so.push_timeout_s = seconds;
+  return so;
+}
+
+TEST(ControllerServiceTest, AFullBufferMakesThePushWaitThenResourceExhausted) {
+  Fixture f(one_group_buffer(), push_timeout(1.0));
   auto client = f.local_client();
   auto work = client->acquire_work(3);
   ASSERT_TRUE(work.ok());
@@ -291,13 +300,7 @@ TEST(ControllerServiceTest, AFullBufferMakesThePushWaitThenResourceExhausted) {
 // client's deadline. The client pushes the unacknowledged group again (its id makes that safe)
 // rather than failing, and the push succeeds once the learners take a batch.
 TEST(ControllerServiceTest, APushHeldBackPastTheDeadlineIsPushedAgainNotFailed) {
-  ControllerServerOptions so;
-  so.push_timeout_s = 5.0;
-  ControllerOptions o = core_options(20);
-  o.groups_per_step = 1;
-  o.max_staleness = 5;
-  o.capacity_groups = 1;
-  Fixture f(o, so);
+  Fixture f(one_group_buffer(), push_timeout(5.0));
   ControllerClientOptions co;
   co.deadline_s = 0.3;
   co.backoff_initial_s = 0.01;

@@ -22,15 +22,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 [[ $(id -u) == 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-cat > "$work/c.json" <<'JSON'
-{"model_type": "qwen2", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
- "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "eos_token_id": 2,
- "max_position_embeddings": 32}
-JSON
-"$flywheel" init-model --config "$work/c.json" --out "$work/m" --char-tokenizer --seed 3 > /dev/null ||
-  fail "init-model"
-"$flywheel" make-data addition --digits 1 --train 24 --eval 8 --seed 5 --out "$work/data" > /dev/null ||
-  fail "make-data"
+source "$(dirname "${BASH_SOURCE[0]}")/tiny_task.sh"
+tiny_task "$flywheel" "$work" 1 24 || fail "the tiny task"
 
 cat > "$work/base.yaml" <<YAML
 model: {path: $work/m, max_seq_len: 16}
