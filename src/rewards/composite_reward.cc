@@ -20,6 +20,7 @@ absl::StatusOr<std::shared_ptr<const CompositeReward>> CompositeReward::create(
     spec.name = f.name;
     spec.params = f.params;
     spec.max_new_tokens = max_new_tokens;
+    spec.call_timeout_s = options.timeout_s;
     spec.config_dir = config_dir;
     absl::StatusOr<std::unique_ptr<RewardFunction>> made = functions.create(f.name, spec);
     if (!made.ok()) {

@@ -43,7 +43,10 @@ struct RewardSpec {
   std::string name;
   std::map<std::string, std::string> params;  // `rewards.functions[i].params`, strict
   int64_t max_new_tokens = 0;                 // rollout.max_new_tokens (0 when unknown)
-  std::string config_dir;                     // relative paths in params are taken from here
+  // rewards.timeout_s: a call past it scores the fallback (0 when unknown). A function that can
+  // take long (code_exec) stops in time to return its own score.
+  double call_timeout_s = 0;
+  std::string config_dir;  // relative paths in params are taken from here
 };
 
 class RewardFunction {

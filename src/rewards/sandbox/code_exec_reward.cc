@@ -3,9 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -14,6 +17,8 @@
 #include "builtin_factories.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/rewards/params.h"
+#include "sandbox/python_harness.h"
+#include "sandbox/python_tests.h"
 #include "sandbox/sandbox.h"
 
 namespace flywheel::rewards {
@@ -105,7 +110,18 @@ struct CodeExecOptions {
   std::vector<std::string> cxx_flags;
   std::string tests_key;
   bool stop_on_first_failure = false;
+  double timeout_s = 5;               // per test
+  double call_timeout_s = 0;          // rewards.timeout_s; 0 = none
+  std::vector<std::string> sys_path;  // the interpreter's, for the harness (python_sys_path)
 };
+
+using Clock = std::chrono::steady_clock;
+
+// Time a call keeps for itself before the scoring pool's deadline: to read the last result and
+// return.
+constexpr double kDeadlineMarginS = 0.25;
+// The harness's own start (interpreter, plan, fork) before the first test's clock runs.
+constexpr double kHarnessStartS = 2;
 
 class CodeExecReward final : public RewardFunction {
  public:
@@ -116,12 +132,33 @@ class CodeExecReward final : public RewardFunction {
         compile_sandbox_(std::move(compile_sandbox)) {}
 
   absl::StatusOr<RewardOutput> score(const RewardInput& input) const override {
+    // Stop before the scoring pool gives up on this call: a score of its own, no sandbox left.
+    const Clock::time_point deadline =
+        options_.call_timeout_s > 0
+            ? Clock::now() +
+                  std::chrono::duration_cast<Clock::duration>(
+                      std::chrono::duration<double>(options_.call_timeout_s - kDeadlineMarginS))
+            : Clock::time_point::max();
     const core::Json* tests_json = input.record->find(options_.tests_key);
     if (!tests_json) return missing_key_error(input, kName, options_.tests_key);
     FLYWHEEL_ASSIGN_OR_RETURN(std::vector<TestCase> tests,
                               parse_tests(input, options_.tests_key, *tests_json));
+    std::vector<std::vector<PyStep>> plans(tests.size());
+    for (size_t i = 0; i < tests.size(); ++i) {
+      if (!tests[i].is_assertion) continue;
+      if (options_.cpp) {
+        return bad_tests(input, options_.tests_key,
+                         "holds assertion code, which needs language: python");
+      }
+      absl::StatusOr<std::vector<PyStep>> plan = plan_python_test(tests[i].expected);
+      if (!plan.ok()) {
+        return bad_tests(input, options_.tests_key,
+                         absl::StrCat("test ", i, ": ", plan.status().message()));
+      }
+      plans[i] = std::move(*plan);
+    }
     RewardOutput out;
-    out.components = {{"passed", 0}, {"has_code", 0}, {"timeouts", 0}};
+    out.components = {{"passed", 0}, {"has_code", 0}, {"timeouts", 0}, {"deadline_stops", 0}};
     if (options_.cpp) out.components["compiled"] = 0;
     const std::vector<std::string> languages =
         options_.cpp ? std::vector<std::string>{"cpp", "c++", "cc", "cxx", ""}
@@ -130,47 +167,106 @@ class CodeExecReward final : public RewardFunction {
     if (!code || absl::StripAsciiWhitespace(*code).empty()) return out;
     out.components["has_code"] = 1;
 
-    SandboxRequest request;
+    SandboxRequest program;
     if (options_.cpp) {
-      for (const TestCase& test : tests) {
-        if (test.is_assertion) {
-          return bad_tests(input, options_.tests_key,
-                           "holds assertion code, which needs language: python");
-        }
-      }
       FLYWHEEL_ASSIGN_OR_RETURN(std::optional<std::string> binary, compile(*code));
       if (!binary) return out;
       out.components["compiled"] = 1;
-      request.argv = {"./solution"};
-      request.files = {{"solution", std::move(*binary), /*executable=*/true}};
+      program.argv = {"./solution"};
+      program.files = {{"solution", std::move(*binary), /*executable=*/true}};
     } else {
-      request.argv = {options_.python, "-I", "-B", "solution.py"};
-      request.files = {{"solution.py", *code}};
+      program.argv = {options_.python, "-I", "-B", "solution.py"};
+      program.files = {{"solution.py", *code}};
     }
-
-    int passed = 0;
+    std::vector<bool> passed(tests.size(), false);
     int timeouts = 0;
-    for (const TestCase& test : tests) {
-      if (!options_.cpp) {
-        request.files[0].contents =
-            test.is_assertion ? absl::StrCat(*code, "\n\n", test.expected, "\n") : *code;
-      }
-      request.stdin_data = test.input;
-      FLYWHEEL_ASSIGN_OR_RETURN(SandboxResult result, run_sandbox_->run(request));
-      timeouts += result.timed_out ? 1 : 0;
-      const bool ok = result.success() && !result.stdout_truncated &&
-                      (test.is_assertion || outputs_match(result.stdout_data, test.expected));
-      passed += ok ? 1 : 0;
-      if (!ok && options_.stop_on_first_failure) break;
+    bool stopped = false;
+    auto left_s = [&] { return std::chrono::duration<double>(deadline - Clock::now()).count(); };
+    // Assertion tests: one harness run for all of them.
+    std::vector<size_t> assertions;
+    for (size_t i = 0; i < tests.size(); ++i) {
+      if (tests[i].is_assertion) assertions.push_back(i);
     }
+    bool failed = false;
+    if (!assertions.empty()) {
+      FLYWHEEL_RETURN_IF_ERROR(
+          run_assertions(*code, plans, assertions, left_s(), &passed, &timeouts, &stopped));
+      for (size_t i : assertions) failed = failed || !passed[i];
+    }
+    // stdin / stdout tests: a run each, compared here.
+    for (size_t i = 0; i < tests.size(); ++i) {
+      if (tests[i].is_assertion) continue;
+      if (stopped || (failed && options_.stop_on_first_failure)) break;
+      const double left = left_s();
+      if (left < 0.05) {
+        stopped = true;
+        break;
+      }
+      program.stdin_data = tests[i].input;
+      program.wall_timeout_s = std::min(options_.timeout_s, left);
+      FLYWHEEL_ASSIGN_OR_RETURN(SandboxResult result, run_sandbox_->run(program));
+      timeouts += result.timed_out ? 1 : 0;
+      if (result.timed_out && left < options_.timeout_s) stopped = true;
+      passed[i] = result.success() && !result.stdout_truncated &&
+                  outputs_match(result.stdout_data, tests[i].expected);
+      failed = failed || !passed[i];
+    }
+    int total = 0;
+    for (bool p : passed) total += p ? 1 : 0;
     const double n = static_cast<double>(tests.size());
-    out.score = passed / n;
+    out.score = total / n;
     out.components["passed"] = out.score;
     out.components["timeouts"] = timeouts / n;
+    out.components["deadline_stops"] = stopped ? 1 : 0;
     return out;
   }
 
  private:
+  // Runs the assertion tests `indices` in one harness run (python_harness.h) and judges their
+  // values here; `left_s` is what remains of the call's deadline.
+  absl::Status run_assertions(const std::string& code,
+                              const std::vector<std::vector<PyStep>>& plans,
+                              const std::vector<size_t>& indices, double left_s,
+                              std::vector<bool>* passed, int* timeouts, bool* stopped) const {
+    const double wall = kHarnessStartS + options_.timeout_s * static_cast<double>(indices.size());
+    if (left_s < 0.05) {
+      *stopped = true;
+      return absl::OkStatus();
+    }
+    std::vector<std::vector<PyStep>> run_plans;
+    for (size_t i : indices) run_plans.push_back(plans[i]);
+    const std::string nonce = make_nonce();
+    SandboxRequest request;
+    HarnessPlan plan{code, std::move(run_plans), options_.timeout_s, options_.sys_path};
+    request.argv = {options_.python, "-I", "-B", "harness.py"};
+    if (!plan.sys_path.empty()) request.argv.insert(request.argv.begin() + 1, "-S");
+    request.files = {{"harness.py", python_harness_source()}};
+    request.stdin_data = python_harness_input(plan, nonce);
+    request.wall_timeout_s = std::min(wall, left_s);
+    FLYWHEEL_ASSIGN_OR_RETURN(SandboxResult result, run_sandbox_->run(request));
+    const std::vector<HarnessResult> results =
+        read_harness_output(result.stdout_data, nonce, indices.size());
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const HarnessResult& r = results[k];
+      if (r.kind == HarnessResult::Kind::kTimeout ||
+          (r.kind == HarnessResult::Kind::kMissing && result.timed_out)) {
+        ++*timeouts;
+        if (result.timed_out && left_s < wall) *stopped = true;
+        break;  // the rest did not run
+      }
+      if (r.kind != HarnessResult::Kind::kValues) continue;
+      std::vector<const PyCheck*> checks;
+      for (const PyStep& step : plans[indices[k]]) {
+        if (step.is_check) checks.push_back(&step.check);
+      }
+      bool ok = r.values.size() == checks.size();
+      for (size_t c = 0; ok && c < checks.size(); ++c) ok = check_passes(*checks[c], r.values[c]);
+      (*passed)[indices[k]] = ok;
+      if (!ok && options_.stop_on_first_failure) break;
+    }
+    return absl::OkStatus();
+  }
+
   // The compiled binary, or nullopt when the code does not compile (in time).
   absl::StatusOr<std::optional<std::string>> compile(const std::string& code) const {
     SandboxRequest request;
@@ -260,15 +356,23 @@ RewardPtr make_code_exec_reward(const RewardSpec& spec) {
                                      absl::ByAnyChar(" \t"), absl::SkipEmpty());
   options.tests_key = r.string("tests_key", "tests");
   SandboxOptions run;
-  run.wall_timeout_s = r.number_in("timeout_s", 5, 0.01, 3600);
+  options.timeout_s = r.number_in("timeout_s", 5, 0.01, 3600);
+  // Each run says its own wall-clock limit (a test's, the harness's for all of them, or what is
+  // left of the call); this only caps them.
+  run.wall_timeout_s = 86400;
+  run.cpu_s = std::ceil(options.timeout_s) + 1;  // per process
   run.memory_bytes = r.integer("memory_mb", 1024, 16, int64_t{1} << 20) << 20;
+  run.total_memory_bytes =
+      r.integer("total_memory_mb", run.memory_bytes >> 20, 16, int64_t{1} << 20) << 20;
+  run.cgroups = r.boolean("cgroups", false);
   run.max_stdout_bytes = r.integer("max_output_kb", 2048, 1, int64_t{1} << 20) << 10;
-  run.max_processes = static_cast<int>(r.integer("max_processes", 32, 2, 1 << 16));
+  run.max_processes = static_cast<int>(r.integer("max_processes", 8, 2, 1 << 16));
   run.tmpfs_bytes = r.integer("tmpfs_mb", 64, 1, int64_t{1} << 20) << 20;
   run.allow_network_fallback = r.boolean("allow_network_fallback", false);
   run.kill_on_stdout_overflow = true;  // a test whose output overflows has failed
   SandboxOptions build = run;
   build.wall_timeout_s = r.number_in("compile_timeout_s", 30, 0.1, 3600);
+  build.cpu_s = std::ceil(build.wall_timeout_s) + 1;
   build.memory_bytes = r.integer("compile_memory_mb", 2048, 64, int64_t{1} << 20) << 20;
   build.max_processes = std::max(run.max_processes, 64);
   build.max_file_bytes = build.tmpfs_bytes;
@@ -278,12 +382,27 @@ RewardPtr make_code_exec_reward(const RewardSpec& spec) {
   FLYWHEEL_RETURN_IF_ERROR(r.finish());
 
   const std::string where = absl::StrCat("reward '", spec.name, "': ");
+  options.call_timeout_s = spec.call_timeout_s;
+  if (spec.call_timeout_s > 0 && options.timeout_s + kDeadlineMarginS >= spec.call_timeout_s) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "option 'timeout_s' (", options.timeout_s,
+        " s per test) leaves no room within rewards.timeout_s (", spec.call_timeout_s,
+        " s per call): a test that takes it would score the fallback; lower timeout_s or raise "
+        "rewards.timeout_s"));
+  }
   if (!options.cpp) {
     if (options.python.empty() || options.python[0] != '/' ||
         access(options.python.c_str(), X_OK) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(where, "option 'python' is '", options.python,
                                                      "'; must be an executable absolute path"));
     }
+    // An interpreter installed outside /usr: its prefix (<prefix>/bin/python) joins the root.
+    std::error_code ec;
+    const std::filesystem::path real = std::filesystem::canonical(options.python, ec);
+    if (!ec && real.string().rfind("/usr/", 0) != 0) {
+      run.read_only_paths.push_back(real.parent_path().parent_path().string());
+    }
+    options.sys_path = python_sys_path(options.python);
   } else {
     options.cxx = find_in_path(cxx);
     if (options.cxx.empty() || access(options.cxx.c_str(), X_OK) != 0) {

@@ -17,9 +17,16 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "flywheel/core/logging.h"
 #include "sandbox/sandbox_child.h"
 
@@ -247,6 +254,181 @@ int spawn_main(void* arg) {
   _exit(127);
 }
 
+// --- cgroups --------------------------------------------------------------------------------
+
+bool read_text(const std::string& path, std::string* out) {
+  std::ifstream in(path);
+  if (!in) return false;
+  std::stringstream text;
+  text << in.rdbuf();
+  *out = text.str();
+  return true;
+}
+
+bool write_text(const std::string& path, const std::string& text) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = write_all(fd, text.data(), text.size());
+  close(fd);
+  return ok;
+}
+
+// True when `dir` takes a child cgroup (made and removed again).
+bool can_make_child(const std::string& dir) {
+  const std::string probe = absl::StrCat(dir, "/flywheel-probe-", getpid());
+  if (mkdir(probe.c_str(), 0755) != 0) return false;
+  rmdir(probe.c_str());
+  return true;
+}
+
+// The cgroups this process may make per-run children in (its own cgroup's directories).
+Sandbox::Cgroups find_cgroups() {
+  Sandbox::Cgroups out;
+  std::string self;
+  if (!read_text("/proc/self/cgroup", &self)) return out;
+  std::string v2_path, memory_path, pids_path;
+  for (absl::string_view line : absl::StrSplit(self, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> f = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (f.size() != 3) continue;
+    if (f[0] == "0" && f[1].empty()) v2_path = f[2];
+    for (absl::string_view c : absl::StrSplit(f[1], ',')) {
+      if (c == "memory") memory_path = f[2];
+      if (c == "pids") pids_path = f[2];
+    }
+  }
+  // v2, unified or hybrid: both controllers enabled for this cgroup's children.
+  for (const char* mount : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+    std::string controllers;
+    const std::string dir = absl::StrCat(mount, v2_path == "/" ? "" : v2_path);
+    if (!v2_path.empty() && read_text(dir + "/cgroup.subtree_control", &controllers) &&
+        absl::StrContains(controllers, "memory") && absl::StrContains(controllers, "pids") &&
+        can_make_child(dir)) {
+      out.version = 2;
+      out.memory = dir;
+      return out;
+    }
+  }
+  // v1: a memory hierarchy (and a pids one when there is).
+  if (!memory_path.empty()) {
+    const std::string memory =
+        absl::StrCat("/sys/fs/cgroup/memory", memory_path == "/" ? "" : memory_path);
+    if (access((memory + "/memory.limit_in_bytes").c_str(), F_OK) == 0 && can_make_child(memory)) {
+      out.version = 1;
+      out.memory = memory;
+      const std::string pids =
+          absl::StrCat("/sys/fs/cgroup/pids", pids_path == "/" ? "" : pids_path);
+      if (!pids_path.empty() && can_make_child(pids)) out.pids = pids;
+    }
+  }
+  return out;
+}
+
+// One run's cgroups: made with their limits before the run, their peak and OOM count read and
+// the directories removed after it.
+class RunCgroups {
+ public:
+  RunCgroups(const Sandbox::Cgroups& roots, const std::string& name) : roots_(roots) {
+    if (roots.version == 0) return;
+    memory_ = absl::StrCat(roots.memory, "/", name);
+    if (!roots.pids.empty()) pids_ = absl::StrCat(roots.pids, "/", name);
+  }
+  ~RunCgroups() { remove(); }
+
+  absl::Status make(int64_t memory_bytes, int max_processes) {
+    if (memory_.empty()) return absl::OkStatus();
+    for (const std::string* dir : {&memory_, &pids_}) {
+      if (!dir->empty() && mkdir(dir->c_str(), 0755) != 0) {
+        return os_error(absl::StrCat("making the run's cgroup ", *dir));
+      }
+    }
+    const std::string memory = std::to_string(memory_bytes);
+    const std::string pids = std::to_string(max_processes);
+    bool ok;
+    if (roots_.version == 2) {
+      ok = write_text(memory_ + "/memory.max", memory) && write_text(memory_ + "/pids.max", pids);
+      write_text(memory_ + "/memory.swap.max", "0");  // absent without swap accounting
+    } else {
+      ok = write_text(memory_ + "/memory.limit_in_bytes", memory);
+      write_text(memory_ + "/memory.memsw.limit_in_bytes", memory);  // with swap accounting
+      if (ok && !pids_.empty()) ok = write_text(pids_ + "/pids.max", pids);
+    }
+    if (!ok) return os_error(absl::StrCat("setting the limits of the run's cgroup ", memory_));
+    return absl::OkStatus();
+  }
+
+  // The cgroup.procs files the run's init joins.
+  std::vector<std::string> procs() const {
+    std::vector<std::string> out;
+    for (const std::string* dir : {&memory_, &pids_}) {
+      if (!dir->empty()) out.push_back(*dir + "/cgroup.procs");
+    }
+    return out;
+  }
+
+  void read_stats(SandboxResult* result) const {
+    if (memory_.empty()) return;
+    std::string text;
+    if (read_text(memory_ + (roots_.version == 2 ? "/memory.peak" : "/memory.max_usage_in_bytes"),
+                  &text)) {
+      int64_t peak = 0;
+      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &peak))
+        result->memory_peak_bytes = peak;
+    }
+    if (read_text(memory_ + (roots_.version == 2 ? "/memory.events" : "/memory.oom_control"),
+                  &text)) {
+      for (absl::string_view line : absl::StrSplit(text, '\n')) {
+        int64_t n = 0;
+        if (absl::ConsumePrefix(&line, "oom_kill ") && absl::SimpleAtoi(line, &n) && n > 0) {
+          result->oom_killed = true;
+        }
+      }
+    }
+  }
+
+  void remove() {
+    for (std::string* dir : {&memory_, &pids_}) {
+      // The last tasks may still be on their way out: a few tries, 1 ms apart.
+      for (int i = 0; !dir->empty() && i < 200; ++i) {
+        if (rmdir(dir->c_str()) == 0 || errno == ENOENT) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      dir->clear();
+    }
+  }
+
+ private:
+  const Sandbox::Cgroups& roots_;
+  std::string memory_, pids_;
+};
+
+// --- the empty root ----------------------------------------------------------------------------
+
+// The host paths bound into the empty root ("D/usr", "F/etc/ld.so.cache") and the links made in
+// it as on the host (merged /usr: /bin -> usr/bin).
+struct RootEntries {
+  std::vector<std::string> binds;
+  std::vector<std::pair<std::string, std::string>> links;
+};
+
+RootEntries root_entries(const SandboxOptions& options) {
+  RootEntries out;
+  std::vector<std::string> paths = {"/usr",   "/bin",   "/sbin",   "/lib",
+                                    "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache"};
+  paths.insert(paths.end(), options.read_only_paths.begin(), options.read_only_paths.end());
+  for (const std::string& path : paths) {
+    struct stat st = {};
+    if (lstat(path.c_str(), &st) != 0) continue;
+    if (S_ISLNK(st.st_mode)) {
+      char target[4096];
+      const ssize_t n = readlink(path.c_str(), target, sizeof target - 1);
+      if (n > 0) out.links.emplace_back(path, std::string(target, static_cast<size_t>(n)));
+    } else if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) {
+      out.binds.push_back(absl::StrCat(S_ISDIR(st.st_mode) ? "D" : "F", path));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::Status SandboxOptions::validate() const {
@@ -267,6 +449,16 @@ absl::Status SandboxOptions::validate() const {
   }
   if (tmpfs_bytes < (int64_t{1} << 20)) {
     return absl::InvalidArgumentError("sandbox: tmpfs_bytes must be >= 1 MiB");
+  }
+  if (total_memory_bytes != kAutoBytes && total_memory_bytes < (int64_t{16} << 20)) {
+    return absl::InvalidArgumentError("sandbox: total_memory_bytes must be >= 16 MiB (or kAuto)");
+  }
+  for (const std::string& path : read_only_paths) {
+    if (path.empty() || path[0] != '/' || path.find('\0') != std::string::npos ||
+        path.size() >= 2048) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sandbox: read_only_paths entry '", path, "' is not an absolute path"));
+    }
   }
   return absl::OkStatus();
 }
@@ -293,10 +485,16 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::create(const SandboxOptions& o
 
   std::vector<std::string> refused;
   if (options.simulate_namespace_refusal) refused.push_back("namespaces: refused (simulated)");
+  const Cgroups cgroups = options.cgroups ? find_cgroups() : Cgroups{};
+  if (options.cgroups && cgroups.version == 0) {
+    return absl::FailedPreconditionError(
+        "code sandbox: cgroups were asked for, but this process can make no memory cgroup (cgroup "
+        "v2 with memory and pids delegated to its cgroup, or a writable v1 memory hierarchy)");
+  }
   SandboxRequest probe;
   probe.argv = {"/bin/true"};
   for (const Mode& mode : candidates) {
-    std::unique_ptr<Sandbox> sandbox(new Sandbox(options, mode));
+    std::unique_ptr<Sandbox> sandbox(new Sandbox(options, mode, cgroups));
     absl::StatusOr<SandboxResult> result = sandbox->run_in_mode(probe, mode, /*probe=*/true);
     if (result.ok() && result->success()) {
       if (!mode.network_namespace) {
@@ -307,7 +505,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::create(const SandboxOptions& o
       }
       return sandbox;
     }
-    refused.push_back(absl::StrCat(Sandbox(options, mode).isolation(), ": ",
+    refused.push_back(absl::StrCat(Sandbox(options, mode, cgroups).isolation(), ": ",
                                    result.ok() ? "probe failed" : result.status().message()));
   }
   return absl::FailedPreconditionError(absl::StrCat(
@@ -317,11 +515,21 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::create(const SandboxOptions& o
 }
 
 std::string Sandbox::isolation() const {
-  if (!mode_.namespaces) return "no namespaces (process group and rlimits only)";
-  std::string out = mode_.user_namespace ? "user+pid" : "pid";
-  absl::StrAppend(&out, "+mount", mode_.network_namespace ? "+net" : "",
-                  "+ipc+uts+cgroup namespaces");
-  if (!mode_.user_namespace) absl::StrAppend(&out, ", uid ", options_.unprivileged_uid);
+  std::string out;
+  if (!mode_.namespaces) {
+    out = "no namespaces (process group and rlimits only)";
+  } else {
+    out = mode_.user_namespace ? "user+pid" : "pid";
+    absl::StrAppend(&out, "+mount", mode_.network_namespace ? "+net" : "",
+                    "+ipc+uts+cgroup namespaces, empty root");
+    if (!mode_.user_namespace) absl::StrAppend(&out, ", uid ", options_.unprivileged_uid);
+  }
+  if (cgroups_.version == 0) {
+    absl::StrAppend(&out, ", memfd and shm refused");
+  } else {
+    absl::StrAppend(&out, ", cgroup v", cgroups_.version, " memory",
+                    cgroups_.version == 2 || !cgroups_.pids.empty() ? " + pids" : "");
+  }
   return out;
 }
 
@@ -372,7 +580,16 @@ absl::StatusOr<SandboxResult> Sandbox::run_in_mode(const SandboxRequest& request
   // Everything the launcher needs (sandbox_child.h, LaunchHeader), in a memfd.
   const std::vector<std::string> env = {"PATH=/usr/bin:/bin", "HOME=" + workdir, "LANG=C.UTF-8"};
   const std::string tmpfs_data =
-      absl::StrCat("size=", options_.tmpfs_bytes, ",nr_inodes=4096,mode=1777");
+      absl::StrCat("size=", options_.tmpfs_bytes, ",nr_inodes=4096,mode=0755");
+  const RootEntries entries = mode.namespaces ? root_entries(options_) : RootEntries{};
+  RunCgroups cgroups(cgroups_, std::filesystem::path(workdir).filename().string());
+  const int64_t total_memory = options_.total_memory_bytes == SandboxOptions::kAutoBytes
+                                   ? options_.memory_bytes
+                                   : options_.total_memory_bytes;
+  if (absl::Status made = cgroups.make(total_memory, options_.max_processes); !made.ok()) {
+    return made;
+  }
+  const std::vector<std::string> cgroup_procs = cgroups.procs();
   const double cpu_s = options_.cpu_s == SandboxOptions::kAuto
                            ? std::ceil(options_.wall_timeout_s) + 1
                            : options_.cpu_s;
@@ -413,6 +630,10 @@ absl::StatusOr<SandboxResult> Sandbox::run_in_mode(const SandboxRequest& request
   header.num_env = env.size();
   header.num_files = request.files.size();
   header.num_outputs = request.output_files.size();
+  header.num_binds = entries.binds.size();
+  header.num_links = entries.links.size();
+  header.num_cgroups = cgroup_procs.size();
+  header.deny_memfd = cgroups_.version == 0;
   std::string plan(reinterpret_cast<const char*>(&header), sizeof header);
   append_item(&plan, workdir);
   append_item(&plan, tmpfs_data);
@@ -425,6 +646,12 @@ absl::StatusOr<SandboxResult> Sandbox::run_in_mode(const SandboxRequest& request
     append_item(&plan, f.contents);
   }
   for (const std::string& name : request.output_files) append_item(&plan, name);
+  for (const std::string& bind : entries.binds) append_item(&plan, bind);
+  for (const auto& [path, target] : entries.links) {
+    append_item(&plan, path);
+    append_item(&plan, target);
+  }
+  for (const std::string& procs : cgroup_procs) append_item(&plan, procs);
   UniqueFd plan_fd(static_cast<int>(syscall(SYS_memfd_create, "sandbox-plan", MFD_CLOEXEC)));
   if (plan_fd.get() < 0) return os_error("memfd_create");
   if (!write_all(plan_fd.get(), plan.data(), plan.size())) return os_error("writing the plan");
@@ -489,8 +716,10 @@ absl::StatusOr<SandboxResult> Sandbox::run_in_mode(const SandboxRequest& request
       (int64_t{1} << 16);
   bool report_overflow = false;
   const Clock::time_point deadline =
-      start + std::chrono::duration_cast<Clock::duration>(
-                  std::chrono::duration<double>(options_.wall_timeout_s));
+      start +
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+          request.wall_timeout_s > 0 ? std::min(request.wall_timeout_s, options_.wall_timeout_s)
+                                     : options_.wall_timeout_s));
   for (UniqueFd* fd : {&out_r, &err_r, &report_r}) fcntl(fd->get(), F_SETFL, O_NONBLOCK);
   bool killed = false;
   int init_status = 0;
@@ -544,6 +773,8 @@ absl::StatusOr<SandboxResult> Sandbox::run_in_mode(const SandboxRequest& request
     return os_error("waitpid");
   }
   result.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+  cgroups.read_stats(&result);
+  cgroups.remove();
   // Everything that could write is gone (with namespaces); take what is left in the pipes.
   drain(out_r.get(), &result.stdout_data, options_.max_stdout_bytes, &result.stdout_truncated);
   drain(err_r.get(), &result.stderr_data, options_.max_stderr_bytes, &result.stderr_truncated);

@@ -1,7 +1,10 @@
 #include "sandbox/sandbox_child.h"
 
 #include <fcntl.h>
+#include <linux/audit.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <linux/securebits.h>
 #include <sched.h>
 #include <signal.h>
@@ -13,6 +16,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
+#include <initializer_list>
 
 // Older headers lack these (Linux 5.9 / 5.12).
 #ifndef SYS_close_range
@@ -111,30 +116,146 @@ void arrange_descriptors(const ChildPlan& plan) {
   close_from(kFirstFreeFd);
 }
 
+// Async-signal-safe string building into a fixed buffer; false when it does not fit.
+bool join_path(char* out, size_t size, const char* a, const char* b) {
+  size_t n = 0;
+  for (const char* s : {a, b}) {
+    for (; *s != '\0'; ++s) {
+      if (n + 1 >= size) return false;
+      out[n++] = *s;
+    }
+  }
+  out[n] = '\0';
+  return true;
+}
+
+// mkdir -p of `root` + `path` (path absolute; `root` exists), every component 0755.
+bool make_dirs(const char* root, const char* path) {
+  char full[4096];
+  if (!join_path(full, sizeof full, root, path)) return false;
+  size_t i = 0;
+  while (root[i] != '\0') ++i;
+  for (++i;; ++i) {
+    if (full[i] != '/' && full[i] != '\0') continue;
+    const char saved = full[i];
+    full[i] = '\0';
+    if (mkdir(full, 0755) != 0 && errno != EEXIST) return false;
+    full[i] = saved;
+    if (saved == '\0') return true;
+  }
+}
+
+// An empty file at root + path to bind a host file over.
+bool make_file(const char* root, const char* path) {
+  char full[4096];
+  if (!join_path(full, sizeof full, root, path)) return false;
+  int fd = open(full, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return errno == EEXIST;
+  close(fd);
+  return true;
+}
+
+// Binds host `path` at root + path, read-only and nosuid (recursively).
+bool bind_read_only(const char* root, const char* path, bool directory) {
+  char target[4096];
+  if (!join_path(target, sizeof target, root, path)) return false;
+  if (directory) {
+    if (!make_dirs(root, path)) return false;
+  } else {
+    char parent[4096];
+    if (!join_path(parent, sizeof parent, path, "")) return false;
+    size_t cut = 0;
+    for (size_t i = 0; parent[i] != '\0'; ++i) {
+      if (parent[i] == '/') cut = i;
+    }
+    parent[cut] = '\0';
+    if ((cut > 0 && !make_dirs(root, parent)) || !make_file(root, path)) return false;
+  }
+  if (mount(path, target, nullptr, MS_BIND | MS_REC, nullptr) != 0) return false;
+  MountAttr attr = {kMountAttrReadOnly | kMountAttrNoSuid, 0, 0, 0};
+  return syscall(SYS_mount_setattr, AT_FDCWD, target, AT_RECURSIVE, &attr, sizeof attr) == 0;
+}
+
+bool write_text(const char* root, const char* path, const char* text) {
+  char full[4096];
+  if (!join_path(full, sizeof full, root, path)) return false;
+  int fd = open(full, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  size_t size = 0;
+  while (text[size] != '\0') ++size;
+  const bool ok = write_all(fd, text, size);
+  close(fd);
+  return ok;
+}
+
+// The device nodes programs expect; each bound from the host's /dev.
+constexpr const char* kDevices[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random",
+                                    "/dev/urandom"};
+
+// An empty root for the program (DESIGN.md §7): a tmpfs of tmpfs_bytes on the host workdir
+// holding /tmp (the workdir), /dev (a few devices, shm), a fresh /proc, a minimal /etc, and only
+// the host paths of the plan bound read-only (the interpreter's and its libraries'). Nothing
+// else of the host (the dataset, the run directory, tokens, keys) exists in it.
 void setup_mounts(const ChildPlan& plan) {
   // Nothing done here may propagate back to the host.
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail(kStageMountPrivate);
-  MountAttr attr = {kMountAttrReadOnly | kMountAttrNoSuid, 0, 0, 0};
-  if (syscall(SYS_mount_setattr, AT_FDCWD, "/", AT_RECURSIVE, &attr, sizeof attr) != 0) {
-    fail(kStageMountReadOnly);
+  const char* root = plan.workdir;
+  if (mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, plan.tmpfs_data) != 0) {
+    fail(kStageMountRoot);
   }
-  if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, plan.tmpfs_data) != 0) {
-    fail(kStageMountTmp);
+  for (const char* dir : {"/dev", "/proc", "/etc"}) {
+    if (!make_dirs(root, dir)) fail(kStageMountRoot);
   }
-  if (mkdir("/tmp/.shm", 01777) != 0 || chmod("/tmp/.shm", 01777) != 0) fail(kStageMountShm);
-  if (mount("/tmp/.shm", "/dev/shm", nullptr, MS_BIND, nullptr) != 0 && errno != ENOENT) {
-    fail(kStageMountShm);
+  char path[4096];
+  for (const char* dir : {"/tmp", "/dev/shm"}) {
+    if (!make_dirs(root, dir) || !join_path(path, sizeof path, root, dir) ||
+        chmod(path, 01777) != 0) {
+      fail(kStageMountRoot);
+    }
   }
-  // Host unix sockets (/run/..., /dev/log -> /run/systemd/...) stay out of reach.
-  if (mount("tmpfs", "/run", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-            "size=4k,nr_inodes=16,mode=0755") != 0 &&
-      errno != ENOENT) {
-    fail(kStageMountRun);
+  if (!write_text(root, "/etc/passwd",
+                  "root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/tmp:/bin/sh\n") ||
+      !write_text(root, "/etc/group", "root:x:0:\nnogroup:x:65534:\n")) {
+    fail(kStageMountRoot);
   }
-  // A /proc of the new PID namespace hides the host's processes. Best effort: a kernel may
-  // refuse it (the host /proc partly covered), and the host's pids are unreachable anyway.
-  mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
-  if (mkdir(plan.workdir, 0700) != 0) fail(kStageWorkdir);
+  for (size_t i = 0; i < plan.num_links; ++i) {
+    if (!join_path(path, sizeof path, root, plan.link_paths[i]) ||
+        symlink(plan.link_targets[i], path) != 0) {
+      fail(kStageMountRoot);
+    }
+  }
+  for (const char* link : {"/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr"}) {
+    const char* target = link[5] == 'f'   ? "/proc/self/fd"
+                         : link[8] == 'i' ? "/proc/self/fd/0"
+                         : link[8] == 'o' ? "/proc/self/fd/1"
+                                          : "/proc/self/fd/2";
+    if (!join_path(path, sizeof path, root, link) || symlink(target, path) != 0) {
+      fail(kStageMountRoot);
+    }
+  }
+  for (size_t i = 0; i < plan.num_binds; ++i) {
+    if (!bind_read_only(root, plan.binds[i] + 1, plan.binds[i][0] == 'D')) fail(kStageBind);
+  }
+  for (const char* device : kDevices) {
+    if (!make_file(root, device) || !join_path(path, sizeof path, root, device) ||
+        mount(device, path, nullptr, MS_BIND, nullptr) != 0) {
+      fail(kStageBind);
+    }
+  }
+  // The PID namespace's own /proc: the host's processes stay out of sight. A kernel that
+  // refuses it (a /proc partly covered, as in some containers) refuses the sandbox.
+  if (!join_path(path, sizeof path, root, "/proc") ||
+      mount("proc", path, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
+    fail(kStageMountProc);
+  }
+  if (!join_path(path, sizeof path, root, plan.workdir) || mkdir(path, 0700) != 0) {
+    fail(kStageWorkdir);
+  }
+  // The tmpfs becomes "/"; the host's tree is detached and gone from this namespace.
+  if (chdir(root) != 0 || syscall(SYS_pivot_root, ".", ".") != 0 || umount2(".", MNT_DETACH) != 0 ||
+      chdir("/") != 0) {
+    fail(kStagePivot);
+  }
 }
 
 void write_files(const ChildPlan& plan) {
@@ -147,6 +268,34 @@ void write_files(const ChildPlan& plan) {
     close(fd);
   }
   umask(022);
+}
+
+// Makes memfd_create and SysV shmget fail with EPERM (their pages count against no rlimit, and
+// without a memory cgroup nothing else bounds them); syscalls of another ABI fail with ENOSYS.
+// False where this build knows no seccomp architecture.
+bool deny_memfd_and_shm() {
+#if defined(__x86_64__)
+  constexpr uint32_t kArch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+  constexpr uint32_t kArch = AUDIT_ARCH_AARCH64;
+#else
+  return false;
+#endif
+#if defined(__x86_64__) || defined(__aarch64__)
+  static struct sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kArch, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 3, 0),  // x32: same arch, other numbers
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_memfd_create, 2, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_shmget, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+  };
+  static struct sock_fprog program = {sizeof filter / sizeof filter[0], filter};
+  return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program, 0, 0) == 0;
+#endif
 }
 
 [[noreturn]] void run_program(const ChildPlan& plan) {
@@ -176,6 +325,7 @@ void write_files(const ChildPlan& plan) {
   struct __user_cap_data_struct data[2] = {};
   if (syscall(SYS_capset, &header, data) != 0) fail(kStageDropPrivileges);
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(kStageDropPrivileges);
+  if (plan.deny_memfd && !deny_memfd_and_shm()) fail(kStageSeccomp);
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   if (plan.probe) _exit(0);
   execve(plan.exec_path, plan.argv, plan.envp);
@@ -228,14 +378,18 @@ const char* setup_stage_name(uint32_t stage) {
       return "switching to the user namespace's uid";
     case kStageMountPrivate:
       return "making the mounts private";
-    case kStageMountReadOnly:
-      return "making the filesystem read-only (mount_setattr)";
-    case kStageMountTmp:
-      return "mounting the private /tmp";
-    case kStageMountShm:
-      return "binding /dev/shm";
-    case kStageMountRun:
-      return "covering /run";
+    case kStageMountRoot:
+      return "making the empty root (tmpfs)";
+    case kStageBind:
+      return "binding a host path into the root read-only (mount_setattr)";
+    case kStageMountProc:
+      return "mounting the sandbox's /proc";
+    case kStagePivot:
+      return "switching to the new root (pivot_root)";
+    case kStageCgroup:
+      return "moving the run into its cgroups";
+    case kStageSeccomp:
+      return "installing the seccomp filter";
     case kStageWorkdir:
       return "creating the working directory";
     case kStageWriteFiles:

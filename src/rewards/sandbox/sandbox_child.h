@@ -32,19 +32,21 @@ enum SetupStage : uint32_t {
   kStageSync = 1,
   kStageUserIds,
   kStageMountPrivate,
-  kStageMountReadOnly,
-  kStageMountTmp,
-  kStageMountShm,
-  kStageMountRun,
   kStageWorkdir,
   kStageWriteFiles,
   kStageFork,
   kStageRlimits,
   kStageDropPrivileges,
   kStageExec,
-  kStageLauncher,  // the launcher could not read its plan
-  kStageClone,     // the launcher's clone() with the namespace flags
-  kStageIdMaps,    // the launcher writing the init's uid_map / gid_map
+  kStageLauncher,   // the launcher could not read its plan
+  kStageClone,      // the launcher's clone() with the namespace flags
+  kStageIdMaps,     // the launcher writing the init's uid_map / gid_map
+  kStageMountRoot,  // the empty root's tmpfs and its directories
+  kStageBind,       // binding a host path (interpreter, libraries, devices) into the root
+  kStageMountProc,  // the sandbox's own /proc
+  kStagePivot,      // switching to the new root
+  kStageCgroup,     // the launcher moving the init into the run's cgroups
+  kStageSeccomp,    // refusing memfd_create and SysV shm (no cgroup to count them)
 };
 
 // "making the filesystem read-only" style text for errors.
@@ -74,8 +76,18 @@ struct ChildPlan {
   int report_fd = -1;
   int sync_fd = -1;  // init waits for one byte on it (the parent wrote the id maps)
 
-  const char* workdir = nullptr;     // absolute, "/tmp/flywheel-sbx-XXXXXX"
-  const char* tmpfs_data = nullptr;  // mount data of the private /tmp
+  // Absolute, "/tmp/flywheel-sbx-XXXXXX": with namespaces, the host directory the run's empty
+  // root (a tmpfs) is mounted on, and the working directory of the same name inside it.
+  const char* workdir = nullptr;
+  const char* tmpfs_data = nullptr;  // mount data of the root tmpfs
+  // Host paths bound read-only into the root: "D/usr" (a directory) or "F/etc/ld.so.cache"
+  // (a file), and symbolic links made in it as on the host (link_paths[i] -> link_targets[i]).
+  const char* const* binds = nullptr;
+  size_t num_binds = 0;
+  const char* const* link_paths = nullptr;
+  const char* const* link_targets = nullptr;
+  size_t num_links = 0;
+  bool deny_memfd = false;  // seccomp: memfd_create and shmget fail with EPERM
   const PlannedFile* files = nullptr;
   size_t num_files = 0;
   const char* const* output_files = nullptr;
@@ -96,7 +108,8 @@ struct ChildPlan {
 // gets stdin, stdout, stderr and the report pipe as 0-3 and the plan as a memfd on 4: a
 // LaunchHeader, then strings, each a uint64_t length, the bytes and a NUL: workdir, tmpfs_data,
 // num_args arguments, num_env environment entries, num_files x (name, mode as a 4-byte string
-// of the uint32_t, contents), num_outputs output file names. The launcher is a fresh
+// of the uint32_t, contents), num_outputs output file names, num_binds binds, num_links x
+// (path, target), num_cgroups cgroup.procs paths. The launcher is a fresh
 // single-threaded process: it needs no async-signal-safe discipline before its own clone().
 constexpr char kLauncherName[] = "flywheel_sandbox_init";
 constexpr int kLauncherPlanFd = 4;
@@ -124,6 +137,10 @@ struct LaunchHeader {
   uint64_t num_env = 0;
   uint64_t num_files = 0;
   uint64_t num_outputs = 0;
+  uint64_t num_binds = 0;    // then num_binds strings ("D/path" or "F/path")
+  uint64_t num_links = 0;    // then num_links x (path, target)
+  uint64_t num_cgroups = 0;  // then num_cgroups cgroup.procs paths the init is moved into
+  uint8_t deny_memfd = 0;
 };
 
 // Every signal back to its default action and unblocked: the caller may ignore or block signals

@@ -85,6 +85,23 @@ bool write_file(pid_t pid, const char* name, const char* text) {
   return ok;
 }
 
+// Writes `pid` into each cgroup.procs file of `procs`.
+bool join_cgroups(const std::vector<const char*>& procs, pid_t pid) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%d\n", static_cast<int>(pid));
+  for (const char* path : procs) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    const size_t size = std::strlen(text);
+    const bool ok = write(fd, text, size) == static_cast<ssize_t>(size);
+    const int error = errno;
+    close(fd);
+    errno = error;
+    if (!ok) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main() {
@@ -153,6 +170,17 @@ int main() {
   }
   std::vector<const char*> outputs;
   for (uint64_t i = 0; ok && i < header.num_outputs; ++i) outputs.push_back(next());
+  std::vector<const char*> binds, link_paths, link_targets, cgroups;
+  for (uint64_t i = 0; ok && i < header.num_binds; ++i) {
+    const char* bind = next();
+    if (ok && (bind[0] != 'D' && bind[0] != 'F')) ok = false;
+    binds.push_back(bind);
+  }
+  for (uint64_t i = 0; ok && i < header.num_links; ++i) {
+    link_paths.push_back(next());
+    link_targets.push_back(next());
+  }
+  for (uint64_t i = 0; ok && i < header.num_cgroups; ++i) cgroups.push_back(next());
   if (!ok || header.num_args == 0) {
     fail(flywheel::rewards::sandbox_internal::kStageLauncher, EINVAL);
   }
@@ -161,6 +189,12 @@ int main() {
   plan.output_files = outputs.data();
   plan.num_output_files = outputs.size();
   plan.max_output_file_bytes = header.max_output_file_bytes;
+  plan.binds = binds.data();
+  plan.num_binds = binds.size();
+  plan.link_paths = link_paths.data();
+  plan.link_targets = link_targets.data();
+  plan.num_links = link_paths.size();
+  plan.deny_memfd = header.deny_memfd != 0;
   for (int i = 0; i < ChildPlan::kNumLimits; ++i) {
     plan.limit_resources[i] = header.limit_resources[i];
     plan.limits[i] = {static_cast<rlim_t>(header.limit_cur[i]),
@@ -177,6 +211,9 @@ int main() {
   plan.sync_fd = sync[0];
   if (!plan.namespaces) {
     // No namespace to make: this process is the init (setsid: the caller kills its group).
+    if (!join_cgroups(cgroups, getpid())) {
+      fail(flywheel::rewards::sandbox_internal::kStageCgroup, errno);
+    }
     if (send(sync[1], "x", 1, MSG_NOSIGNAL) != 1) {
       fail(flywheel::rewards::sandbox_internal::kStageSync, errno);
     }
@@ -202,6 +239,13 @@ int main() {
     waitpid(static_cast<pid_t>(pid), nullptr, 0);
     fail(flywheel::rewards::sandbox_internal::kStageIdMaps, error);
   };
+  // The init (and all it starts) in the run's cgroups before it runs anything.
+  if (!join_cgroups(cgroups, static_cast<pid_t>(pid))) {
+    const int error = errno;
+    kill(static_cast<pid_t>(pid), SIGKILL);
+    waitpid(static_cast<pid_t>(pid), nullptr, 0);
+    fail(flywheel::rewards::sandbox_internal::kStageCgroup, error);
+  }
   if (plan.user_namespace) {
     char uid_map[32], gid_map[32];
     std::snprintf(uid_map, sizeof uid_map, "0 %u 1\n", header.map_uid);
