@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "flywheel/core/utf8.h"
 
 namespace flywheel::rewards {
 namespace {
@@ -24,24 +25,6 @@ constexpr size_t kMaxIntDigits = 4300;  // Python's own str(int) limit
 
 absl::Status bad(absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("not a Python literal: ", why));
-}
-
-void append_utf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 // Decimal digits of the base-`base` number `digits` (lower-case, no sign, no underscores).
@@ -201,7 +184,11 @@ class LiteralParser {
 
   absl::StatusOr<PyValue> parenthesized(int depth) {
     ++pos_;
-    if (take(')')) return PyValue{PyValue::Kind::kTuple};
+    if (take(')')) {
+      PyValue empty;
+      empty.kind = PyValue::Kind::kTuple;
+      return empty;
+    }
     absl::StatusOr<PyValue> first = expression(depth + 1);
     if (!first.ok()) return first;
     if (take(')')) return first;  // only parentheses
@@ -371,7 +358,7 @@ class LiteralParser {
           if (bytes) {
             out->push_back(static_cast<char>(cp));
           } else {
-            append_utf8(cp, out);
+            core::append_utf8(cp, out);
           }
           break;
         }
@@ -387,7 +374,7 @@ class LiteralParser {
             if (bytes) {
               out->push_back(static_cast<char>(cp & 0xFF));
             } else {
-              append_utf8(cp, out);
+              core::append_utf8(cp, out);
             }
           } else {
             out->push_back('\\');  // Python keeps an unknown escape as it is
