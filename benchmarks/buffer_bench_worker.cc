@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "flywheel/buffer/controller_client.h"
+#include "flywheel/buffer/wire_codec.h"
 #include "flywheel/v1/controller.grpc.pb.h"
-#include "wire_codec.h"
 
 namespace flywheel::bench {
 namespace {

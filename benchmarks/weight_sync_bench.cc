@@ -28,21 +28,23 @@
 #include "flywheel/buffer/controller_server.h"
 #include "flywheel/buffer/weight_store.h"
 #include "flywheel/comm/mpi_communicator.h"
-#include "flywheel/trainer/weight_channel.h"
+#include "flywheel/comm/weight_channel.h"
+#include "flywheel/core/crc32c.h"
 #include "loopback.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace flywheel::buffer;
+namespace core = flywheel::core;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
 // `params` float32 parameters in `tensors` tensors of about equal size, filled with noise.
-PublishedWeights make_weights(int64_t version, int64_t params, int tensors, uint64_t bucket) {
-  PublishedWeights w;
+core::PublishedWeights make_weights(int64_t version, int64_t params, int tensors, uint64_t bucket) {
+  core::PublishedWeights w;
   w.version = version;
   w.bucket_bytes = bucket;
   w.payload.resize(static_cast<size_t>(params) * 4);
@@ -83,7 +85,7 @@ int worker_main(const std::string& address, int updates, bool tune_malloc) {
     std::fprintf(stderr, "worker: %s\n", client.status().ToString().c_str());
     return 1;
   }
-  PublishedWeights weights;  // reused: its payload's pages are faulted in once
+  core::PublishedWeights weights;  // reused: its payload's pages are faulted in once
   for (int i = 0; i < updates; ++i) {
     const auto start = Clock::now();
     auto fetched = (*client)->fetch_weights_into(-1, 120, &weights);
@@ -111,12 +113,12 @@ int mpi_main(int64_t params, int updates, double bucket_mb) {
   if (!runtime.ok()) return 1;
   auto world = flywheel::comm::MpiCommunicator::world(**runtime, {"bench", 600});
   if (!world.ok()) return 1;
-  flywheel::trainer::WeightChannel channel(world->get(), world->get());
+  flywheel::comm::WeightChannel channel(world->get(), world->get());
   const uint64_t bucket = static_cast<uint64_t>(bucket_mb * (1 << 20));
-  PublishedWeights w;
+  core::PublishedWeights w;
   if (channel.rank() == 0) {
     w = make_weights(1, params, 200, bucket);
-    w.crc32c = crc32c_extend(0, w.payload.data(), w.payload.size());
+    w.crc32c = core::crc32c_extend(0, w.payload.data(), w.payload.size());
   }
   for (int i = 0; i < updates; ++i) {
     (*world)->barrier();
@@ -130,7 +132,7 @@ int mpi_main(int64_t params, int updates, double bucket_mb) {
           std::fprintf(stderr, "receiver: %s\n", r.status().ToString().c_str());
           return 1;
         }
-        if (*r == flywheel::trainer::WeightChannel::Received::kWeights) break;
+        if (*r == flywheel::comm::WeightChannel::Received::kWeights) break;
       }
     }
     (*world)->barrier();
@@ -225,7 +227,7 @@ int main(int argc, char** argv) {
   int64_t version = 0;
   for (const auto& [mb, tuned] : cases) {
     const uint64_t bucket = static_cast<uint64_t>(mb * (1 << 20));
-    PublishedWeights w = make_weights(++version, params, kTensors, bucket);
+    core::PublishedWeights w = make_weights(++version, params, kTensors, bucket);
     const size_t bytes = w.payload.size();
     const auto publish_start = Clock::now();
     if (absl::Status s = store.publish(std::move(w)); !s.ok()) {
@@ -254,7 +256,8 @@ int main(int argc, char** argv) {
   }
   const WeightStore::AckCounters acks = store.ack_counters();
   std::printf(
-      "\n(s/update: best of %d fetches into a reused PublishedWeights (the first pays the page "
+      "\n(s/update: best of %d fetches into a reused PublishedWeights (the first pays the "
+      "page "
       "faults of a fresh payload); grpc: every bucket and the whole payload checksummed, malloc "
       "kept: M_MMAP_THRESHOLD 32 MiB and M_TRIM_THRESHOLD 1 GiB in the worker; mpi: learner rank "
       "0 to one rollout rank of `mpirun -np 2` (OpenMPI's shared-memory transport on one host), "

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "flywheel/rewards/overlong.h"
+#include "flywheel/core/overlong.h"
 
 namespace flywheel::algos {
 namespace {
@@ -34,7 +34,7 @@ absl::StatusOr<std::unique_ptr<GroupFilter>> make_nonzero_reward_std(const Group
 }
 
 double overlong_penalty(int64_t length, int64_t max_len, int64_t buffer_len, double factor) {
-  return rewards::overlong_penalty(length, max_len, buffer_len, factor);  // one implementation
+  return core::overlong_penalty(length, max_len, buffer_len, factor);  // one implementation
 }
 
 }  // namespace flywheel::algos

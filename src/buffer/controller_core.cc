@@ -1,12 +1,17 @@
 #include "flywheel/buffer/controller_core.h"
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/json.h"
 
 namespace flywheel::buffer {
+
+double monotonic_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 const char* push_outcome_name(PushOutcome outcome) {
   switch (outcome) {

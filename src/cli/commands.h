@@ -13,9 +13,6 @@ namespace flywheel::cli {
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;  // the command ran and failed
 constexpr int kExitUsage = 2;    // bad arguments or an invalid configuration
-// `flywheel rollout` failed before it served the controller (a model, tokenizer, reward or
-// plugin it cannot load): restarting it would fail the same way.
-constexpr int kExitStartFailure = 3;
 
 // kExitOk, kExitUsage for InvalidArgument and NotFound (and `usage_also`), else kExitFailure.
 inline int exit_code_for(const absl::Status& s,

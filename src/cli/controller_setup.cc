@@ -1,16 +1,34 @@
 #include "controller_setup.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <iostream>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "flywheel/algos/algorithm.h"
 #include "flywheel/algos/dapo.h"
 #include "flywheel/core/file_io.h"
+#include "flywheel/core/logging.h"
+#include "flywheel/model/hf_checkpoint.h"
 
 namespace flywheel::cli {
+namespace {
+
+// The address workers should dial: a wildcard bind address is replaced by this host's name.
+std::string dial_address(const std::string& bind_address, int port) {
+  std::string host = bind_address.substr(0, bind_address.rfind(':'));
+  if (host == "0.0.0.0" || host == "[::]" || host.empty()) {
+    char name[256] = {0};
+    host = gethostname(name, sizeof(name) - 1) == 0 ? name : "127.0.0.1";
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace
 
 absl::StatusOr<ControllerSetup> prepare_controller(const JobSetup& job, int64_t vocab_size,
                                                    const std::string& who) {
@@ -116,6 +134,54 @@ absl::StatusOr<buffer::ControllerClientOptions> controller_client_options(
     o.tls_root_ca_pem = *pem;
   }
   return o;
+}
+
+absl::StatusOr<std::unique_ptr<ControllerHost>> start_controller(const JobSetup& job,
+                                                                 int64_t vocab_size,
+                                                                 at::ScalarType weights_dtype,
+                                                                 int64_t version,
+                                                                 const std::string& snapshot) {
+  const core::Config& c = job.loaded.config;
+  auto host = std::make_unique<ControllerHost>();
+  absl::StatusOr<ControllerSetup> setup = prepare_controller(job, vocab_size, "flywheel learner");
+  if (!setup.ok()) return setup.status();
+  host->setup = std::move(*setup);
+  host->setup.server.weights_dtype = model::dtype_name(weights_dtype);
+  auto core = make_controller_core(host->setup, snapshot);
+  if (!core.ok()) return core.status();
+  host->core = std::move(*core);
+  host->core->set_version(version);
+  if (!snapshot.empty()) {
+    const int64_t released = host->core->release_all();
+    if (released > 0)
+      FLYWHEEL_LOG_INFO("re-issuing %d prompts leased before the restart", released);
+  }
+  auto server = buffer::ControllerServer::start(host->core.get(), host->setup.dataset.get(),
+                                                host->setup.server, nullptr, &host->weights);
+  if (!server.ok()) return server.status();
+  host->server = std::move(*server);
+  host->address = dial_address(c.buffer.server.bind_address, host->server->port());
+  return host;
+}
+
+void ControllerHost::stepped(
+    int64_t step, const std::function<void(const std::string&, double, int64_t)>& log) const {
+  core->set_version(step);
+  for (const auto& [name, value] : core->counters().entries()) {
+    log("buffer/" + name, static_cast<double>(value), step);
+  }
+  const buffer::WeightStore::AckCounters acks = weights.ack_counters();
+  log("weight_sync/acks", static_cast<double>(acks.acks), step);
+  log("weight_sync/checksum_mismatches", static_cast<double>(acks.mismatches), step);
+  log("weight_sync/acks_rejected", static_cast<double>(acks.rejected), step);
+}
+
+std::string ControllerHost::lost_summary() const {
+  const buffer::ControllerCounters counters = core->counters();
+  if (counters.dropped == 0 && counters.rejected_invalid == 0) return "";
+  return absl::StrFormat(
+      "; %d prompts dropped and %d groups rejected as invalid (see the rollout logs)",
+      counters.dropped, counters.rejected_invalid);
 }
 
 }  // namespace flywheel::cli

@@ -3,14 +3,19 @@
 // rollout workers. Shared by `flywheel buffer`, `flywheel learner` and `flywheel rollout`.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+
+#include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
 #include "flywheel/buffer/controller_client.h"
 #include "flywheel/buffer/controller_core.h"
 #include "flywheel/buffer/controller_server.h"
 #include "flywheel/buffer/prompt_dataset.h"
+#include "flywheel/buffer/weight_store.h"
 #include "job_setup.h"
 
 namespace flywheel::cli {
@@ -35,5 +40,30 @@ absl::StatusOr<std::unique_ptr<buffer::ControllerCore>> make_controller_core(
 // server's) and, with buffer.server.tls_cert set, TLS trusting that certificate.
 absl::StatusOr<buffer::ControllerClientOptions> controller_client_options(
     const core::Config& config, const std::string& address, const std::string& worker_id);
+
+// What learner rank 0 owns besides its learner shard: the controller and the published weights.
+struct ControllerHost {
+  ControllerSetup setup;
+  std::unique_ptr<buffer::ControllerCore> core;
+  buffer::WeightStore weights;
+  std::unique_ptr<buffer::ControllerServer> server;
+  std::string address;  // what workers dial (a wildcard bind address becomes the host's name)
+
+  // After the learners' step `step` was published: grants may now be made at it; the buffer's
+  // counters and the weight acknowledgements go to `log`.
+  void stepped(int64_t step,
+               const std::function<void(const std::string&, double, int64_t)>& log) const;
+  // "" or, when prompts were dropped or groups rejected as invalid (a worker of another
+  // version, a reward that fails on every record, ...), a note saying how many.
+  std::string lost_summary() const;
+};
+
+// Rank 0's controller at `version`: restored from `snapshot` when resuming (its leases are
+// re-issued), serving from now on. `weights_dtype` is the rollout dtype the manifest announces.
+absl::StatusOr<std::unique_ptr<ControllerHost>> start_controller(const JobSetup& job,
+                                                                 int64_t vocab_size,
+                                                                 at::ScalarType weights_dtype,
+                                                                 int64_t version,
+                                                                 const std::string& snapshot);
 
 }  // namespace flywheel::cli

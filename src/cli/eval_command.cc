@@ -14,13 +14,13 @@
 #include "commands.h"
 #include "flywheel/comm/mpi_communicator.h"
 #include "flywheel/core/json.h"
+#include "flywheel/core/status_macros.h"
+#include "flywheel/eval/held_out_eval.h"
 #include "flywheel/model/cpu_features.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/trainer/checkpoint.h"
-#include "held_out_eval.h"
+#include "flywheel/trainer/learner_job.h"
 #include "job_setup.h"
-#include "learner_job.h"
-#include "prompt_encoder.h"
 
 namespace flywheel::cli {
 namespace {
@@ -99,31 +99,26 @@ absl::Status run(const EvalArgs& args) {
   absl::StatusOr<model::ModelConfig> model_config =
       model::ModelConfig::from_file((fs::path(dir->path()) / "config.json").string());
   if (!model_config.ok()) return model_config.status();
-  absl::StatusOr<TokenizerSetup> tokenizers = load_tokenizer_setup(c);
+  absl::StatusOr<model::TokenizerSetup> tokenizers =
+      model::load_tokenizer_setup(c.tokenizer, c.model.path);
   if (!tokenizers.ok()) return tokenizers.status();
-  absl::StatusOr<SftData> records = load_eval_data(c, *tokenizers, model_config->vocab_size, data);
-  if (!records.ok()) return records.status();
-  auto scorer = make_eval_scorer(*job);
-  if (!scorer.ok()) return scorer.status();
-  auto evaluator = HeldOutEvaluator::create(
-      *model_config, tokenizers->tokenizer.get(),
-      eval_options_from_config(c, *model_config, scorer->get()), records->records);
-  if (!evaluator.ok()) return evaluator.status();
+  eval::HeldOutEvaluation evaluation;
+  FLYWHEEL_RETURN_IF_ERROR(
+      evaluation.set_up(c, *job->registry, job->config_dir(), *model_config, *tokenizers, data));
   absl::StatusOr<model::DecoderModel::TensorLookup> weights = model::open_hf_weights(dir->path());
   if (!weights.ok()) return weights.status();
-  absl::Status loaded = (*evaluator)->load(*weights);
-  if (!loaded.ok()) return loaded;
-  absl::StatusOr<HeldOutEvalResult> result =
-      (*evaluator)->evaluate_loaded(records->records, **world);
+  FLYWHEEL_RETURN_IF_ERROR(evaluation.evaluator->load(*weights));
+  absl::StatusOr<eval::HeldOutEvalResult> result =
+      evaluation.evaluator->evaluate_loaded(evaluation.data.records, **world);
   if (!result.ok()) return result.status();
   if ((*world)->rank() == 0) {
     core::Json out = core::Json::object();
     out.set("model", args.model);
     out.set("data", data);
     out.set("records", result->records);
-    out.set("judge", scorer->get() != nullptr ? "rewards" : "answer");
+    out.set("judge", evaluation.scorer != nullptr ? "rewards" : "answer");
     // The names train logs, without "eval/".
-    log_eval_result(*result, [&](const std::string& name, double value) {
+    eval::log_eval_result(*result, [&](const std::string& name, double value) {
       out.set(name.substr(5), std::isnan(value) ? core::Json() : core::Json(value));
     });
     std::cout << out.dump() << std::endl;

@@ -11,15 +11,16 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "chat_input.h"
 #include "commands.h"
 #include "flywheel/core/file_io.h"
+#include "flywheel/core/jsonl_io.h"
 #include "flywheel/core/plugin_registry.h"
+#include "flywheel/model/chat_messages.h"
 #include "flywheel/model/chat_template.h"
 #include "flywheel/model/cpu_features.h"
+#include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/model/tokenizer.h"
 #include "flywheel/rollout/engine.h"
-#include "jsonl_io.h"
 #include "model_args.h"
 
 namespace flywheel::cli {
@@ -39,43 +40,12 @@ struct GenerateArgs {
   bool skip_invalid = false;
 };
 
-// eos ids from config.json and generation_config.json.
-std::vector<int64_t> eos_ids(const model::DecoderModel& model, const std::string& dir) {
-  std::vector<int64_t> ids = model.config().eos_token_ids;
-  // generation_config.json is optional; an unreadable one adds nothing.
-  absl::StatusOr<core::Json> config =
-      core::read_json_file((std::filesystem::path(dir) / "generation_config.json").string());
-  if (!config.ok()) return ids;
-  if (const core::Json* eos = config->find("eos_token_id")) {
-    std::vector<core::Json> values =
-        eos->is_array() ? eos->as_array() : std::vector<core::Json>{*eos};
-    for (const core::Json& v : values) {
-      if (v.is_integer() && std::find(ids.begin(), ids.end(), v.as_int()) == ids.end()) {
-        ids.push_back(v.as_int());
-      }
-    }
-  }
-  return ids;
-}
-
 // One input line: its record (absent when the line is not JSON) and, for a bad line, why.
 struct InputLine {
   std::string where;  // path:line
   std::optional<core::Json> record;
   std::string error;
 };
-
-// The model directory's own tokenizer, if it has one: without tokenizer.json or
-// char_tokenizer.json generate works on ids only (no built-in fallback alphabet).
-absl::StatusOr<std::unique_ptr<model::Tokenizer>> model_tokenizer(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::exists(fs::path(dir) / "tokenizer.json", ec) &&
-      !fs::exists(fs::path(dir) / "char_tokenizer.json", ec)) {
-    return std::unique_ptr<model::Tokenizer>();
-  }
-  return model::load_tokenizer(dir);
-}
 
 // The prompt ids of `record`, tokenizing "prompt" / "messages" when needed.
 absl::StatusOr<std::vector<int64_t>> prompt_ids(const core::Json& record, const std::string& where,
@@ -110,7 +80,7 @@ absl::StatusOr<std::vector<int64_t>> prompt_ids(const core::Json& record, const 
       if (!resolved.ok()) return resolved.status();
       *chat_template = *resolved;
     }
-    absl::StatusOr<std::vector<model::ChatMessage>> chat = parse_messages(*messages, where);
+    absl::StatusOr<std::vector<model::ChatMessage>> chat = model::parse_messages(*messages, where);
     if (!chat.ok()) return chat.status();
     absl::StatusOr<std::string> rendered = (*chat_template)->render(*chat);
     if (!rendered.ok()) return rendered.status();
@@ -130,7 +100,7 @@ absl::Status run(const GenerateArgs& args) {
             << layout.to_string() << "\n";
   std::shared_ptr<model::DecoderModel> model(loaded->release());
   absl::StatusOr<std::unique_ptr<model::Tokenizer>> loaded_tokenizer =
-      model_tokenizer(args.model.dir);
+      model::load_tokenizer_if_present(args.model.dir);
   if (!loaded_tokenizer.ok()) return loaded_tokenizer.status();
   std::unique_ptr<model::Tokenizer> tokenizer = std::move(*loaded_tokenizer);
   if (!tokenizer && !args.sampling.stop_strings.empty()) {
@@ -141,7 +111,8 @@ absl::Status run(const GenerateArgs& args) {
 
   rollout::SamplingParams sampling = args.sampling;
   if (!args.ignore_eos) {
-    for (int64_t id : eos_ids(*model, args.model.dir)) sampling.stop_token_ids.push_back(id);
+    for (int64_t id : model::generation_eos_ids(model->config(), args.model.dir))
+      sampling.stop_token_ids.push_back(id);
   }
   core::PluginRegistry registry;
   absl::Status registered = rollout::register_rollout_builtins(registry);
@@ -161,7 +132,7 @@ absl::Status run(const GenerateArgs& args) {
 
   // Every line is read and validated (submitted: queued, nothing generated yet) before any
   // generation, so that all bad lines are reported at once.
-  absl::StatusOr<std::unique_ptr<JsonlReader>> in = JsonlReader::open(args.input);
+  absl::StatusOr<std::unique_ptr<core::JsonlReader>> in = core::JsonlReader::open(args.input);
   if (!in.ok()) return in.status();
   std::vector<InputLine> lines;
   std::optional<model::ChatTemplate> chat_template;
@@ -231,7 +202,7 @@ absl::Status run(const GenerateArgs& args) {
     }
   }
 
-  absl::StatusOr<std::unique_ptr<JsonlWriter>> out = JsonlWriter::open(args.output);
+  absl::StatusOr<std::unique_ptr<core::JsonlWriter>> out = core::JsonlWriter::open(args.output);
   if (!out.ok()) return out.status();
   for (size_t i = 0; i < lines.size(); ++i) {
     InputLine& line = lines[i];

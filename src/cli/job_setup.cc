@@ -1,5 +1,7 @@
 #include "job_setup.h"
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "flywheel/algos/algorithm.h"
 #include "flywheel/algos/presets.h"
@@ -10,6 +12,12 @@
 #include "flywheel/rollout/logits_processor.h"
 
 namespace flywheel::cli {
+
+std::string JobSetup::config_dir() const {
+  return loaded.files.empty()
+             ? std::filesystem::current_path().string()
+             : std::filesystem::absolute(loaded.files.front()).parent_path().string();
+}
 
 absl::StatusOr<JobSetup> set_up_job(const std::string& config_path,
                                     const std::vector<std::string>& overrides, bool load_plugins) {

@@ -14,6 +14,10 @@ namespace flywheel::cli {
 struct JobSetup {
   core::LoadedConfig loaded;
   std::unique_ptr<core::PluginRegistry> registry;  // built-ins and the config's plugins
+
+  // The directory of the config file (relative paths in rewards params resolve against it);
+  // the working directory when the config came from no file.
+  std::string config_dir() const;
 };
 
 // Loads `config_path` with `overrides`, expands the algorithm preset, registers the built-ins

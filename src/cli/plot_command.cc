@@ -18,8 +18,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "commands.h"
+#include "flywheel/core/metrics_reader.h"
 #include "flywheel/core/registry.h"
-#include "metrics_reader.h"
 
 extern char** environ;
 
@@ -59,7 +59,7 @@ absl::Status run_gnuplot(const std::string& script_path) {
 
 absl::Status plot(const PlotArgs& args) {
   std::string metrics_path = (fs::path(args.run_dir) / "metrics.jsonl").string();
-  absl::StatusOr<MetricsFile> file = read_metrics_jsonl(metrics_path);
+  absl::StatusOr<core::MetricsFile> file = core::read_metrics_jsonl(metrics_path);
   if (!file.ok()) return file.status();
   if (file->skipped_lines > 0) {
     std::cerr << "flywheel plot: skipped " << file->skipped_lines

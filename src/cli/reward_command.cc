@@ -13,11 +13,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "commands.h"
+#include "flywheel/core/jsonl_io.h"
 #include "flywheel/model/tokenizer.h"
 #include "flywheel/rewards/composite_reward.h"
 #include "flywheel/rewards/scoring_pool.h"
 #include "job_setup.h"
-#include "jsonl_io.h"
 
 namespace flywheel::cli {
 namespace {
@@ -135,9 +135,9 @@ absl::Status run(const RewardArgs& args) {
   auto pool = rewards::ScoringPool::create(
       *composite, rewards::ScoringPoolOptions::from_config(config.rewards));
   if (!pool.ok()) return pool.status();
-  absl::StatusOr<std::unique_ptr<JsonlReader>> in = JsonlReader::open(args.input);
+  absl::StatusOr<std::unique_ptr<core::JsonlReader>> in = core::JsonlReader::open(args.input);
   if (!in.ok()) return in.status();
-  absl::StatusOr<std::unique_ptr<JsonlWriter>> out = JsonlWriter::open(args.output);
+  absl::StatusOr<std::unique_ptr<core::JsonlWriter>> out = core::JsonlWriter::open(args.output);
   if (!out.ok()) return out.status();
 
   Summary summary;

@@ -20,19 +20,20 @@
 #include "commands.h"
 #include "controller_setup.h"
 #include "flywheel/algos/algorithm.h"
+#include "flywheel/comm/mpmd.h"
 #include "flywheel/core/logging.h"
+#include "flywheel/core/stop_signal.h"
+#include "flywheel/launcher/launcher.h"
 #include "flywheel/model/cpu_allocator.h"
 #include "flywheel/model/cpu_features.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/rewards/composite_reward.h"
 #include "flywheel/rollout/engine_config.h"
+#include "flywheel/rollout/worker/prompt_encoder.h"
+#include "flywheel/rollout/worker/rollout_worker.h"
+#include "flywheel/trainer/learner_job.h"
 #include "job_setup.h"
-#include "learner_job.h"
 #include "model_args.h"
-#include "mpmd.h"
-#include "prompt_encoder.h"
-#include "rollout_worker.h"
-#include "stop_signal.h"
 
 namespace flywheel::cli {
 namespace {
@@ -92,7 +93,7 @@ absl::Status redirect_output(std::string path, int rank) {
 
 // Sets *serving once the worker loop runs: a failure before that is a start failure.
 absl::Status run(const RolloutArgs& args, bool* serving) {
-  StopSignal stop("flywheel rollout");
+  core::StopSignal stop("flywheel rollout");
   absl::StatusOr<JobSetup> job = set_up_job(args.config_path, args.overrides);
   if (!job.ok()) return job.status();
   const core::Config& c = job->loaded.config;
@@ -100,29 +101,29 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
   std::string address = args.controller;
   std::string worker_id = args.worker_id;
   std::unique_ptr<comm::MpiRuntime> mpi;
-  std::optional<MpmdWorld> roles;
-  WeightGroup weight_group;
-  if (launched_by_mpi()) {
+  std::optional<comm::MpmdWorld> roles;
+  comm::WeightGroup weight_group;
+  if (comm::launched_by_mpi()) {
     // Part of an MPMD job: join it (the learners wait for every rank) and hear the address.
     auto runtime = comm::MpiRuntime::init(nullptr, nullptr);
     if (!runtime.ok()) return runtime.status();
     mpi = std::move(*runtime);
-    auto joined = join_mpmd_world(*mpi, Role::kRollout, c);
+    auto joined = comm::join_mpmd_world(*mpi, comm::Role::kRollout, c);
     if (!joined.ok()) return joined.status();
     roles = std::move(*joined);
     const std::string announced = comm::broadcast_string(*roles->world, "");
     if (address.empty()) address = announced;
     if (worker_id.empty()) worker_id = absl::StrCat("rollout-", roles->role->rank());
-    if (weight_transport(c) != "grpc") {
-      auto joined = join_weight_group(
-          *roles, Role::kRollout, c,
-          c.model.device == "cuda" ? local_cuda_device(roles->world->rank()) : -1);
+    if (core::weight_transport(c.weight_sync) != "grpc") {
+      auto joined = comm::join_weight_group(
+          *roles, comm::Role::kRollout, c,
+          c.model.device == "cuda" ? comm::local_cuda_device(roles->world->rank()) : -1);
       if (!joined.ok()) return joined.status();
       weight_group = std::move(*joined);
     }
-  } else if (weight_transport(c) != "grpc") {
+  } else if (core::weight_transport(c.weight_sync) != "grpc") {
     return absl::FailedPreconditionError(absl::StrCat(
-        "weight_sync.transport ", weight_transport(c),
+        "weight_sync.transport ", core::weight_transport(c.weight_sync),
         " needs this worker to be a rank of the learners' MPMD mpirun (mpirun ... flywheel "
         "learner c.yaml : ... flywheel rollout c.yaml); a worker started on its own uses grpc"));
   }
@@ -147,7 +148,8 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
   absl::StatusOr<model::ModelConfig> model_config =
       model::ModelConfig::from_file((fs::path(c.model.path) / "config.json").string());
   if (!model_config.ok()) return model_config.status();
-  absl::StatusOr<TokenizerSetup> tokenizers = load_tokenizer_setup(c);
+  absl::StatusOr<model::TokenizerSetup> tokenizers =
+      model::load_tokenizer_setup(c.tokenizer, c.model.path);
   if (!tokenizers.ok()) return tokenizers.status();
   // The controller first: the learners decide the weights' dtype (model.dtype auto resolves by
   // their host's CPU or GPU), and this worker runs what they publish.
@@ -173,7 +175,7 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
   decoder_options.threads = layout.threads;
   // Under mpirun, one GPU per process of the node (learners and workers alike) where there are
   // enough.
-  const int cuda_device = std::max(0, local_cuda_device(roles ? roles->world->rank() : 0));
+  const int cuda_device = std::max(0, comm::local_cuda_device(roles ? roles->world->rank() : 0));
   decoder_options.device = c.model.device == "cuda"
                                ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(cuda_device))
                                : at::Device(at::kCPU);
@@ -189,12 +191,8 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
                                                   rollout::engine_options_from_config(c), context);
   if (!engine.ok()) return engine.status();
 
-  const std::string config_dir =
-      fs::absolute(job->loaded.files.empty() ? args.config_path : job->loaded.files.front())
-          .parent_path()
-          .string();
   auto composite = rewards::CompositeReward::create(c.rewards, *job->registry,
-                                                    c.rollout.max_new_tokens, config_dir);
+                                                    c.rollout.max_new_tokens, job->config_dir());
   if (!composite.ok()) return composite.status();
   auto pool =
       rewards::ScoringPool::create(*composite, rewards::ScoringPoolOptions::from_config(c.rewards));
@@ -203,8 +201,8 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
   absl::StatusOr<bool> greedy_baseline = algos::needs_greedy_baseline(c, *job->registry);
   if (!greedy_baseline.ok()) return greedy_baseline.status();
 
-  PromptEncoder encoder(*tokenizers, c.data, model_config->vocab_size);
-  RolloutWorkerOptions options;
+  rollout::PromptEncoder encoder(*tokenizers, c.data, model_config->vocab_size);
+  rollout::RolloutWorkerOptions options;
   options.worker_id = worker_id;
   options.group_size = c.rollout.group_size;
   options.max_slots = c.rollout.max_slots;
@@ -216,30 +214,37 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
   FLYWHEEL_LOG_INFO(
       "rollout worker %s: controller %s, %d slots, groups of %d, %d thread(s), weights over %s",
       worker_id, address, c.rollout.max_slots, c.rollout.group_size, c.cluster.threads_per_process,
-      weight_transport(c));
+      core::weight_transport(c.weight_sync));
   const auto start = std::chrono::steady_clock::now();
-  std::optional<ChannelWeightSource> channel_source;
-  std::optional<GrpcWeightSource> grpc_source;
-  WeightSource* weights = nullptr;
+  std::optional<rollout::ChannelWeightSource> channel_source;
+  std::optional<rollout::GrpcWeightSource> grpc_source;
+  rollout::WeightSource* weights = nullptr;
   if (weight_group.channel) {
     weights = &channel_source.emplace(weight_group.channel.get(), client->get());
     options.poll_interval_s = 0.002;  // a probe for a message: no RPC
   } else {
     weights = &grpc_source.emplace(client->get());
   }
-  auto worker = std::make_unique<RolloutWorker>(options, client->get(), weights, engine->get(),
-                                                &encoder, tokenizers->tokenizer.get(), pool->get());
+  rollout::RolloutWorkerParts parts;
+  parts.client = client->get();
+  parts.weights = weights;
+  parts.engine = engine->get();
+  parts.encoder = &encoder;
+  parts.tokenizer = tokenizers->tokenizer.get();
+  parts.pool = pool->get();
+  auto worker = std::make_unique<rollout::RolloutWorker>(options, parts);
   *serving = true;
-  absl::Status s = worker->run(stop);
+  absl::Status s = worker->run([&stop] { return stop.requested(); });
   pool->reset();  // every scoring callback (they use the worker) has run
-  const RolloutWorkerStats stats = worker->stats();
+  const rollout::RolloutWorkerStats stats = worker->stats();
   worker.reset();  // its fetcher thread is done with the weight source
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (channel_source) {
     std::cerr << absl::StrFormat(
         "flywheel rollout %s: %d versions received over %s, %d damaged (fetched over gRPC)\n",
-        worker_id, channel_source->received(), weight_transport(c), channel_source->damaged());
+        worker_id, channel_source->received(), core::weight_transport(c.weight_sync),
+        channel_source->damaged());
   }
   std::cerr << absl::StrFormat(
       "flywheel rollout %s: %d groups pushed (%d accepted, %d rejected), %d leases released, "
@@ -274,7 +279,7 @@ void add_rollout_command(CLI::App& app, int* exit_code) {
     bool serving = false;
     absl::Status status = run(*args, &serving);
     if (!status.ok()) std::cerr << "flywheel rollout: " << status.message() << "\n";
-    *exit_code = !status.ok() && !serving ? kExitStartFailure : exit_code_for(status);
+    *exit_code = !status.ok() && !serving ? launcher::kExitStartFailure : exit_code_for(status);
   });
 }
 

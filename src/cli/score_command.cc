@@ -13,9 +13,9 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "commands.h"
+#include "flywheel/core/jsonl_io.h"
 #include "flywheel/model/logprobs.h"
 #include "flywheel/model/tokenizer.h"
-#include "jsonl_io.h"
 #include "model_args.h"
 
 namespace flywheel::cli {
@@ -37,7 +37,7 @@ struct Pending {
 
 // Scores one batch and writes its records.
 void score_batch_unchecked(const model::DecoderModel& model, std::vector<Pending>* batch,
-                           double temperature, JsonlWriter* out) {
+                           double temperature, core::JsonlWriter* out) {
   at::NoGradGuard no_grad;
   const int64_t B = batch->size();
   int64_t T = 0;
@@ -85,7 +85,7 @@ void score_batch_unchecked(const model::DecoderModel& model, std::vector<Pending
 // score_batch_unchecked(), with LibTorch's exceptions (c10::Error, std::bad_alloc) returned as
 // errors naming the batch's lines.
 absl::Status score_batch(const model::DecoderModel& model, std::vector<Pending>* batch,
-                         double temperature, JsonlWriter* out) {
+                         double temperature, core::JsonlWriter* out) {
   const std::string lines = batch->size() == 1
                                 ? batch->front().where
                                 : absl::StrCat(batch->front().where, " to ", batch->back().where);
@@ -105,9 +105,9 @@ absl::Status run(const ScoreArgs& args) {
   if (!model.ok()) return model.status();
   const int64_t vocab = (*model)->config().vocab_size;
   std::unique_ptr<model::Tokenizer> tokenizer;  // loaded on the first {"text": ...} line
-  absl::StatusOr<std::unique_ptr<JsonlReader>> in = JsonlReader::open(args.input);
+  absl::StatusOr<std::unique_ptr<core::JsonlReader>> in = core::JsonlReader::open(args.input);
   if (!in.ok()) return in.status();
-  absl::StatusOr<std::unique_ptr<JsonlWriter>> out = JsonlWriter::open(args.output);
+  absl::StatusOr<std::unique_ptr<core::JsonlWriter>> out = core::JsonlWriter::open(args.output);
   if (!out.ok()) return out.status();
   std::vector<Pending> batch;
   int64_t scored = 0;

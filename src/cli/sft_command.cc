@@ -10,8 +10,6 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
-#include <numeric>
-#include <random>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -21,14 +19,17 @@
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/logging.h"
 #include "flywheel/core/metrics.h"
+#include "flywheel/core/status_macros.h"
+#include "flywheel/core/stop_signal.h"
+#include "flywheel/eval/held_out_eval.h"
 #include "flywheel/model/hf_checkpoint.h"
+#include "flywheel/model/tokenizer_setup.h"
 #include "flywheel/trainer/checkpoint.h"
+#include "flywheel/trainer/learner_job.h"
+#include "flywheel/trainer/learner_weights.h"
+#include "flywheel/trainer/sft_data.h"
 #include "flywheel/trainer/sft_trainer.h"
-#include "held_out_eval.h"
 #include "job_setup.h"
-#include "learner_job.h"
-#include "sft_data.h"
-#include "stop_signal.h"
 
 namespace flywheel::cli {
 namespace {
@@ -40,49 +41,8 @@ struct SftArgs {
   std::vector<std::string> overrides;
 };
 
-// Where the next batch starts: a shuffled order per epoch.
-struct DataCursor {
-  int64_t epoch = 0, position = 0;
-};
-
-std::vector<int64_t> epoch_order(int64_t n, int64_t epoch, const core::DataOptions& data) {
-  std::vector<int64_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  if (data.shuffle) {
-    std::mt19937_64 rng(static_cast<uint64_t>(data.seed) * 1000003 + static_cast<uint64_t>(epoch));
-    std::shuffle(order.begin(), order.end(), rng);
-  }
-  return order;
-}
-
-// The records of one step (batch_size of them, across epochs), and this rank's share.
-std::vector<const trainer::SftExample*> next_batch(const SftData& data, DataCursor* cursor,
-                                                   const core::Config& c, int rank, int world) {
-  const int64_t n = static_cast<int64_t>(data.records.size());
-  std::vector<int64_t> order = epoch_order(n, cursor->epoch, c.data);
-  std::vector<const trainer::SftExample*> mine;
-  for (int64_t j = 0; j < c.sft.batch_size; ++j) {
-    if (cursor->position >= n) {
-      ++cursor->epoch;
-      cursor->position = 0;
-      order = epoch_order(n, cursor->epoch, c.data);
-    }
-    const int64_t record = order[cursor->position++];
-    if (j % world == rank) mine.push_back(&data.records[record].example);
-  }
-  return mine;
-}
-
-std::vector<const trainer::SftExample*> share(const SftData& data, int rank, int world) {
-  std::vector<const trainer::SftExample*> mine;
-  for (size_t i = rank; i < data.records.size(); i += world) {
-    mine.push_back(&data.records[i].example);
-  }
-  return mine;
-}
-
 absl::Status run(const SftArgs& args) {
-  StopSignal stop("flywheel sft");
+  core::StopSignal stop("flywheel sft");
   absl::StatusOr<JobSetup> job = set_up_job(args.config_path, args.overrides);
   if (!job.ok()) return job.status();
   const core::Config& c = job->loaded.config;
@@ -99,79 +59,53 @@ absl::Status run(const SftArgs& args) {
   absl::StatusOr<model::ModelConfig> model_config =
       model::ModelConfig::from_file((fs::path(c.model.path) / "config.json").string());
   if (!model_config.ok()) return model_config.status();
-  const std::string tokenizer_dir = c.tokenizer.path.empty() ? c.model.path : c.tokenizer.path;
-  absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
-      model::load_tokenizer(tokenizer_dir, c.tokenizer.type);
-  if (!tokenizer.ok()) return tokenizer.status();
-  std::optional<model::ChatTemplate> chat_template;
-  if (c.tokenizer.chat_template != "none") {
-    absl::StatusOr<model::ChatTemplate> resolved =
-        model::ChatTemplate::resolve(c.tokenizer.chat_template, tokenizer_dir);
-    if (resolved.ok()) {
-      chat_template = *resolved;
-    } else if (c.tokenizer.chat_template != "auto") {
-      return resolved.status();  // asked for by name: say why it is unavailable
-    }
-  }
-  SftDataOptions data_options = SftDataOptions::from_config(c, model_config->vocab_size);
+  absl::StatusOr<model::TokenizerSetup> tokenizers =
+      model::load_tokenizer_setup(c.tokenizer, c.model.path);
+  if (!tokenizers.ok()) return tokenizers.status();
+  const model::Tokenizer& tokenizer = *tokenizers->tokenizer;
+  trainer::SftDataOptions data_options =
+      trainer::SftDataOptions::from_config(c, model_config->vocab_size);
   data_options.eos_id = model_config->eos_token_ids.empty() ? -1 : model_config->eos_token_ids[0];
-  const model::ChatTemplate* chat = chat_template ? &*chat_template : nullptr;
-  absl::StatusOr<SftData> train = load_sft_data(c.data.train_path, data_options, **tokenizer, chat);
+  const model::ChatTemplate* chat =
+      tokenizers->chat_template ? &*tokenizers->chat_template : nullptr;
+  absl::StatusOr<trainer::SftData> train =
+      trainer::load_sft_data(c.data.train_path, data_options, tokenizer, chat);
   if (!train.ok()) return train.status();
-  std::optional<SftData> eval;
+  std::optional<trainer::SftData> eval_data;
   if (!c.data.eval_path.empty()) {
-    absl::StatusOr<SftData> loaded =
-        load_sft_data(c.data.eval_path, data_options, **tokenizer, chat);
+    absl::StatusOr<trainer::SftData> loaded =
+        trainer::load_sft_data(c.data.eval_path, data_options, tokenizer, chat);
     if (!loaded.ok()) return loaded.status();
-    eval = std::move(*loaded);
+    eval_data = std::move(*loaded);
   }
   if (rank == 0) {
     FLYWHEEL_LOG_INFO(
         "%d training records (%d longer than model.max_seq_len skipped), %d held out; "
         "%d learner rank(s), batch %d",
-        train->records.size(), train->skipped_too_long, eval ? eval->records.size() : 0, size,
-        c.sft.batch_size);
+        train->records.size(), train->skipped_too_long, eval_data ? eval_data->records.size() : 0,
+        size, c.sft.batch_size);
   }
 
-  trainer::SftOptions options;
-  options.micro_batch_tokens = c.trainer.micro_batch_tokens;
-  options.lr = {c.trainer.lr, c.trainer.lr_schedule, c.trainer.warmup_steps, c.trainer.total_steps,
-                c.trainer.min_lr_ratio};
-  options.adamw = {c.trainer.adam_beta1, c.trainer.adam_beta2, c.trainer.adam_eps,
-                   c.trainer.weight_decay};
-  options.grad_clip = c.trainer.grad_clip;
-  options.max_consecutive_skips = c.trainer.max_consecutive_skips;
-  absl::StatusOr<at::ScalarType> param_dtype = model::parse_dtype(c.trainer.param_dtype);
-  absl::StatusOr<at::ScalarType> reduce_dtype = model::parse_dtype(c.trainer.reduce_dtype);
-  if (!param_dtype.ok()) return param_dtype.status();
-  if (!reduce_dtype.ok()) return reduce_dtype.status();
-  options.sharding.param_dtype = *param_dtype;
-  options.sharding.reduce_dtype = *reduce_dtype;
-  options.sharding.reshard_after_forward = c.trainer.reshard_after_forward;
-  auto sft = trainer::SftTrainer::create(options, *model_config, world->get());
+  absl::StatusOr<trainer::SftOptions> options = trainer::SftOptions::from_config(c.trainer);
+  if (!options.ok()) return options.status();
+  auto sft = trainer::SftTrainer::create(*options, *model_config, world->get());
   if (!sft.ok()) return sft.status();
 
-  absl::StatusOr<model::DecoderModel::TensorLookup> weights = model::open_hf_weights(c.model.path);
-  if (weights.ok()) {
-    absl::Status loaded = (*sft)->model().load(*weights);
-    if (!loaded.ok()) return loaded;
-  } else {
-    if (rank == 0) {
-      FLYWHEEL_LOG_INFO("no weights in %s (%s): starting from a random initialisation (seed %d)",
-                        c.model.path, weights.status().message(), c.trainer.seed);
-    }
-    (*sft)->model().init_random(static_cast<uint64_t>(c.trainer.seed));
-  }
+  FLYWHEEL_RETURN_IF_ERROR(trainer::load_or_init((*sft)->model(),
+                                                 model::open_hf_weights(c.model.path), c.model.path,
+                                                 static_cast<uint64_t>(c.trainer.seed)));
 
   // Checkpoints: the tokenizer and generation files travel with them (for export).
-  const std::string checkpoints = checkpoint_dir(c);
+  const std::string checkpoints = trainer::checkpoint_dir(c);
   trainer::CheckpointSaveOptions save_options;
   save_options.keep_last = c.checkpoint.keep_last;
   absl::StatusOr<std::map<std::string, std::string>> side_files =
-      checkpoint_side_files(tokenizer_dir);
+      trainer::checkpoint_side_files(tokenizers->dir);
   if (!side_files.ok()) return side_files.status();
   save_options.extra_files = std::move(*side_files);
-  DataCursor cursor;
+  trainer::SftCursor cursor;
+  const trainer::SftBatchOptions batch{c.sft.batch_size, c.data.shuffle,
+                                       static_cast<uint64_t>(c.data.seed)};
   int64_t last_saved = -1;
   auto save = [&](int64_t step) {
     if (step == last_saved) return absl::OkStatus();  // the final save of a step just saved
@@ -183,7 +117,7 @@ absl::Status run(const SftArgs& args) {
     if (saved.ok()) last_saved = step;
     return saved;
   };
-  const std::string resume_from = resume_path(c, **world);
+  const std::string resume_from = trainer::resume_path(c, **world);
   if (!resume_from.empty()) {
     absl::StatusOr<std::map<std::string, double>> scalars =
         trainer::load_checkpoint((*sft)->training_state(), **world, resume_from);
@@ -208,7 +142,7 @@ absl::Status run(const SftArgs& args) {
 
   std::unique_ptr<core::MetricsLogger> metrics;
   if (rank == 0) {
-    auto created = make_metrics_logger(c, *job->registry, c.trainer.total_steps);
+    auto created = trainer::make_metrics_logger(c, *job->registry, c.trainer.total_steps);
     if (!created.ok()) return created.status();
     metrics = std::move(*created);
   }
@@ -216,14 +150,16 @@ absl::Status run(const SftArgs& args) {
     if (metrics) metrics->log_scalar(name, value, step);
   };
 
-  std::unique_ptr<HeldOutEvaluator> evaluator;
-  const bool has_answers = eval && std::any_of(eval->records.begin(), eval->records.end(),
-                                               [](const SftRecord& r) { return r.has_answer; });
+  std::unique_ptr<eval::HeldOutEvaluator> evaluator;
+  const bool has_answers =
+      eval_data && std::any_of(eval_data->records.begin(), eval_data->records.end(),
+                               [](const trainer::SftRecord& r) { return r.has_answer; });
   if (has_answers) {
-    HeldOutEvalOptions eo;  // greedy, judged against the answers
+    eval::HeldOutEvalOptions eo;  // greedy, judged against the answers
     eo.max_new_tokens = c.sft.eval_max_new_tokens;
     eo.stop_ids = model_config->eos_token_ids;
-    auto created = HeldOutEvaluator::create(*model_config, tokenizer->get(), eo, eval->records);
+    auto created =
+        eval::HeldOutEvaluator::create(*model_config, &tokenizer, eo, eval_data->records);
     if (!created.ok()) return created.status();
     evaluator = std::move(*created);
   }
@@ -232,14 +168,14 @@ absl::Status run(const SftArgs& args) {
   };
   auto evaluate = [&](int64_t step) -> absl::StatusOr<EvalResult> {
     EvalResult r;
-    if (!eval) return r;
-    absl::StatusOr<double> loss = (*sft)->eval_loss(share(*eval, rank, size));
+    if (!eval_data) return r;
+    absl::StatusOr<double> loss = (*sft)->eval_loss(trainer::rank_share(*eval_data, rank, size));
     if (!loss.ok()) return loss.status();
     r.loss = *loss;
     log("eval/loss", r.loss, step);
     if (evaluator) {
-      absl::StatusOr<HeldOutEvalResult> greedy =
-          evaluator->evaluate((*sft)->model(), eval->records, **world);
+      absl::StatusOr<eval::HeldOutEvalResult> greedy =
+          evaluator->evaluate((*sft)->model(), eval_data->records, **world);
       if (!greedy.ok()) return greedy.status();
       r.accuracy = greedy->accuracy;
       log("eval/accuracy", r.accuracy, step);
@@ -256,7 +192,7 @@ absl::Status run(const SftArgs& args) {
   double tokens = 0;
   while ((*sft)->steps() < c.trainer.total_steps) {
     absl::StatusOr<std::map<std::string, double>> m =
-        (*sft)->step(next_batch(*train, &cursor, c, rank, size));
+        (*sft)->step(trainer::next_sft_batch(*train, &cursor, batch, rank, size));
     if (!m.ok()) return m.status();
     const int64_t step = (*sft)->steps();
     tokens += m->at("sft/tokens");
@@ -296,16 +232,13 @@ absl::Status run(const SftArgs& args) {
   }
   absl::Status saved = save(step);
   if (!saved.ok()) return saved;
-  if (metrics) {
-    absl::Status flushed = metrics->flush();
-    if (!flushed.ok()) return flushed;
-  }
+  if (metrics) FLYWHEEL_RETURN_IF_ERROR(metrics->flush());
   std::string exported;
   if (c.checkpoint.export_hf && rank == 0) {
     exported = (fs::path(c.logging.run_dir) / "hf").string();
     absl::Status s =
         trainer::export_checkpoint((fs::path(checkpoints) / absl::StrCat("step_", step)).string(),
-                                   "policy", exported, *param_dtype);
+                                   "policy", exported, options->sharding.param_dtype);
     if (!s.ok()) return s;
   }
   if (rank == 0) {

@@ -5,11 +5,11 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "chat_input.h"
 #include "commands.h"
+#include "flywheel/core/jsonl_io.h"
+#include "flywheel/model/chat_messages.h"
 #include "flywheel/model/chat_template.h"
 #include "flywheel/model/tokenizer.h"
-#include "jsonl_io.h"
 
 namespace flywheel::cli {
 namespace {
@@ -29,9 +29,9 @@ absl::Status run(const TokenizeArgs& args) {
   absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
       model::load_tokenizer(args.tokenizer_dir, args.type);
   if (!tokenizer.ok()) return tokenizer.status();
-  absl::StatusOr<std::unique_ptr<JsonlReader>> in = JsonlReader::open(args.input);
+  absl::StatusOr<std::unique_ptr<core::JsonlReader>> in = core::JsonlReader::open(args.input);
   if (!in.ok()) return in.status();
-  absl::StatusOr<std::unique_ptr<JsonlWriter>> out = JsonlWriter::open(args.output);
+  absl::StatusOr<std::unique_ptr<core::JsonlWriter>> out = core::JsonlWriter::open(args.output);
   if (!out.ok()) return out.status();
   model::EncodeOptions encode_options;
   encode_options.add_special_tokens = !args.no_special_tokens;
@@ -76,7 +76,7 @@ absl::Status run(const TokenizeArgs& args) {
           chat_template = *resolved;
         }
         absl::StatusOr<std::vector<model::ChatMessage>> parsed =
-            parse_messages(*messages, (*in)->where());
+            model::parse_messages(*messages, (*in)->where());
         if (!parsed.ok()) return parsed.status();
         absl::StatusOr<std::string> prompt = chat_template->render(*parsed);
         if (!prompt.ok())

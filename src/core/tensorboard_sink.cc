@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "crc32c.h"
+#include "flywheel/core/crc32c.h"
 
 namespace flywheel::core {
 namespace {

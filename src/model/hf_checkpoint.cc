@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -246,6 +247,24 @@ absl::Status save_hf_model(const DecoderModel& model, const std::string& dir,
     if (!added.ok()) return added;
   }
   return (*writer)->finish();
+}
+
+std::vector<int64_t> generation_eos_ids(const ModelConfig& model_config, const std::string& dir) {
+  std::vector<int64_t> ids = model_config.eos_token_ids;
+  // generation_config.json is optional; an unreadable one adds nothing.
+  absl::StatusOr<core::Json> config =
+      core::read_json_file((std::filesystem::path(dir) / "generation_config.json").string());
+  if (!config.ok()) return ids;
+  if (const core::Json* eos = config->find("eos_token_id")) {
+    std::vector<core::Json> values =
+        eos->is_array() ? eos->as_array() : std::vector<core::Json>{*eos};
+    for (const core::Json& v : values) {
+      if (v.is_integer() && std::find(ids.begin(), ids.end(), v.as_int()) == ids.end()) {
+        ids.push_back(v.as_int());
+      }
+    }
+  }
+  return ids;
 }
 
 }  // namespace flywheel::model

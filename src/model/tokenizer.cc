@@ -57,4 +57,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir
   return std::unique_ptr<Tokenizer>(std::move(*t));
 }
 
+absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer_if_present(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(fs::path(dir) / "tokenizer.json", ec) &&
+      !fs::exists(fs::path(dir) / "char_tokenizer.json", ec)) {
+    return std::unique_ptr<Tokenizer>();
+  }
+  return load_tokenizer(dir);
+}
+
 }  // namespace flywheel::model

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "builtin_factories.h"
-#include "flywheel/rewards/overlong.h"
+#include "flywheel/core/overlong.h"
 #include "flywheel/rewards/params.h"
 
 namespace flywheel::rewards {
@@ -36,7 +36,7 @@ class OverlongPenalty : public RewardFunction {
     absl::StatusOr<int64_t> n = token_count(input, "overlong_penalty");
     if (!n.ok()) return n.status();
     RewardOutput out;
-    out.score = overlong_penalty(*n, max_len_, buffer_len_, factor_);
+    out.score = core::overlong_penalty(*n, max_len_, buffer_len_, factor_);
     return out;
   }
 

@@ -27,13 +27,9 @@ absl::StatusOr<LearnerOptions> LearnerOptions::from_config(const core::Config& c
   o.adamw = {t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};
   o.grad_clip = t.grad_clip;
   o.max_consecutive_skips = t.max_consecutive_skips;
-  absl::StatusOr<at::ScalarType> param = model::parse_dtype(t.param_dtype);
-  if (!param.ok()) return param.status();
-  absl::StatusOr<at::ScalarType> reduce = model::parse_dtype(t.reduce_dtype);
-  if (!reduce.ok()) return reduce.status();
-  o.sharding.param_dtype = *param;
-  o.sharding.reduce_dtype = *reduce;
-  o.sharding.reshard_after_forward = t.reshard_after_forward;
+  absl::StatusOr<ShardingOptions> sharding = ShardingOptions::from_config(t);
+  if (!sharding.ok()) return sharding.status();
+  o.sharding = *sharding;
   o.temperature = c.rollout.temperature > 0 ? c.rollout.temperature : 1.0;
   o.kl_coef = a.kl_coef;
   o.kl_in_reward = a.kl_in_reward;

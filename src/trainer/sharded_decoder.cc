@@ -5,10 +5,23 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/model/logprobs.h"
 #include "unit_autograd.h"
 
 namespace flywheel::trainer {
+
+absl::StatusOr<ShardingOptions> ShardingOptions::from_config(const core::TrainerOptions& t) {
+  ShardingOptions o;
+  absl::StatusOr<at::ScalarType> param = model::parse_dtype(t.param_dtype);
+  if (!param.ok()) return param.status();
+  absl::StatusOr<at::ScalarType> reduce = model::parse_dtype(t.reduce_dtype);
+  if (!reduce.ok()) return reduce.status();
+  o.param_dtype = *param;
+  o.reduce_dtype = *reduce;
+  o.reshard_after_forward = t.reshard_after_forward;
+  return o;
+}
 namespace {
 
 // Groups `specs` into units: "embed", "layers.<i>", "head".

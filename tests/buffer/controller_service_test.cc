@@ -16,6 +16,7 @@
 #include "group_message.h"
 #include "gtest/gtest.h"
 #include "service_fixture.h"
+#include "testing/scratch_dir.h"
 
 namespace flywheel::buffer {
 namespace {
@@ -377,8 +378,6 @@ std::string read_file(const fs::path& p) {
 class TlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) / ("flywheel_tls_" + std::to_string(getpid()));
-    fs::create_directories(dir_);
     const std::string d = dir_.string();
     const std::string script =
         "cd " + d +
@@ -396,9 +395,9 @@ class TlsTest : public ::testing::Test {
         "-out client.pem -days 1 >/dev/null 2>&1";
     ASSERT_EQ(std::system(script.c_str()), 0) << "openssl failed";
   }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string pem(const char* name) { return read_file(dir_ / name); }
-  fs::path dir_;
+  flywheel::testing::ScratchDir scratch_{"flywheel_tls"};
+  const fs::path& dir_ = scratch_.path();
 };
 
 TEST_F(TlsTest, ServerTlsAndMutualTls) {

@@ -7,8 +7,8 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "crc32c.h"
 #include "flywheel/buffer/weight_store.h"
+#include "flywheel/core/crc32c.h"
 #include "flywheel/v1/controller.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -27,9 +27,9 @@ std::string random_bytes(size_t n, uint32_t seed) {
 }
 
 // Three tensors (F32, BF16, F16) over 10,006 of `payload_bytes` >= 10,006 bytes.
-PublishedWeights small_weights(int64_t version, uint64_t bucket_bytes = 1000,
-                               size_t payload_bytes = 10007) {
-  PublishedWeights w;
+core::PublishedWeights small_weights(int64_t version, uint64_t bucket_bytes = 1000,
+                                     size_t payload_bytes = 10007) {
+  core::PublishedWeights w;
   w.version = version;
   w.bucket_bytes = bucket_bytes;
   w.tensors = {{"a", "F32", {10, 100}, 0, 4000},
@@ -40,8 +40,8 @@ PublishedWeights small_weights(int64_t version, uint64_t bucket_bytes = 1000,
 }
 
 // One F32 tensor over the whole payload.
-PublishedWeights flat_weights(int64_t version, size_t bytes, uint64_t bucket_bytes) {
-  PublishedWeights w;
+core::PublishedWeights flat_weights(int64_t version, size_t bytes, uint64_t bucket_bytes) {
+  core::PublishedWeights w;
   w.version = version;
   w.bucket_bytes = bucket_bytes;
   w.tensors = {{"flat", "F32", {static_cast<int64_t>(bytes / 4)}, 0, bytes / 4 * 4}};
@@ -71,17 +71,17 @@ struct WeightsFixture {
 };
 
 TEST(WeightCrcTest, MatchesTheTableCrcExtendsAndCombines) {
-  EXPECT_EQ(crc32c_extend(0, "123456789", 9), 0xE3069283u);
+  EXPECT_EQ(core::crc32c_extend(0, "123456789", 9), 0xE3069283u);
   const std::string bytes = random_bytes(100003, 1);
   for (size_t n : {0, 1, 7, 8, 9, 31, 32, 33, 1000, 100003}) {
-    EXPECT_EQ(crc32c_extend(0, bytes.data(), n), core::crc32c(bytes.data(), n)) << n;
+    EXPECT_EQ(core::crc32c_extend(0, bytes.data(), n), core::crc32c(bytes.data(), n)) << n;
   }
   for (size_t split : {0, 1, 13, 4096, 99999}) {
-    const uint32_t a = crc32c_extend(0, bytes.data(), split);
-    const uint32_t b = crc32c_extend(0, bytes.data() + split, bytes.size() - split);
+    const uint32_t a = core::crc32c_extend(0, bytes.data(), split);
+    const uint32_t b = core::crc32c_extend(0, bytes.data() + split, bytes.size() - split);
     const uint32_t whole = core::crc32c(bytes.data(), bytes.size());
-    EXPECT_EQ(crc32c_extend(a, bytes.data() + split, bytes.size() - split), whole) << split;
-    EXPECT_EQ(crc32c_combine(a, b, bytes.size() - split), whole) << split;
+    EXPECT_EQ(core::crc32c_extend(a, bytes.data() + split, bytes.size() - split), whole) << split;
+    EXPECT_EQ(core::crc32c_combine(a, b, bytes.size() - split), whole) << split;
   }
 }
 
@@ -103,30 +103,30 @@ TEST(WeightStoreTest, PublishComputesChecksumsAndKeepsTheNewestVersions) {
 
 TEST(WeightStoreTest, PublishRejectsBadManifestsNamingTheTensor) {
   WeightStore store;
-  auto rejected = [&](PublishedWeights w, const std::string& what) {
+  auto rejected = [&](core::PublishedWeights w, const std::string& what) {
     absl::Status s = store.publish(std::move(w));
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << what;
     EXPECT_THAT(std::string(s.message()), HasSubstr(what));
   };
-  PublishedWeights overlap = small_weights(1);
+  core::PublishedWeights overlap = small_weights(1);
   overlap.tensors[1].offset = 3996;
   rejected(overlap, "'b': offset 3996 overlaps");
-  PublishedWeights dtype = small_weights(1);
+  core::PublishedWeights dtype = small_weights(1);
   dtype.tensors[2].dtype = "F64";
   rejected(dtype, "'c': unknown dtype 'F64'");
-  PublishedWeights size = small_weights(1);
+  core::PublishedWeights size = small_weights(1);
   size.tensors[0].shape = {10, 99};
   rejected(size, "'a': size 4000 bytes != 3960");
-  PublishedWeights past = small_weights(1);
+  core::PublishedWeights past = small_weights(1);
   past.payload.resize(10005);
   rejected(past, "'c': bytes [10000, 10006) are past the payload");
-  PublishedWeights unnamed = small_weights(1);
+  core::PublishedWeights unnamed = small_weights(1);
   unnamed.tensors[0].name = "";
   rejected(unnamed, "tensor 0: no name");
-  PublishedWeights twice = small_weights(1);
+  core::PublishedWeights twice = small_weights(1);
   twice.tensors[2].name = "a";
   rejected(twice, "duplicate name");
-  PublishedWeights no_buckets = small_weights(1);
+  core::PublishedWeights no_buckets = small_weights(1);
   no_buckets.bucket_bytes = 0;
   rejected(no_buckets, "bucket_bytes");
   ASSERT_TRUE(store.publish(small_weights(5)).ok());
@@ -159,7 +159,7 @@ TEST(WeightSyncTest, FetchIsByteIdenticalAcrossBucketsAndNothingNewerIsNullopt) 
   auto fetched = client->fetch_weights(-1, 10);
   ASSERT_TRUE(fetched.ok()) << fetched.status();
   ASSERT_TRUE(fetched->has_value());
-  const PublishedWeights& w = **fetched;
+  const core::PublishedWeights& w = **fetched;
   const auto published = f.store.latest();
   EXPECT_EQ(w.version, 3);
   EXPECT_EQ(w.payload, published->payload);

@@ -2,7 +2,7 @@
 // deterministic serialization produces, and decode_group() must accept exactly what protobuf's
 // parser accepts and read the same values, including from randomly corrupted messages and from
 // input split into chunks at every boundary.
-#include "wire_codec.h"
+#include "flywheel/buffer/wire_codec.h"
 
 #include "group_message.h"
 

@@ -28,7 +28,7 @@ struct Reader {
 
 // clang-format off
 const Reader kReaders[] = {
-  {"rollout.num_workers", "src/cli/train_command.cc", "request.workers = c_.rollout.num_workers;"},
+  {"rollout.num_workers", "src/launcher/launcher.cc", "request.workers = c_.rollout.num_workers;"},
   {"rollout.group_size", "src/cli/controller_setup.cc", "o.limits.group_size = c.rollout.group_size;"},
   {"rollout.max_new_tokens", "src/rollout/engine_config.cc", "p.max_new_tokens = r.max_new_tokens;"},
   {"rollout.temperature", "src/rollout/engine_config.cc", "p.temperature = r.temperature;"},
@@ -83,12 +83,12 @@ const Reader kReaders[] = {
   {"trainer.adam_eps", "src/trainer/learner.cc", "o.adamw = {t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};"},
   {"trainer.grad_clip", "src/trainer/learner.cc", "o.grad_clip = t.grad_clip;"},
   {"trainer.critic_lr", "src/trainer/learner.cc", "o.critic_lr = t.critic_lr;"},
-  {"trainer.seed", "src/cli/learner_command.cc", "(*learner)->policy().init_random(static_cast<uint64_t>(c.trainer.seed));"},
-  {"trainer.param_dtype", "src/trainer/learner.cc", "model::parse_dtype(t.param_dtype);"},
-  {"trainer.reduce_dtype", "src/trainer/learner.cc", "model::parse_dtype(t.reduce_dtype);"},
-  {"trainer.reshard_after_forward", "src/trainer/learner.cc", "o.sharding.reshard_after_forward = t.reshard_after_forward;"},
+  {"trainer.seed", "src/cli/learner_command.cc", "sources.seed = static_cast<uint64_t>(c.trainer.seed);"},
+  {"trainer.param_dtype", "src/trainer/sharded_decoder.cc", "model::parse_dtype(t.param_dtype);"},
+  {"trainer.reduce_dtype", "src/trainer/sharded_decoder.cc", "model::parse_dtype(t.reduce_dtype);"},
+  {"trainer.reshard_after_forward", "src/trainer/sharded_decoder.cc", "o.reshard_after_forward = t.reshard_after_forward;"},
   {"trainer.max_consecutive_skips", "src/trainer/learner.cc", "o.max_consecutive_skips = t.max_consecutive_skips;"},
-  {"trainer.no_progress_timeout_s", "src/cli/learner_command.cc", "seconds_since(last_progress_at) > c.trainer.no_progress_timeout_s"},
+  {"trainer.no_progress_timeout_s", "src/cli/learner_command.cc", "o.no_progress_timeout_s = c.trainer.no_progress_timeout_s;"},
   {"buffer.max_staleness", "src/cli/controller_setup.cc", "o.max_staleness = c.buffer.max_staleness;"},
   {"buffer.stale_policy", "src/cli/controller_setup.cc", "o.requeue_stale = c.buffer.stale_policy == \"requeue\";"},
   {"buffer.sampling", "src/cli/controller_setup.cc", "o.freshest_first = c.buffer.sampling == \"freshest\";"},
@@ -98,7 +98,7 @@ const Reader kReaders[] = {
   {"buffer.lease_timeout_s", "src/cli/controller_setup.cc", "o.lease_timeout_s = c.buffer.lease_timeout_s;"},
   {"buffer.heartbeat_interval_s", "src/cli/controller_setup.cc", "so.heartbeat_interval_s = c.buffer.heartbeat_interval_s;"},
   {"buffer.missed_heartbeats", "src/cli/controller_setup.cc", "o.worker_timeout_s = c.buffer.heartbeat_interval_s * c.buffer.missed_heartbeats;"},
-  {"buffer.drain_timeout_s", "src/cli/learner_command.cc", "seconds_since(drain_start) < c.buffer.drain_timeout_s"},
+  {"buffer.drain_timeout_s", "src/cli/learner_command.cc", "from_controller->settle(c.buffer.drain_timeout_s)"},
   {"buffer.filter", "src/cli/controller_setup.cc", "c.buffer.filter, {});"},
   {"buffer.server.bind_address", "src/cli/controller_setup.cc", "so.bind_address = c.buffer.server.bind_address;"},
   {"buffer.server.auth_token_file", "src/cli/controller_setup.cc", "buffer::read_token(c.buffer.server.auth_token_file, c.buffer.server.auth_token_env);"},
@@ -110,13 +110,13 @@ const Reader kReaders[] = {
   {"buffer.server.transport_memory_bytes", "src/cli/controller_setup.cc", "so.transport_memory_bytes = c.buffer.server.transport_memory_bytes;"},
   {"buffer.server.rpc_deadline_s", "src/cli/controller_setup.cc", "o.deadline_s = config.buffer.server.rpc_deadline_s;", "ControllerServiceTest.APushHeldBackPastTheDeadlineIsPushedAgainNotFailed"},
   {"buffer.server.reconnect_timeout_s", "src/cli/controller_setup.cc", "o.reconnect_timeout_s = config.buffer.server.reconnect_timeout_s;", "integration.faults"},
-  {"cluster.num_learners", "src/cli/train_command.cc", "request.learners = c_.cluster.num_learners;"},
+  {"cluster.num_learners", "src/launcher/launcher.cc", "request.learners = c_.cluster.num_learners;"},
   {"cluster.controller_address", "src/cli/rollout_command.cc", "if (address.empty()) address = c.cluster.controller_address;", "integration.faults"},
   {"cluster.threads_per_process", "src/cli/learner_command.cc", "at::set_num_threads(static_cast<int>(c.cluster.threads_per_process));"},
   {"cluster.thread_split", "src/cli/model_args.cc", "(void)model::parse_thread_split(cluster.thread_split, &options.split);"},
-  {"cluster.backend", "src/cli/learner_command.cc", "c.cluster.backend == \"nccl\" || (c.cluster.backend == \"auto\" && c.model.device == \"cuda\");"},
-  {"cluster.collective_timeout_s", "src/cli/learner_command.cc", "{\"learners (nccl)\", c.cluster.collective_timeout_s});"},
-  {"cluster.max_worker_restarts", "src/cli/train_command.cc", ": restarts_[i] >= c_.cluster.max_worker_restarts) {"},
+  {"cluster.backend", "src/comm/mpmd.cc", "c.cluster.backend == \"nccl\" || (c.cluster.backend == \"auto\" && c.model.device == \"cuda\");"},
+  {"cluster.collective_timeout_s", "src/comm/mpmd.cc", "{\"learners (nccl)\", c.cluster.collective_timeout_s});"},
+  {"cluster.max_worker_restarts", "src/launcher/launcher.cc", ": restarts_[i] >= c_.cluster.max_worker_restarts) {"},
 };
 // clang-format on
 

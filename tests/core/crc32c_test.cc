@@ -1,4 +1,4 @@
-#include "crc32c.h"
+#include "flywheel/core/crc32c.h"
 
 #include <cstring>
 #include <string>

@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "console_sink.h"
-#include "crc32c.h"
 #include "flywheel/core/builtins.h"
+#include "flywheel/core/crc32c.h"
 #include "flywheel/core/plugin_registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest-spi.h"

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test_models.h"
+#include "testing/scratch_dir.h"
 
 namespace flywheel::model {
 namespace {
@@ -29,14 +30,6 @@ std::string read_all(const fs::path& p) {
 
 class HfCheckpointTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(::testing::TempDir()) /
-           (std::string("flywheel_hf_") + info->name() + "_" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   at::Tensor logits(const DecoderModel& m) {
     ForwardBatch b;
     b.tokens = at::tensor(std::vector<int64_t>{1, 5, 9, 33}).view({1, 4});
@@ -44,7 +37,8 @@ class HfCheckpointTest : public ::testing::Test {
     return m.logits(m.forward(b));
   }
 
-  fs::path dir_;
+  flywheel::testing::ScratchDir scratch_{"flywheel_hf"};
+  const fs::path& dir_ = scratch_.path();
 };
 
 TEST_F(HfCheckpointTest, SaveLoadSaveIsByteIdenticalAndLogitsMatch) {

@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/scratch_dir.h"
 
 namespace flywheel::model {
 namespace {
@@ -21,16 +22,7 @@ using ::testing::HasSubstr;
 
 class SafetensorsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(::testing::TempDir()) /
-           (std::string("flywheel_st_") + info->name() + "_" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string path(const std::string& name) const { return scratch_.sub(name); }
 
   // A file with the given header text and `data_bytes` bytes of data.
   std::string raw(const std::string& name, const std::string& header, size_t data_bytes,
@@ -50,7 +42,8 @@ class SafetensorsTest : public ::testing::Test {
     return opened.ok() ? "" : std::string(opened.status().message());
   }
 
-  fs::path dir_;
+  flywheel::testing::ScratchDir scratch_{"flywheel_st"};
+  const fs::path& dir_ = scratch_.path();
 };
 
 std::string read_all(const std::string& p) {

@@ -8,6 +8,7 @@
 #include "flywheel/model/chat_template.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/scratch_dir.h"
 
 namespace flywheel::model {
 namespace {
@@ -133,8 +134,8 @@ TEST(CharTokenizerTest, DefaultAlphabetRoundTripsAndMapsUnknownsToUnk) {
 }
 
 TEST(CharTokenizerTest, LoadsACustomAlphabet) {
-  fs::path dir = fs::path(::testing::TempDir()) / ("flywheel_char_" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  flywheel::testing::ScratchDir scratch("flywheel_char");
+  const fs::path& dir = scratch.path();
   std::ofstream(dir / "char_tokenizer.json")
       << R"({"type": "char", "special_tokens": ["<eos>"], "alphabet": "01+="})";
   auto t = load_tokenizer(dir.string());
@@ -142,7 +143,6 @@ TEST(CharTokenizerTest, LoadsACustomAlphabet) {
   EXPECT_THAT(*(*t)->encode("1+1=10<eos>"), ElementsAre(2, 3, 2, 4, 2, 1, 0));
   std::ofstream(dir / "char_tokenizer.json") << R"({"type": "char", "alphabet": "aa"})";
   EXPECT_FALSE(load_tokenizer(dir.string()).ok());
-  fs::remove_all(dir);
 }
 
 TEST(ChatTemplateTest, RendersChatmlAndLlama3) {
@@ -173,8 +173,8 @@ TEST(ChatTemplateTest, UnknownTemplatesAndRolesAreErrorsThatSayHowToChoose) {
       std::string(ChatTemplate::by_name("chatml")->render({{"tool", "x"}}).status().message()),
       HasSubstr("unsupported role 'tool'"));
   EXPECT_FALSE(ChatTemplate::by_name("chatml")->render({}).ok());
-  fs::path dir = fs::path(::testing::TempDir()) / ("flywheel_tmpl_" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  flywheel::testing::ScratchDir scratch("flywheel_tmpl");
+  const fs::path& dir = scratch.path();
   std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": "{{ messages }}"})";
   absl::Status unknown = ChatTemplate::detect(dir.string()).status();
   EXPECT_THAT(std::string(unknown.message()),
@@ -190,7 +190,6 @@ TEST(ChatTemplateTest, UnknownTemplatesAndRolesAreErrorsThatSayHowToChoose) {
   ASSERT_TRUE(qwen2.ok()) << qwen2.status();
   EXPECT_EQ(qwen2->default_system(), "You are a helpful assistant.");
   EXPECT_THAT(*qwen2->render({{"user", "x"}}), HasSubstr("system\nYou are a helpful assistant."));
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -81,15 +81,15 @@ class ControllerClient {
   // (NOT_FOUND), starts over with the then-newest version. A broken stream (UNAVAILABLE) resumes
   // where it broke. `timeout_s` bounds the whole transfer (DeadlineExceeded), never a hang.
   // The result's crc32c and bucket_crc32c are the verified checksums.
-  absl::StatusOr<std::optional<PublishedWeights>> fetch_weights(int64_t newer_than,
-                                                                double timeout_s);
+  absl::StatusOr<std::optional<core::PublishedWeights>> fetch_weights(int64_t newer_than,
+                                                                      double timeout_s);
   // fetch_weights() into `*weights`, reusing its payload's memory: true when it now holds the
   // newest version, false (and `*weights` unchanged) when nothing newer is published. On an
   // error `*weights` holds a partial transfer. Worth it for a worker that fetches every version:
   // first-touching a fresh 400 MB costs 25 ms of page faults on bare metal and over a second on
   // some VMs (this benchmark's, docs/controller.md "Weights").
   absl::StatusOr<bool> fetch_weights_into(int64_t newer_than, double timeout_s,
-                                          PublishedWeights* weights);
+                                          core::PublishedWeights* weights);
   // Tells the controller this worker applied `version`, whose payload hashes to `crc32c`:
   // DataLoss when that differs from the published crc32c, FailedPrecondition when the version
   // was never published.

@@ -126,6 +126,9 @@ struct ControllerCounters {
   std::vector<std::pair<std::string, int64_t>> entries() const;
 };
 
+// Seconds on the monotonic clock the controller's deadlines use (steady_clock).
+double monotonic_seconds();
+
 class ControllerCore {
  public:
   using Filter = std::function<bool(const std::vector<double>& rewards)>;

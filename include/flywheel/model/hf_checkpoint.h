@@ -87,4 +87,8 @@ absl::StatusOr<std::vector<std::string>> hf_side_files(const std::string& dir);
 absl::StatusOr<at::ScalarType> parse_dtype(const std::string& name);
 std::string dtype_name(at::ScalarType dtype);
 
+// The eos ids of `config` (config.json) and of `dir`'s generation_config.json (optional: an
+// unreadable one adds nothing), without repeats.
+std::vector<int64_t> generation_eos_ids(const ModelConfig& config, const std::string& dir);
+
 }  // namespace flywheel::model

@@ -67,4 +67,8 @@ absl::Status save_default_char_tokenizer(const std::string& dir);
 absl::StatusOr<std::unique_ptr<Tokenizer>> load_hf_tokenizer_json(absl::string_view json,
                                                                   const std::string& source);
 
+// The tokenizer of `dir` when it has one (tokenizer.json or char_tokenizer.json), else null:
+// no built-in fallback alphabet (`flywheel generate` then works on ids only).
+absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer_if_present(const std::string& dir);
+
 }  // namespace flywheel::model

@@ -37,6 +37,9 @@ struct SftOptions {
   double grad_clip = 1.0;
   int64_t max_consecutive_skips = 3;
   ShardingOptions sharding;
+
+  // The trainer: section's optimizer, schedule and sharding keys.
+  static absl::StatusOr<SftOptions> from_config(const core::TrainerOptions& trainer);
 };
 
 class SftTrainer {

@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "flywheel/comm/communicator.h"
+#include "flywheel/core/options/trainer_options.h"
 #include "flywheel/model/decoder.h"
 #include "flywheel/trainer/flat_unit.h"
 
@@ -37,6 +38,10 @@ struct ShardingOptions {
   bool value_head = false;  // a critic: "score.weight" [1, hidden] instead of lm_head.weight
   bool decay_all = false;   // weight decay also on norms, biases and the embedding
   at::Device device = at::kCPU;
+
+  // trainer.param_dtype, reduce_dtype and reshard_after_forward; InvalidArgument for a dtype
+  // name it does not know.
+  static absl::StatusOr<ShardingOptions> from_config(const core::TrainerOptions& trainer);
 };
 
 // One micro-batch: rows of packed sequences (see micro_batch.h).

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "flywheel/buffer/controller_core.h"
+#include "flywheel/core/crc32c.h"
 #include "flywheel/v1/controller.grpc.pb.h"
 #include "push_call.h"
 #include "transport_args.h"
@@ -208,17 +209,17 @@ absl::StatusOr<std::vector<v1::PushAck>> ControllerClient::push_groups(
   return ordered;
 }
 
-absl::StatusOr<std::optional<PublishedWeights>> ControllerClient::fetch_weights(int64_t newer_than,
-                                                                                double timeout_s) {
-  PublishedWeights weights;
+absl::StatusOr<std::optional<core::PublishedWeights>> ControllerClient::fetch_weights(
+    int64_t newer_than, double timeout_s) {
+  core::PublishedWeights weights;
   absl::StatusOr<bool> fetched = fetch_weights_into(newer_than, timeout_s, &weights);
   if (!fetched.ok()) return fetched.status();
   if (!*fetched) return std::nullopt;
-  return std::optional<PublishedWeights>(std::move(weights));
+  return std::optional<core::PublishedWeights>(std::move(weights));
 }
 
 absl::StatusOr<bool> ControllerClient::fetch_weights_into(int64_t newer_than, double timeout_s,
-                                                          PublishedWeights* out) {
+                                                          core::PublishedWeights* out) {
   const SystemClock::time_point deadline = after_seconds(timeout_s);
   const auto timed_out = [&] {
     return absl::DeadlineExceededError(
@@ -266,7 +267,7 @@ absl::StatusOr<bool> ControllerClient::fetch_weights_into(int64_t newer_than, do
     if (!s.ok()) return s;
     if (manifest.version() <= newer_than) return false;
 
-    PublishedWeights& weights = *out;
+    core::PublishedWeights& weights = *out;
     weights.version = manifest.version();
     weights.bucket_bytes = manifest.bucket_bytes();
     weights.tensors.clear();
@@ -277,7 +278,7 @@ absl::StatusOr<bool> ControllerClient::fetch_weights_into(int64_t newer_than, do
     }
     const uint64_t total = manifest.total_bytes();
     if (weights.bucket_bytes < 1) return absl::DataLossError("weights manifest: bucket_bytes 0");
-    if (absl::Status v = validate_tensors(weights.tensors, total); !v.ok()) {
+    if (absl::Status v = core::validate_tensors(weights.tensors, total); !v.ok()) {
       return absl::DataLossError(absl::StrCat("weights manifest: ", v.message()));
     }
     weights.payload.resize(total);  // in place when the capacity suffices: no page faults
@@ -321,7 +322,7 @@ absl::StatusOr<bool> ControllerClient::fetch_weights_into(int64_t newer_than, do
     uint32_t crc = 0;
     for (uint64_t i = 0; i < buckets; ++i) {
       const uint64_t at = i * weights.bucket_bytes;
-      crc = crc32c_combine(crc, transfer.crcs[i], std::min(weights.bucket_bytes, total - at));
+      crc = core::crc32c_combine(crc, transfer.crcs[i], std::min(weights.bucket_bytes, total - at));
     }
     if (crc != manifest.crc32c()) {
       return absl::DataLossError(absl::StrFormat(

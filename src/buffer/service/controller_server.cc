@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "flywheel/core/crc32c.h"
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/logging.h"
 #include "flywheel/v1/controller.grpc.pb.h"
@@ -50,14 +51,14 @@ void put_varint(uint64_t v, std::string* out) {
 }
 
 void release_weights(void* held) {
-  delete static_cast<std::shared_ptr<const PublishedWeights>*>(held);
+  delete static_cast<std::shared_ptr<const core::PublishedWeights>*>(held);
 }
 
 // One WeightsBucket holding payload bytes [at, at + size): a small slice with the other fields
 // (protobuf's wire format, data last) and the payload's bytes in place, not copied. The data
 // slice holds its own reference to the weights, so they outlive every write gRPC still has.
-grpc::ByteBuffer encode_bucket(const std::shared_ptr<const PublishedWeights>& weights, uint64_t at,
-                               uint64_t size, uint32_t crc) {
+grpc::ByteBuffer encode_bucket(const std::shared_ptr<const core::PublishedWeights>& weights,
+                               uint64_t at, uint64_t size, uint32_t crc) {
   std::string header;
   header.push_back(0x08);  // 1: version
   put_varint(static_cast<uint64_t>(weights->version), &header);
@@ -70,7 +71,7 @@ grpc::ByteBuffer encode_bucket(const std::shared_ptr<const PublishedWeights>& we
   grpc::Slice slices[2] = {
       grpc::Slice(header),
       grpc::Slice(const_cast<char*>(weights->payload.data() + at), size, &release_weights,
-                  new std::shared_ptr<const PublishedWeights>(weights))};
+                  new std::shared_ptr<const core::PublishedWeights>(weights))};
   return grpc::ByteBuffer(slices, size > 0 ? 2 : 1);
 }
 
@@ -78,7 +79,7 @@ grpc::ByteBuffer encode_bucket(const std::shared_ptr<const PublishedWeights>& we
 // control paces it). Holds the version, so a newer publication does not free it mid-stream.
 class WeightsWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  WeightsWriter(std::shared_ptr<const PublishedWeights> weights, uint64_t begin, uint64_t end,
+  WeightsWriter(std::shared_ptr<const core::PublishedWeights> weights, uint64_t begin, uint64_t end,
                 uint64_t bucket_bytes)
       : weights_(std::move(weights)), next_(begin), end_(end), bucket_bytes_(bucket_bytes) {
     write_next();
@@ -106,17 +107,17 @@ class WeightsWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   // The publication's checksum of this piece when it is one of its buckets; else computed.
   uint32_t bucket_crc(uint64_t at, uint64_t size) const {
-    const PublishedWeights& w = *weights_;
+    const core::PublishedWeights& w = *weights_;
     const uint64_t index = at / w.bucket_bytes;
     if (bucket_bytes_ == w.bucket_bytes && at % w.bucket_bytes == 0 &&
         index < w.bucket_crc32c.size() &&
         (size == w.bucket_bytes || at + size == w.payload.size())) {
       return w.bucket_crc32c[index];
     }
-    return crc32c_extend(0, w.payload.data() + at, size);
+    return core::crc32c_extend(0, w.payload.data() + at, size);
   }
 
-  const std::shared_ptr<const PublishedWeights> weights_;
+  const std::shared_ptr<const core::PublishedWeights> weights_;
   uint64_t next_;
   const uint64_t end_;
   const uint64_t bucket_bytes_;
@@ -125,9 +126,7 @@ class WeightsWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
 }  // namespace
 
-double ControllerServer::monotonic_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double ControllerServer::monotonic_seconds() { return buffer::monotonic_seconds(); }
 
 absl::StatusOr<std::string> read_token(const std::string& file, const std::string& env) {
   if (!file.empty()) {
@@ -269,11 +268,11 @@ class ControllerServer::Service final : public CallbackBase {
                                                const v1::WeightsRequest* req,
                                                v1::WeightsManifest* reply) override {
     grpc::Status s = authorize(ctx);
-    std::shared_ptr<const PublishedWeights> w;
+    std::shared_ptr<const core::PublishedWeights> w;
     if (s.ok()) s = find_weights(*req, &w);
     if (s.ok()) {
       reply->set_version(w->version);
-      for (const WeightTensor& t : w->tensors) {
+      for (const core::WeightTensor& t : w->tensors) {
         v1::TensorEntry* e = reply->add_tensors();
         e->set_name(t.name);
         e->set_dtype(t.dtype);
@@ -298,7 +297,7 @@ class ControllerServer::Service final : public CallbackBase {
         s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "malformed WeightsRequest");
       }
     }
-    std::shared_ptr<const PublishedWeights> w;
+    std::shared_ptr<const core::PublishedWeights> w;
     if (s.ok()) s = find_weights(req, &w);
     if (s.ok()) {
       const uint64_t total = w->payload.size();
@@ -358,7 +357,7 @@ class ControllerServer::Service final : public CallbackBase {
 
   // The latest when `latest` is set, else `version` if it is still held.
   grpc::Status find_weights(const v1::WeightsRequest& request,
-                            std::shared_ptr<const PublishedWeights>* out) const {
+                            std::shared_ptr<const core::PublishedWeights>* out) const {
     if (weights_ == nullptr) return no_weight_store();
     const int64_t version = request.version();
     if (request.latest()) {
@@ -376,7 +375,7 @@ class ControllerServer::Service final : public CallbackBase {
   }
 
   // The publication's bucket size, no larger than a message (or than the client's limit).
-  uint64_t bucket_bytes_for(const PublishedWeights& w, uint64_t client_max) const {
+  uint64_t bucket_bytes_for(const core::PublishedWeights& w, uint64_t client_max) const {
     uint64_t bucket = std::min(w.bucket_bytes, max_bucket_for(options_.max_message_bytes));
     if (client_max > 0) bucket = std::min(bucket, client_max);
     return std::max<uint64_t>(bucket, 1);

@@ -5,7 +5,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "wire_codec.h"
+#include "flywheel/buffer/wire_codec.h"
 
 namespace flywheel::buffer {
 namespace {

@@ -4,9 +4,9 @@
 
 #include <utility>
 
+#include "flywheel/buffer/wire_codec.h"
 #include "flywheel/core/utf8.h"
 #include "flywheel/v1/controller.pb.h"
-#include "wire_codec.h"
 
 namespace flywheel::buffer {
 namespace {

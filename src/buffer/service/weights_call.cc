@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "flywheel/buffer/weight_store.h"
+#include "flywheel/core/crc32c.h"
 
 namespace flywheel::buffer {
 namespace {
@@ -134,7 +135,7 @@ class WeightsCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc:
         for (size_t done = 0; done < use; done += kChunkBytes) {
           const size_t piece = std::min(kChunkBytes, use - done);
           std::memcpy(out + done, static_cast<const char*>(data) + done, piece);
-          crc = crc32c_extend(crc, out + done, piece);
+          crc = core::crc32c_extend(crc, out + done, piece);
         }
         out += use;
         left -= use;
@@ -145,7 +146,7 @@ class WeightsCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc:
     char* bytes = transfer_->payload->data() + offset;
     if (transfer_->corrupt != nullptr && *transfer_->corrupt) {
       (*transfer_->corrupt)(offset, bytes, size);
-      crc = crc32c_extend(0, bytes, size);
+      crc = core::crc32c_extend(0, bytes, size);
     }
     const uint64_t index = offset / transfer_->bucket_bytes;
     transfer_->crcs[index] = crc;

@@ -23,4 +23,8 @@ void bind_options(FieldBinder& b, WeightSyncOptions& o) {
               .greater_than(0));
 }
 
+std::string weight_transport(const WeightSyncOptions& o) {
+  return o.transport == "auto" ? "grpc" : o.transport;
+}
+
 }  // namespace flywheel::core

@@ -21,6 +21,7 @@
 #include "flywheel/model/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/scratch_dir.h"
 
 namespace flywheel::rewards {
 namespace {
@@ -108,21 +109,7 @@ std::string architecture_of(const std::string& family) {
   return "LlamaForSequenceClassification";
 }
 
-class TempDir {
- public:
-  TempDir() {
-    path_ =
-        fs::temp_directory_path() / absl::StrCat("flywheel_rm_test_", getpid(), "_", counter_++);
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string sub(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using TempDir = flywheel::testing::ScratchDir;
 
 // qwen2 and qwen3 get the byte-level BPE (pad <|endoftext|> = 256); llama the character
 // tokenizer (pad <pad> = 0).

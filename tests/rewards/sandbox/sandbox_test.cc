@@ -4,16 +4,11 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -246,61 +241,6 @@ TEST(SandboxTest, UsesNamespacesHere) {
   EXPECT_THAT(sandbox->isolation(), HasSubstr("+net"));
   SandboxResult r = run_python(*sandbox, "import os\nprint(os.getpid(), os.getppid())\n");
   EXPECT_EQ(r.stdout_data, "2 1\n");  // pid 2 under the sandbox's init
-}
-
-// Latency of a trivial program through the sandbox beside a bare interpreter start, in one run.
-// Measured, not asserted (a loaded CI machine would flake); reward_bench reports the same.
-TEST(SandboxLatency, ReportsTrivialProgramLatencyBesideBarePythonStart) {
-  auto sandbox = make_sandbox();
-  ASSERT_NE(sandbox, nullptr);
-  constexpr int kRuns = 50;
-  std::vector<double> bare, sandboxed;
-  for (int i = 0; i < kRuns; ++i) {
-    auto start = std::chrono::steady_clock::now();
-    pid_t pid = 0;
-    const char* argv[] = {kPython, "-c", "pass", nullptr};
-    ASSERT_EQ(posix_spawn(&pid, kPython, nullptr, nullptr, const_cast<char**>(argv), environ), 0);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    bare.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    SandboxRequest request;
-    request.argv = {kPython, "-c", "print(1)"};
-    start = std::chrono::steady_clock::now();
-    absl::StatusOr<SandboxResult> r = sandbox->run(request);
-    sandboxed.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    ASSERT_TRUE(r.ok() && r->stdout_data == "1\n");
-  }
-  auto percentile = [](std::vector<double> v, double p) {
-    std::sort(v.begin(), v.end());
-    return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5)] * 1e3;
-  };
-  std::vector<double> bare_true, sandboxed_true;
-  for (int i = 0; i < kRuns; ++i) {
-    auto start = std::chrono::steady_clock::now();
-    pid_t pid = 0;
-    const char* argv[] = {"/bin/true", nullptr};
-    ASSERT_EQ(posix_spawn(&pid, "/bin/true", nullptr, nullptr, const_cast<char**>(argv), environ),
-              0);
-    waitpid(pid, nullptr, 0);
-    bare_true.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    SandboxRequest request;
-    request.argv = {"/bin/true"};
-    start = std::chrono::steady_clock::now();
-    ASSERT_TRUE(sandbox->run(request).ok());
-    sandboxed_true.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::printf("[latency] /bin/true: bare p50 %.2f ms, sandbox p50 %.2f ms p99 %.2f ms\n",
-              percentile(bare_true, 0.5), percentile(sandboxed_true, 0.5),
-              percentile(sandboxed_true, 0.99));
-  std::printf(
-      "[latency] bare python3 -c pass: p50 %.2f ms p99 %.2f ms; sandbox print(1): "
-      "p50 %.2f ms p99 %.2f ms; ratio p50 %.2fx (%s)\n",
-      percentile(bare, 0.5), percentile(bare, 0.99), percentile(sandboxed, 0.5),
-      percentile(sandboxed, 0.99), percentile(sandboxed, 0.5) / percentile(bare, 0.5),
-      sandbox->isolation().c_str());
 }
 
 }  // namespace

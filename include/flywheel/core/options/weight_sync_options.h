@@ -17,4 +17,7 @@ struct WeightSyncOptions {
 
 void bind_options(FieldBinder& b, WeightSyncOptions& o);
 
+// How weights travel: "grpc", "mpi" or "nccl" (transport, with auto resolved to grpc).
+std::string weight_transport(const WeightSyncOptions& o);
+
 }  // namespace flywheel::core

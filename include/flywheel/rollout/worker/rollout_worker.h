@@ -1,0 +1,158 @@
+// The rollout worker loop (`flywheel rollout`, library flywheel_rollout_worker): acquires prompt
+// leases from the controller, generates each prompt's group with the engine, scores the groups in
+// the reward pool while the engine keeps generating, and pushes them (behaviour log-probs and
+// per-token versions included) from a pusher thread; a fetcher thread polls its WeightSource (the
+// controller over gRPC, or learner rank 0's weight channel) for newer weights, which the loop hands
+// to the engine (applied between decode steps, or once drained, per rollout.weight_update) and
+// acknowledges with the checksum of what the engine then holds.
+//
+// With greedy_baseline, each lease also gets one greedy request (temperature 0, n 1) whose reward
+// becomes the group's baseline_reward; the group is scored when both requests are done.
+//
+// Versions: before generating for a lease granted at version g the worker holds weights of at
+// least g (the controller grants at versions whose weights are published). The controller's
+// grant rule then bounds a group's staleness by max_staleness when it is trained.
+//
+// Controller restarts: when the controller answers with another incarnation (the learner job
+// restarted from a checkpoint), the worker drops its work in flight (those leases are gone),
+// forgets the weights' version (the restarted controller publishes older ones), registers
+// again and goes on. Training over: once the controller says so (an AcquireWork DONE, or a
+// heartbeat while busy), the worker gives its leases back, pushes what is scored, and returns
+// OK, also when the controller is gone by then.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "flywheel/buffer/controller_client.h"
+#include "flywheel/rewards/scoring_pool.h"
+#include "flywheel/rollout/engine.h"
+#include "flywheel/rollout/worker/prompt_encoder.h"
+#include "flywheel/rollout/worker/weight_source.h"
+
+namespace flywheel::rollout {
+
+struct RolloutWorkerOptions {
+  std::string worker_id;
+  int64_t group_size = 8;
+  int64_t max_slots = 32;         // the engine's
+  SamplingParams sampling;        // stop ids and the base seed included
+  double weight_timeout_s = 300;  // waiting for (or transferring) weights
+  double poll_interval_s = 0.05;  // weight manifest polls
+  bool verify_weights = true;     // acknowledge applied weights with their checksum
+  double drain_timeout_s = 15;    // at exit: waiting for groups being scored and pushed
+  // One extra greedy response per prompt, scored and sent as the group's baseline_reward (the
+  // estimator needs it: remax); it is not part of the group.
+  bool greedy_baseline = false;
+};
+
+struct RolloutWorkerStats {
+  int64_t groups_pushed = 0, groups_accepted = 0, groups_rejected = 0;
+  int64_t leases_released = 0;
+  int64_t weight_updates = 0;
+  int64_t controller_restarts = 0;  // new incarnations seen
+  int64_t groups_dropped = 0;       // scored for a controller that restarted since
+  double weight_stage_s = 0;        // the loop's time staging updates (copies into the engine)
+  int64_t generated_tokens = 0;
+};
+
+// What a worker works with. Nothing is owned; everything must outlive run().
+struct RolloutWorkerParts {
+  buffer::ControllerClient* client = nullptr;
+  WeightSource* weights = nullptr;  // polled by the worker's fetcher thread
+  GenerationEngine* engine = nullptr;
+  const PromptEncoder* encoder = nullptr;
+  const model::Tokenizer* tokenizer = nullptr;  // decodes the completions rewards see
+  rewards::ScoringPool* pool = nullptr;
+};
+
+// Asked between steps of the loop (and while waiting for weights): true ends run() with OK.
+using StopRequested = std::function<bool()>;
+
+class RolloutWorker {
+ public:
+  RolloutWorker(const RolloutWorkerOptions& options, const RolloutWorkerParts& parts);
+  ~RolloutWorker();
+
+  // Until the controller says every prompt is done (OK), a stop request (OK), or an error
+  // (the controller unreachable, weights that never arrive or do not apply).
+  absl::Status run(const StopRequested& stop);
+  RolloutWorkerStats stats() const;
+
+ private:
+  struct Pending;  // a lease waiting for the engine
+  struct Active;   // a lease the engine works on, by request id
+
+  absl::Status loop();
+  // After a controller restart: every request and group in flight dropped, the weights'
+  // version forgotten.
+  absl::Status reset_for_restart();
+  // Aborts generation and gives every lease back (the prompts are re-issued).
+  void give_back_leases();
+  absl::Status acquire(bool* done);
+  absl::Status submit_ready();
+  // Hands the newest fetched weights to the engine. When it holds less than `min_version`,
+  // waits for them (up to weight_timeout_s, DeadlineExceeded); Aborted "controller restarted"
+  // when a heartbeat finds another incarnation meanwhile.
+  absl::Status apply_weights(int64_t min_version);
+  void maybe_acknowledge();
+  void collect_finished();
+  void fetch_loop();
+  void push_loop();
+
+  RolloutWorkerOptions options_;
+  buffer::ControllerClient* client_;
+  WeightSource* weights_;
+  GenerationEngine* engine_;
+  const PromptEncoder* encoder_;
+  const model::Tokenizer* tokenizer_;
+  rewards::ScoringPool* pool_;
+
+  std::deque<std::unique_ptr<Pending>> pending_;
+  std::map<std::string, std::unique_ptr<Active>> active_;
+  int64_t acked_version_ = -1;
+  std::vector<core::WeightTensor> applied_manifest_;
+  int64_t applied_version_ = -1;  // staged into the engine
+  StopRequested stop_;
+  // High 32 bits of the current controller's lease ids (its incarnation); groups of other
+  // leases are not pushed. kNoLeases while registering again.
+  static constexpr uint64_t kNoLeases = ~uint64_t{0};
+  std::atomic<uint64_t> lease_tag_{kNoLeases};
+
+  // Fetcher thread.
+  mutable std::mutex fetch_mu_;
+  std::condition_variable fetch_cv_;
+  std::shared_ptr<core::PublishedWeights> fetched_;  // newest, not yet taken
+  std::shared_ptr<core::PublishedWeights> spare_;    // applied; its memory is reused
+  int64_t fetched_version_ = -1;
+  int64_t fetch_rounds_ = 0;     // completed polls
+  bool forget_fetched_ = false;  // the fetcher forgets the version it knows (restart)
+  absl::Status fetch_error_;
+  std::thread fetcher_;
+
+  // Pusher thread.
+  mutable std::mutex push_mu_;
+  std::condition_variable push_cv_;
+  std::deque<buffer::TrajectoryGroup> to_push_;
+  int64_t pushing_ = 0;  // groups taken by the pusher, not yet acknowledged
+  absl::Status push_error_;
+  std::thread pusher_;
+
+  std::atomic<bool> weights_finished_{false};  // the fetcher's weights_->finished()
+  std::atomic<int64_t> scoring_{0};            // groups in the scoring pool
+  std::atomic<bool> stopping_{false};
+  mutable std::mutex stats_mu_;
+  RolloutWorkerStats stats_;
+};
+
+}  // namespace flywheel::rollout

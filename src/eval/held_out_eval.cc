@@ -1,0 +1,278 @@
+#include "flywheel/eval/held_out_eval.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <map>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "flywheel/rewards/composite_reward.h"
+
+namespace flywheel::eval {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// What one engine request of the evaluation is for.
+struct Request {
+  const trainer::SftRecord* record = nullptr;
+  bool sampled = false;
+};
+
+// One finished completion, before and after judging.
+struct Completion {
+  const trainer::SftRecord* record = nullptr;
+  bool sampled = false;
+  std::string text;
+  bool decoded = false;
+  std::vector<int32_t> ids;
+  bool truncated = false;
+  double reward = kNaN;
+  bool correct = false;
+};
+
+}  // namespace
+
+absl::StatusOr<trainer::SftData> load_eval_data(const core::Config& config,
+                                                const model::TokenizerSetup& tokenizers,
+                                                int64_t vocab_size, const std::string& path) {
+  trainer::SftDataOptions o = trainer::SftDataOptions::from_config(config, vocab_size);
+  o.require_response = false;
+  o.keep_records = true;
+  const model::ChatTemplate* chat = tokenizers.chat_template ? &*tokenizers.chat_template : nullptr;
+  absl::StatusOr<trainer::SftData> data =
+      trainer::load_sft_data(path, o, *tokenizers.tokenizer, chat);
+  if (!data.ok()) return data.status();
+  if (config.eval.max_prompts > 0 &&
+      static_cast<int64_t>(data->records.size()) > config.eval.max_prompts) {
+    data->records.resize(config.eval.max_prompts);
+  }
+  return data;
+}
+
+absl::StatusOr<std::unique_ptr<rewards::ScoringPool>> make_eval_scorer(
+    const core::Config& config, core::PluginRegistry& registry, const std::string& config_dir) {
+  const core::Config& c = config;
+  const bool use_rewards =
+      c.eval.judge == "rewards" || (c.eval.judge == "auto" && !c.rewards.functions.empty());
+  if (!use_rewards) return std::unique_ptr<rewards::ScoringPool>();
+  if (c.rewards.functions.empty()) {
+    return absl::InvalidArgumentError("eval.judge is rewards but rewards.functions is empty");
+  }
+  auto composite =
+      rewards::CompositeReward::create(c.rewards, registry, c.rollout.max_new_tokens, config_dir);
+  if (!composite.ok()) return composite.status();
+  return rewards::ScoringPool::create(*composite,
+                                      rewards::ScoringPoolOptions::from_config(c.rewards));
+}
+
+HeldOutEvalOptions eval_options_from_config(const core::Config& config,
+                                            const model::ModelConfig& model_config,
+                                            rewards::ScoringPool* scorer) {
+  HeldOutEvalOptions o;
+  o.max_new_tokens =
+      config.eval.max_new_tokens > 0 ? config.eval.max_new_tokens : config.rollout.max_new_tokens;
+  o.stop_ids = model_config.eos_token_ids;
+  o.samples = config.eval.samples;
+  o.temperature = config.eval.temperature;
+  o.top_p = config.eval.top_p;
+  o.seed = static_cast<uint64_t>(config.eval.seed);
+  o.scorer = scorer;
+  o.correct_reward = config.eval.correct_reward;
+  return o;
+}
+
+void log_eval_result(const HeldOutEvalResult& result,
+                     const std::function<void(const std::string&, double)>& log) {
+  log("eval/accuracy", result.accuracy);
+  log("eval/mean_length", result.mean_length);
+  if (!std::isnan(result.mean_reward)) log("eval/reward/mean", result.mean_reward);
+  if (result.k > 0) {
+    log(absl::StrCat("eval/pass@", result.k), result.pass_at_k);
+    log(absl::StrCat("eval/mean@", result.k), result.mean_at_k);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<HeldOutEvaluator>> HeldOutEvaluator::create(
+    const model::ModelConfig& config, const model::Tokenizer* tokenizer,
+    const HeldOutEvalOptions& options, const std::vector<trainer::SftRecord>& records) {
+  absl::StatusOr<std::unique_ptr<model::DecoderModel>> replica =
+      model::DecoderModel::create(config, {});
+  if (!replica.ok()) return replica.status();
+  std::unique_ptr<HeldOutEvaluator> evaluator(new HeldOutEvaluator());
+  evaluator->replica_ = std::move(*replica);
+  evaluator->tokenizer_ = tokenizer;
+  evaluator->options_ = options;
+  int64_t longest = 1;
+  for (const trainer::SftRecord& r : records) {
+    if (!evaluator->judged(r)) continue;
+    if (options.scorer != nullptr && r.record == nullptr) {
+      return absl::InvalidArgumentError(
+          "the rewards judge needs the records' JSON (load them with load_eval_data)");
+    }
+    longest = std::max<int64_t>(longest, r.example.prompt.size());
+  }
+  rollout::EngineOptions engine_options;
+  engine_options.max_slots = std::max(options.max_slots, options.samples);
+  engine_options.max_seq_len = std::max<int64_t>(
+      2, std::min(config.max_position_embeddings, longest + options.max_new_tokens + 1));
+  auto engine = rollout::GenerationEngine::create(evaluator->replica_, engine_options);
+  if (!engine.ok()) return engine.status();
+  evaluator->engine_ = std::move(*engine);
+  return evaluator;
+}
+
+absl::StatusOr<HeldOutEvalResult> HeldOutEvaluator::evaluate(
+    trainer::ShardedDecoder& model, const std::vector<trainer::SftRecord>& records,
+    comm::Communicator& comm) {
+  std::map<std::string, at::Tensor> params;
+  for (const auto& [name, p] : replica_->named_parameters()) params[name] = p;
+  model.for_each_full_bucket(64 << 20, at::kFloat,
+                             [&](const std::vector<std::pair<std::string, at::Tensor>>& bucket) {
+                               at::NoGradGuard no_grad;
+                               for (const auto& [name, t] : bucket) params.at(name).copy_(t);
+                             });
+  return evaluate_loaded(records, comm);
+}
+
+absl::Status HeldOutEvaluator::load(const model::DecoderModel::TensorLookup& lookup) {
+  return replica_->load(lookup);
+}
+
+absl::StatusOr<HeldOutEvalResult> HeldOutEvaluator::evaluate_loaded(
+    const std::vector<trainer::SftRecord>& records, comm::Communicator& comm) {
+  const int64_t k = options_.samples;
+  std::map<std::string, Request> requests;
+  int64_t judged_here = 0;
+  int64_t index = 0;
+  for (const trainer::SftRecord& r : records) {
+    if (!judged(r)) continue;
+    const int64_t i = index++;
+    if (i % comm.size() != comm.rank()) continue;
+    ++judged_here;
+    rollout::GenerationRequest greedy;
+    greedy.id = absl::StrCat("g", i);
+    greedy.prompt_ids.assign(r.example.prompt.begin(), r.example.prompt.end());
+    greedy.sampling.temperature = 0;
+    greedy.sampling.max_new_tokens = options_.max_new_tokens;
+    greedy.sampling.stop_token_ids = options_.stop_ids;
+    rollout::GenerationRequest sampled = greedy;
+    // A refused record (say a prompt longer than the model's context) counts as wrong: ranks
+    // must not leave the collective below.
+    if (!engine_->submit(std::move(greedy)).ok()) continue;
+    requests[absl::StrCat("g", i)] = {&r, false};
+    if (k == 0) continue;
+    sampled.id = absl::StrCat("s", i);
+    sampled.n = k;
+    sampled.sampling.temperature = options_.temperature;
+    sampled.sampling.top_p = options_.top_p;
+    sampled.sampling.seed = options_.seed * 1000003u + static_cast<uint64_t>(i);
+    if (engine_->submit(std::move(sampled)).ok()) requests[absl::StrCat("s", i)] = {&r, true};
+  }
+
+  std::vector<Completion> done;
+  std::map<std::string, std::pair<size_t, size_t>> spans;  // request id -> [first, end) in done
+  double greedy_tokens = 0;
+  for (rollout::GroupResult& result : engine_->run_until_idle()) {
+    const Request& request = requests.at(result.request_id);
+    const size_t first = done.size();
+    for (const rollout::Sample& sample : result.samples) {
+      Completion c;
+      c.record = request.record;
+      c.sampled = request.sampled;
+      if (!request.sampled) greedy_tokens += static_cast<double>(sample.token_ids.size());
+      std::vector<int64_t> ids = sample.token_ids;
+      if (!ids.empty() && sample.finish_reason == rollout::FinishReason::kStop) ids.pop_back();
+      absl::StatusOr<std::string> text = tokenizer_->decode(ids);
+      c.decoded = text.ok();
+      if (text.ok()) c.text = std::move(*text);
+      c.ids.assign(sample.token_ids.begin(), sample.token_ids.end());
+      c.truncated = sample.finish_reason == rollout::FinishReason::kLength;
+      done.push_back(std::move(c));
+    }
+    spans[result.request_id] = {first, done.size()};
+  }
+
+  if (options_.scorer != nullptr) {
+    std::vector<rewards::OwnedSample> samples;
+    for (const Completion& c : done) {
+      rewards::OwnedSample s;
+      s.record = c.record->record;
+      s.record_name = c.record->where;
+      s.prompt = c.record->prompt_text;
+      s.completion = c.text;
+      s.completion_ids = c.ids;
+      s.truncated = c.truncated;
+      samples.push_back(std::move(s));
+    }
+    std::vector<rewards::ScoredSample> scored = options_.scorer->score(std::move(samples));
+    for (size_t i = 0; i < done.size(); ++i) {
+      done[i].reward = scored.at(i).reward;
+      done[i].correct = done[i].decoded && done[i].reward >= options_.correct_reward;
+    }
+  } else {
+    for (Completion& c : done) {
+      c.correct = c.decoded && absl::StripAsciiWhitespace(c.text) ==
+                                   absl::StripAsciiWhitespace(c.record->answer);
+    }
+  }
+
+  // Sums over this rank's records: greedy correct, records, greedy tokens, greedy completions,
+  // greedy reward, correct samples, records with a correct sample.
+  double sums[7] = {0, static_cast<double>(judged_here), greedy_tokens, 0, 0, 0, 0};
+  for (const auto& [id, span] : spans) {
+    const bool sampled = requests.at(id).sampled;
+    int64_t correct = 0;
+    for (size_t i = span.first; i < span.second; ++i) correct += done[i].correct ? 1 : 0;
+    if (sampled) {
+      sums[5] += static_cast<double>(correct);
+      sums[6] += correct > 0 ? 1 : 0;
+    } else {
+      sums[0] += static_cast<double>(correct);
+      sums[3] += 1;
+      if (options_.scorer != nullptr && span.second > span.first) {
+        sums[4] += done[span.first].reward;
+      }
+    }
+  }
+  at::Tensor counts = at::tensor(std::vector<double>(sums, sums + 7), at::kDouble);
+  comm.all_reduce_host(counts, comm::ReduceOp::kSum);
+  auto at_ = [&](int64_t i) { return counts[i].item<double>(); };
+  HeldOutEvalResult out;
+  const double total = at_(1);
+  out.records = static_cast<int64_t>(total);
+  out.accuracy = total > 0 ? at_(0) / total : kNaN;
+  out.mean_reward = options_.scorer != nullptr && at_(3) > 0 ? at_(4) / at_(3) : kNaN;
+  out.mean_length = at_(3) > 0 ? at_(2) / at_(3) : 0.0;
+  out.k = k;
+  out.pass_at_k = k > 0 && total > 0 ? at_(6) / total : kNaN;
+  out.mean_at_k = k > 0 && total > 0 ? at_(5) / (total * static_cast<double>(k)) : kNaN;
+  return out;
+}
+
+absl::Status HeldOutEvaluation::set_up(const core::Config& config, core::PluginRegistry& registry,
+                                       const std::string& config_dir,
+                                       const model::ModelConfig& model_config,
+                                       const model::TokenizerSetup& tokenizers,
+                                       const std::string& path) {
+  const core::Config& c = config;
+  absl::StatusOr<trainer::SftData> loaded =
+      load_eval_data(c, tokenizers, model_config.vocab_size, path);
+  if (!loaded.ok()) return loaded.status();
+  data = std::move(*loaded);
+  auto made = make_eval_scorer(c, registry, config_dir);
+  if (!made.ok()) return made.status();
+  scorer = std::move(*made);
+  auto created = HeldOutEvaluator::create(model_config, tokenizers.tokenizer.get(),
+                                          eval_options_from_config(c, model_config, scorer.get()),
+                                          data.records);
+  if (!created.ok()) return created.status();
+  evaluator = std::move(*created);
+  return absl::OkStatus();
+}
+
+}  // namespace flywheel::eval

@@ -1,0 +1,554 @@
+#include "flywheel/rollout/worker/rollout_worker.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "flywheel/buffer/controller_core.h"
+#include "flywheel/core/logging.h"
+#include "flywheel/core/status_macros.h"
+
+namespace flywheel::rollout {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::vector<int32_t> to_int32(const std::vector<int64_t>& v) {
+  return std::vector<int32_t>(v.begin(), v.end());
+}
+
+constexpr char kBaselineSuffix[] = "/greedy";  // request id of a lease's greedy baseline
+
+}  // namespace
+
+struct RolloutWorker::Pending {
+  v1::PromptLease lease;
+  EncodedPrompt prompt;
+  int64_t grant_version = 0;
+};
+
+struct RolloutWorker::Active {
+  v1::PromptLease lease;
+  EncodedPrompt prompt;
+  std::unique_ptr<GroupResult> group, baseline;  // finished requests
+};
+
+RolloutWorker::RolloutWorker(const RolloutWorkerOptions& options, const RolloutWorkerParts& parts)
+    : options_(options),
+      client_(parts.client),
+      weights_(parts.weights),
+      engine_(parts.engine),
+      encoder_(parts.encoder),
+      tokenizer_(parts.tokenizer),
+      pool_(parts.pool) {}
+
+RolloutWorker::~RolloutWorker() {
+  stopping_.store(true);
+  fetch_cv_.notify_all();
+  push_cv_.notify_all();
+  if (fetcher_.joinable()) fetcher_.join();
+  if (pusher_.joinable()) pusher_.join();
+}
+
+RolloutWorkerStats RolloutWorker::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+void RolloutWorker::fetch_loop() {
+  int64_t known = -1;
+  while (!stopping_.load()) {
+    // Into the buffer of an update already applied, when there is one: a fresh payload of a
+    // large model costs seconds of page faults.
+    std::shared_ptr<core::PublishedWeights> into;
+    {
+      std::lock_guard<std::mutex> lock(fetch_mu_);
+      into = spare_ ? std::move(spare_) : std::make_shared<core::PublishedWeights>();
+      if (forget_fetched_) known = -1;
+      forget_fetched_ = false;
+    }
+    absl::StatusOr<bool> got = weights_->fetch_into(known, options_.weight_timeout_s, into.get());
+    {
+      std::lock_guard<std::mutex> lock(fetch_mu_);
+      if (forget_fetched_) {
+        // A restart began during this fetch: what it got may be of the old controller.
+        if (!spare_) spare_ = std::move(into);
+      } else if (got.ok() && *got) {
+        known = into->version;
+        fetched_ = std::move(into);
+        fetched_version_ = known;
+      } else if (!spare_) {
+        spare_ = std::move(into);
+      }
+      if (!got.ok()) fetch_error_ = got.status();
+      ++fetch_rounds_;
+    }
+    weights_finished_.store(weights_->finished());
+    fetch_cv_.notify_all();
+    std::unique_lock<std::mutex> lock(fetch_mu_);
+    fetch_cv_.wait_for(lock, std::chrono::duration<double>(options_.poll_interval_s),
+                       [this] { return stopping_.load(); });
+  }
+}
+
+absl::Status RolloutWorker::apply_weights(int64_t min_version) {
+  std::shared_ptr<core::PublishedWeights> weights;
+  {
+    std::unique_lock<std::mutex> lock(fetch_mu_);
+    if (min_version > applied_version_ && fetched_version_ < min_version) {
+      // The controller grants at versions it has published: wait until they arrive (or the
+      // controller turns out to be another start, which publishes other versions).
+      const auto deadline =
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(options_.weight_timeout_s));
+      const bool ready = fetch_cv_.wait_until(lock, deadline, [&] {
+        return fetched_version_ >= min_version || client_->controller_restarted() ||
+               stopping_.load() || (stop_ && stop_());
+      });
+      if (client_->controller_restarted()) {
+        return absl::AbortedError(absl::StrCat(buffer::kControllerRestarted,
+                                               " while waiting for weights v", min_version));
+      }
+      if (!ready) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "no weights of version ", min_version, " after ", options_.weight_timeout_s,
+            " s (weight_sync.timeout_s)",
+            fetch_error_.ok() ? "" : absl::StrCat("; last error: ", fetch_error_.message())));
+      }
+    }
+    weights = std::move(fetched_);
+    fetched_.reset();
+  }
+  if (!weights || weights->version <= applied_version_) return absl::OkStatus();
+  const auto start = Clock::now();
+  absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> tensors =
+      payload_tensors(*weights);
+  if (!tensors.ok()) return tensors.status();
+  absl::Status s = engine_->update_weights(*tensors, weights->version);
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("weights v", weights->version, ": ", s.message()));
+  }
+  applied_version_ = weights->version;
+  applied_manifest_ = weights->tensors;
+  {
+    std::lock_guard<std::mutex> lock(fetch_mu_);
+    spare_ = std::move(weights);  // staged (copied): the fetcher may reuse its memory
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.weight_updates;
+  stats_.weight_stage_s += seconds_since(start);
+  return absl::OkStatus();
+}
+
+void RolloutWorker::maybe_acknowledge() {
+  const int64_t version = engine_->version();
+  if (version <= acked_version_ || version != applied_version_) return;
+  acked_version_ = version;
+  uint32_t crc = 0;
+  if (options_.verify_weights) {
+    absl::StatusOr<uint32_t> computed = parameters_crc32c(engine_->model(), applied_manifest_);
+    if (!computed.ok()) {
+      FLYWHEEL_LOG_WARN("cannot checksum weights v%d: %s", version, computed.status().message());
+      return;
+    }
+    crc = *computed;
+  }
+  absl::Status s = client_->ack_weights(version, crc);
+  if (!s.ok()) FLYWHEEL_LOG_WARN("weights v%d not acknowledged: %s", version, s.message());
+}
+
+absl::Status RolloutWorker::acquire(bool* done) {
+  // Groups the engine can start now, less what is already waiting for it.
+  // A greedy baseline takes one more slot; an engine of exactly group_size slots queues it.
+  const int64_t per_group =
+      std::min(options_.max_slots, options_.group_size + (options_.greedy_baseline ? 1 : 0));
+  const int64_t free_slots = options_.max_slots - engine_->active_sequences() -
+                             engine_->queued_requests() * options_.group_size;
+  const int64_t wanted = free_slots / per_group - static_cast<int64_t>(pending_.size());
+  if (wanted < 1) return absl::OkStatus();
+  absl::StatusOr<v1::AcquireWorkReply> reply = client_->acquire_work(wanted);
+  if (!reply.ok()) return reply.status();
+  if (reply->kind() == v1::AcquireWorkReply::DONE) {
+    *done = true;
+    return absl::OkStatus();
+  }
+  for (const v1::PromptLease& lease : reply->leases()) {
+    const std::string where = absl::StrCat("prompt ", lease.prompt_index());
+    absl::StatusOr<EncodedPrompt> prompt = encoder_->encode(lease.prompt_json(), where);
+    if (!prompt.ok()) {
+      // The prompt cannot be generated: the controller drops it (counted) rather than
+      // re-issuing it to the next worker forever.
+      FLYWHEEL_LOG_ERROR("%s; dropping it", prompt.status().message());
+      (void)client_->release_lease(lease.lease_id(), /*drop=*/true);
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.leases_released;
+      continue;
+    }
+    auto pending = std::make_unique<Pending>();
+    pending->lease = lease;
+    pending->prompt = std::move(*prompt);
+    pending->grant_version = reply->version();
+    pending_.push_back(std::move(pending));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RolloutWorker::submit_ready() {
+  while (!pending_.empty()) {
+    Pending& next = *pending_.front();
+    // Generate only with weights at least as new as the grant's version: the controller's
+    // grant rule then keeps the group within max_staleness when it is trained.
+    absl::Status s = apply_weights(next.grant_version);
+    if (!s.ok()) return s;
+    GenerationRequest request;
+    request.id = std::to_string(next.lease.lease_id());
+    request.prompt_ids = next.prompt.ids;
+    request.sampling = options_.sampling;
+    request.sampling.seed = options_.sampling.seed * 1000003u + next.lease.lease_id();
+    request.n = options_.group_size;
+    GenerationRequest greedy;
+    if (options_.greedy_baseline) {
+      greedy.id = request.id + kBaselineSuffix;
+      greedy.prompt_ids = request.prompt_ids;
+      greedy.sampling = request.sampling;
+      greedy.sampling.temperature = 0;
+      greedy.n = 1;
+    }
+    s = engine_->submit(std::move(request));
+    if (s.ok() && options_.greedy_baseline) {
+      s = engine_->submit(std::move(greedy));
+      if (!s.ok()) (void)engine_->abort(std::to_string(next.lease.lease_id()));
+    }
+    if (!s.ok()) {
+      // E.g. a prompt too long for the context: the controller drops it (counted).
+      FLYWHEEL_LOG_ERROR("prompt %d: %s; dropping it", next.lease.prompt_index(), s.message());
+      (void)client_->release_lease(next.lease.lease_id(), /*drop=*/true);
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.leases_released;
+    } else {
+      auto active = std::make_unique<Active>();
+      active->lease = next.lease;
+      active->prompt = std::move(next.prompt);
+      active_[std::to_string(next.lease.lease_id())] = std::move(active);
+    }
+    pending_.pop_front();
+  }
+  return absl::OkStatus();
+}
+
+void RolloutWorker::collect_finished() {
+  for (GroupResult& finished : engine_->take_finished()) {
+    const bool is_baseline = absl::EndsWith(finished.request_id, kBaselineSuffix);
+    const std::string key = is_baseline
+                                ? finished.request_id.substr(
+                                      0, finished.request_id.size() - std::strlen(kBaselineSuffix))
+                                : finished.request_id;
+    auto it = active_.find(key);
+    if (it == active_.end()) continue;
+    (is_baseline ? it->second->baseline : it->second->group) =
+        std::make_unique<GroupResult>(std::move(finished));
+    if (!it->second->group || (options_.greedy_baseline && !it->second->baseline)) continue;
+    std::unique_ptr<Active> active = std::move(it->second);
+    active_.erase(it);
+    GroupResult& result = *active->group;
+    bool failed = static_cast<int64_t>(result.samples.size()) != options_.group_size;
+    if (active->baseline) {
+      failed = failed || active->baseline->samples.size() != 1;
+      // Scored with the group, as its last sample; not pushed.
+      for (Sample& sample : active->baseline->samples) {
+        result.samples.push_back(std::move(sample));
+      }
+    }
+    std::vector<rewards::OwnedSample> samples;
+    for (const Sample& sample : result.samples) {
+      if (sample.finish_reason == FinishReason::kError ||
+          sample.finish_reason == FinishReason::kAbort) {
+        if (!sample.error.empty()) FLYWHEEL_LOG_WARN("generation failed: %s", sample.error);
+        failed = true;
+      }
+      std::vector<int64_t> ids = sample.token_ids;
+      if (sample.finish_reason == FinishReason::kStop && !ids.empty() &&
+          std::find(options_.sampling.stop_token_ids.begin(),
+                    options_.sampling.stop_token_ids.end(),
+                    ids.back()) != options_.sampling.stop_token_ids.end()) {
+        ids.pop_back();  // the eos is not part of the text rewards see
+      }
+      rewards::OwnedSample owned;
+      owned.record = active->prompt.record;
+      owned.record_name = absl::StrCat("prompt ", active->lease.prompt_index());
+      owned.prompt = active->prompt.text;
+      absl::StatusOr<std::string> text = tokenizer_->decode(ids);
+      if (!text.ok()) {
+        FLYWHEEL_LOG_WARN("cannot decode a completion: %s", text.status().message());
+        failed = true;
+      }
+      owned.completion = text.ok() ? *text : std::string();
+      owned.completion_ids = to_int32(sample.token_ids);
+      owned.truncated = sample.finish_reason == FinishReason::kLength;
+      samples.push_back(std::move(owned));
+    }
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      for (const Sample& sample : result.samples) {
+        stats_.generated_tokens += static_cast<int64_t>(sample.token_ids.size());
+      }
+      if (failed) ++stats_.leases_released;
+    }
+    if (failed) {
+      (void)client_->release_lease(active->lease.lease_id());  // the prompt is re-issued
+      continue;
+    }
+    ++scoring_;
+    auto shared = std::make_shared<GroupResult>(std::move(result));
+    auto lease = std::make_shared<v1::PromptLease>(active->lease);
+    const std::string worker = options_.worker_id;
+    const size_t group_size = static_cast<size_t>(options_.group_size);
+    pool_->submit(std::move(samples), [this, shared, lease, worker,
+                                       group_size](std::vector<rewards::ScoredSample> scored) {
+      buffer::TrajectoryGroup group;
+      group.group_id = absl::StrCat(worker, "/", lease->lease_id());
+      group.lease_id = lease->lease_id();
+      group.worker_id = worker;
+      group.prompt_index = lease->prompt_index();
+      if (scored.size() > group_size) {
+        group.has_baseline = true;
+        group.baseline_reward = scored[group_size].reward;
+      }
+      for (size_t i = 0; i < group_size; ++i) {
+        const Sample& sample = shared->samples[i];
+        buffer::Trajectory t;
+        t.prompt_ids = to_int32(shared->prompt_ids);
+        t.response_ids = to_int32(sample.token_ids);
+        t.loss_mask.assign(sample.token_ids.size(), 1);
+        t.logprobs = sample.logprobs;
+        t.versions.assign(sample.versions.begin(), sample.versions.end());
+        t.reward = scored[i].reward;
+        t.reward_breakdown = scored[i].parts;
+        t.finish_reason = finish_reason_name(sample.finish_reason);
+        t.sample_index = static_cast<int64_t>(i);
+        group.trajectories.push_back(std::move(t));
+      }
+      std::lock_guard<std::mutex> lock(push_mu_);
+      to_push_.push_back(std::move(group));
+      --scoring_;
+      push_cv_.notify_all();
+    });
+  }
+}
+
+void RolloutWorker::push_loop() {
+  while (true) {
+    std::vector<buffer::TrajectoryGroup> batch;
+    {
+      std::unique_lock<std::mutex> lock(push_mu_);
+      push_cv_.wait(lock, [this] { return stopping_.load() || !to_push_.empty(); });
+      if (to_push_.empty()) return;  // stopping
+      const uint64_t tag = lease_tag_.load();
+      int64_t dropped = 0;
+      while (!to_push_.empty()) {
+        if ((to_push_.front().lease_id >> 32) == tag) {
+          batch.push_back(std::move(to_push_.front()));
+        } else {
+          ++dropped;  // its lease belongs to a controller that restarted since
+        }
+        to_push_.pop_front();
+      }
+      pushing_ = static_cast<int64_t>(batch.size());
+      if (dropped > 0) {
+        std::lock_guard<std::mutex> stats_lock(stats_mu_);
+        stats_.groups_dropped += dropped;
+      }
+      if (batch.empty()) {
+        pushing_ = 0;
+        push_cv_.notify_all();
+        continue;
+      }
+    }
+    absl::StatusOr<std::vector<v1::PushAck>> acks = client_->push_groups(batch);
+    std::vector<buffer::TrajectoryGroup> retry;
+    if (acks.ok()) {
+      for (size_t i = 0; i < acks->size() && i < batch.size(); ++i) {
+        const v1::PushAck& ack = (*acks)[i];
+        std::lock_guard<std::mutex> stats_lock(stats_mu_);
+        ++stats_.groups_pushed;
+        if (ack.code() == 0) {
+          if (ack.outcome() == "accepted" || ack.outcome() == "duplicate") ++stats_.groups_accepted;
+          continue;
+        }
+        if (ack.code() == static_cast<int>(absl::StatusCode::kResourceExhausted)) {
+          retry.push_back(std::move(batch[i]));  // the buffer is full: push it again later
+          continue;
+        }
+        ++stats_.groups_rejected;
+        FLYWHEEL_LOG_WARN("group %s rejected: %s", ack.group_id(), ack.message());
+        if (ack.code() != static_cast<int>(absl::StatusCode::kFailedPrecondition)) {
+          // Invalid as generated (e.g. too long for the buffer): generating it again would not
+          // help, so the prompt is dropped (counted). A lease already gone needs nothing.
+          (void)client_->release_lease(batch[i].lease_id, /*drop=*/true);
+        }
+      }
+    }
+    if (!retry.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::lock_guard<std::mutex> lock(push_mu_);
+    pushing_ = 0;
+    if (!acks.ok()) {
+      push_error_ = acks.status();
+      push_cv_.notify_all();
+      return;
+    }
+    for (auto it = retry.rbegin(); it != retry.rend(); ++it) to_push_.push_front(std::move(*it));
+    push_cv_.notify_all();
+  }
+}
+
+void RolloutWorker::give_back_leases() {
+  engine_->abort_all();
+  (void)engine_->take_finished();
+  for (const auto& [id, active] : active_) (void)client_->release_lease(active->lease.lease_id());
+  for (const auto& pending : pending_) (void)client_->release_lease(pending->lease.lease_id());
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.leases_released += static_cast<int64_t>(active_.size() + pending_.size());
+  active_.clear();
+  pending_.clear();
+}
+
+absl::Status RolloutWorker::reset_for_restart() {
+  lease_tag_.store(kNoLeases);  // nothing of the old leases is pushed from now on
+  engine_->abort_all();
+  (void)engine_->take_finished();
+  active_.clear();
+  pending_.clear();
+  {
+    std::lock_guard<std::mutex> lock(push_mu_);
+    {
+      std::lock_guard<std::mutex> stats_lock(stats_mu_);
+      stats_.groups_dropped += static_cast<int64_t>(to_push_.size());
+      ++stats_.controller_restarts;
+    }
+    to_push_.clear();
+    push_error_ = absl::OkStatus();  // the old controller's unreachability is history
+  }
+  FLYWHEEL_RETURN_IF_ERROR(engine_->reset_version(-1));
+  {
+    std::lock_guard<std::mutex> lock(fetch_mu_);
+    if (fetched_ && !spare_) spare_ = std::move(fetched_);
+    fetched_.reset();
+    fetched_version_ = -1;
+    forget_fetched_ = true;
+    fetch_error_ = absl::OkStatus();
+  }
+  applied_version_ = -1;
+  acked_version_ = -1;
+  return absl::OkStatus();
+}
+
+absl::Status RolloutWorker::run(const StopRequested& stop) {
+  stop_ = stop ? stop : StopRequested([] { return false; });
+  fetcher_ = std::thread([this] { fetch_loop(); });
+  pusher_ = std::thread([this] { push_loop(); });
+  absl::Status s;
+  while (true) {
+    s = loop();
+    if (!buffer::ControllerClient::is_restart(s)) break;
+    FLYWHEEL_LOG_WARN("%s; dropping the work in flight and registering again", s.message());
+    s = reset_for_restart();
+    if (!s.ok()) break;
+  }
+  const bool reachable =
+      s.code() != absl::StatusCode::kUnavailable && s.code() != absl::StatusCode::kCancelled;
+  if (reachable) {
+    give_back_leases();  // the controller re-issues what was not generated at once
+  } else {
+    engine_->abort_all();
+  }
+  // Groups still being scored are pushed (when the controller is there) before returning: the
+  // scoring pool's callbacks use this worker.
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(options_.drain_timeout_s));
+  std::unique_lock<std::mutex> lock(push_mu_);
+  push_cv_.wait_until(lock, deadline, [&] {
+    return scoring_.load() == 0 &&
+           ((to_push_.empty() && pushing_ == 0) || !push_error_.ok() || !reachable);
+  });
+  lock.unlock();
+  if (!reachable && client_->controller_done()) {
+    // Told that training is over: a controller that has shut down since is no failure.
+    FLYWHEEL_LOG_INFO("done; the controller has shut down (%s)", s.message());
+    s = absl::OkStatus();
+  } else if (!reachable) {
+    FLYWHEEL_LOG_WARN("the controller is unreachable: %s", s.message());
+  }
+  if (s.ok() && !weights_finished_.load()) {
+    // A broadcast transport: the learners send every version to every worker until they close
+    // the channel, however long they still train on what is buffered.
+    FLYWHEEL_LOG_INFO("done; receiving weights until the learners finish");
+    while (!weights_finished_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return s;
+}
+
+absl::Status RolloutWorker::loop() {
+  absl::StatusOr<v1::RegisterReply> registered = client_->register_worker();
+  if (!registered.ok()) return registered.status();
+  if (registered->group_size() != options_.group_size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the controller expects groups of ", registered->group_size(),
+                     " but rollout.group_size is ", options_.group_size));
+  }
+  lease_tag_.store(registered->incarnation());
+  client_->start_heartbeats(std::max(0.05, registered->heartbeat_interval_s()));
+
+  // The first weights, before anything is generated.
+  absl::Status s = apply_weights(0);
+  if (!s.ok()) return s;
+  bool done = false;
+  auto next_acquire = Clock::now();
+  while (!stop_()) {
+    {
+      std::lock_guard<std::mutex> lock(push_mu_);
+      if (!push_error_.ok()) return push_error_;
+    }
+    if (!done && client_->controller_done()) {
+      // Heard in a heartbeat while busy: what is being generated will not be trained on.
+      FLYWHEEL_LOG_INFO("training is over; giving back %d leases",
+                        active_.size() + pending_.size());
+      done = true;
+      give_back_leases();
+    }
+    if (client_->controller_restarted()) {
+      return absl::AbortedError(absl::StrCat(buffer::kControllerRestarted, " (a heartbeat)"));
+    }
+    s = apply_weights(-1);  // whatever newer arrived, without waiting
+    if (!s.ok()) return s;
+    if (!done && Clock::now() >= next_acquire) {
+      s = acquire(&done);
+      if (!s.ok()) return s;
+      if (pending_.empty()) {
+        next_acquire = Clock::now() + std::chrono::milliseconds(5);  // nothing granted: wait
+      }
+    }
+    s = submit_ready();
+    if (!s.ok()) return s;
+    if (!engine_->idle()) {
+      engine_->step();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    maybe_acknowledge();
+    collect_finished();
+    if (done && engine_->idle() && pending_.empty() && scoring_.load() == 0) {
+      std::lock_guard<std::mutex> lock(push_mu_);
+      if (to_push_.empty() && pushing_ == 0) break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace flywheel::rollout

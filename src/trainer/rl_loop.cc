@@ -1,0 +1,146 @@
+#include "flywheel/trainer/rl_loop.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <utility>
+
+namespace flywheel::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+BatchStats batch_stats(const std::vector<buffer::TrajectoryGroup>& groups, int64_t version,
+                       int64_t max_staleness) {
+  BatchStats s;
+  double n = 0;
+  std::map<std::string, double> part_counts;
+  for (const buffer::TrajectoryGroup& g : groups) {
+    for (const buffer::Trajectory& t : g.trajectories) {
+      ++n;
+      const double length = static_cast<double>(t.response_ids.size());
+      s.length_max = std::max(s.length_max, length);
+      s.clip_ratio += t.finish_reason == "length" ? 1 : 0;
+      s.tokens += static_cast<int64_t>(t.prompt_ids.size() + t.response_ids.size());
+      const int64_t oldest = t.min_version();
+      const double staleness =
+          oldest == std::numeric_limits<int64_t>::max() ? 0.0 : double(version - oldest);
+      s.staleness_mean += staleness;
+      s.staleness_max = std::max(s.staleness_max, staleness);
+      if (staleness > static_cast<double>(max_staleness)) ++s.violations;
+      for (const auto& [name, value] : t.reward_breakdown) {
+        s.reward_parts[name] += value;
+        part_counts[name] += 1;
+      }
+    }
+  }
+  if (n > 0) {
+    s.clip_ratio /= n;
+    s.staleness_mean /= n;
+  }
+  for (auto& [name, value] : s.reward_parts) value /= part_counts[name];
+  return s;
+}
+
+RlLoop::RlLoop(const RlLoopOptions& options, PolicyStepper* policy, RlLoopHooks hooks)
+    : options_(options), policy_(policy), hooks_(std::move(hooks)) {}
+
+absl::Status RlLoop::save(int64_t step) {
+  if (step == saved_step_ || !hooks_.save) return absl::OkStatus();
+  absl::Status saved = hooks_.save(step, violations_);
+  if (saved.ok()) saved_step_ = step;
+  return saved;
+}
+
+absl::StatusOr<RlLoopResult> RlLoop::run(BatchSource& source, const StopRequested& stop) {
+  violations_ = options_.violations;
+  saved_step_ = options_.saved_step;
+  auto log = [&](const std::string& name, double value, int64_t step) {
+    if (hooks_.log) hooks_.log(name, value, step);
+  };
+  auto evaluate = [&](int64_t step) {
+    return hooks_.evaluate ? hooks_.evaluate(step) : absl::OkStatus();
+  };
+  RlLoopResult result;
+  result.first_step = policy_->version();
+  if (absl::Status s = evaluate(result.first_step); !s.ok()) return s;
+  const auto start = Clock::now();
+  while (policy_->version() < options_.total_steps) {
+    const int64_t version = policy_->version();
+    const auto step_start = Clock::now();
+    // kWait comes back every few seconds while rank 0 waits, so that no rank sits in one
+    // collective for longer than its timeout however slow generation is.
+    absl::StatusOr<TrainingBatch> batch;
+    do {
+      batch = source.next(version, stop);
+      if (!batch.ok()) return batch.status();
+    } while (batch->kind == TrainingBatch::Kind::kWait);
+    if (batch->kind == TrainingBatch::Kind::kStop) {
+      result.stopped_by = "a stop request";
+      break;
+    }
+    if (batch->kind == TrainingBatch::Kind::kExhausted) {
+      result.stopped_by = "the end of the dataset (data.epochs)";
+      break;
+    }
+    if (batch->kind == TrainingBatch::Kind::kNoProgress) {
+      return absl::DeadlineExceededError(batch->why);
+    }
+    const double gen_s = seconds_since(step_start);
+    const BatchStats stats = batch_stats(batch->groups, version, options_.max_staleness);
+    violations_ += stats.violations;
+
+    const auto update_start = Clock::now();
+    absl::StatusOr<Metrics> m = policy_->step(batch->groups);
+    if (!m.ok()) return m.status();
+    const double update_s = seconds_since(update_start);
+    const int64_t step = policy_->version();
+
+    const auto sync_start = Clock::now();
+    double sync_s = 0;
+    if (hooks_.publish &&
+        (step % options_.publish_every_steps == 0 || step == options_.total_steps)) {
+      if (absl::Status s = hooks_.publish(step); !s.ok()) return s;
+      sync_s = seconds_since(sync_start);
+    }
+    if (hooks_.stepped) hooks_.stepped(step);  // after publishing: a grant at `step` finds them
+
+    const double step_s = seconds_since(step_start);
+    for (const auto& [name, value] : *m) log(name, value, step);
+    for (const auto& [name, value] : stats.reward_parts) log("reward/" + name, value, step);
+    log("response_length/max", stats.length_max, step);
+    log("response_length/clip_ratio", stats.clip_ratio, step);
+    log("async/staleness_mean", stats.staleness_mean, step);
+    log("async/staleness_max", stats.staleness_max, step);
+    log("async/staleness_violations", static_cast<double>(violations_), step);
+    log("timing_s/gen", gen_s, step);
+    log("timing_s/update_actor", update_s, step);
+    log("timing_s/weight_sync", sync_s, step);
+    log("perf/time_per_step", step_s, step);
+    log("perf/throughput", static_cast<double>(stats.tokens) / std::max(step_s, 1e-9), step);
+    log("perf/elapsed_s", seconds_since(start), step);
+    if (options_.eval_every_steps > 0 && step % options_.eval_every_steps == 0 &&
+        step != options_.total_steps) {
+      if (absl::Status s = evaluate(step); !s.ok()) return s;
+    }
+    if (options_.checkpoint_every_steps > 0 && step % options_.checkpoint_every_steps == 0) {
+      if (absl::Status s = save(step); !s.ok()) return s;
+    }
+  }
+  result.last_step = policy_->version();
+  if (result.last_step > result.first_step) {
+    if (absl::Status s = evaluate(result.last_step); !s.ok()) return s;
+  }
+  if (absl::Status s = save(result.last_step); !s.ok()) return s;
+  result.violations = violations_;
+  result.seconds = seconds_since(start);
+  return result;
+}
+
+}  // namespace flywheel::trainer

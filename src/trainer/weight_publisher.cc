@@ -1,0 +1,55 @@
+#include "flywheel/trainer/weight_publisher.h"
+
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "flywheel/model/safetensors.h"
+
+namespace flywheel::trainer {
+
+absl::StatusOr<core::PublishedWeights> gather_weights(ShardedDecoder& model, at::ScalarType dtype,
+                                                      int64_t version, int64_t bucket_bytes) {
+  absl::StatusOr<std::string> name = model::safetensors_dtype_name(dtype);
+  if (!name.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights cannot be published as ", at::toString(dtype)));
+  }
+  core::PublishedWeights out;
+  out.version = version;
+  out.bucket_bytes = static_cast<uint64_t>(bucket_bytes);
+  const bool keep = model.comm().rank() == 0;
+  model.for_each_full_bucket(
+      bucket_bytes, dtype, [&](const std::vector<std::pair<std::string, at::Tensor>>& bucket) {
+        if (!keep) return;
+        for (const auto& [tensor_name, t] : bucket) {
+          at::Tensor host = t.to(at::kCPU).contiguous();
+          core::WeightTensor entry;
+          entry.name = tensor_name;
+          entry.dtype = *name;
+          entry.shape = host.sizes().vec();
+          entry.offset = out.payload.size();
+          entry.size = static_cast<uint64_t>(host.numel() * host.element_size());
+          out.payload.append(static_cast<const char*>(host.data_ptr()), entry.size);
+          out.tensors.push_back(std::move(entry));
+        }
+      });
+  return out;
+}
+
+absl::Status WeightPublisher::publish(int64_t version) {
+  absl::StatusOr<core::PublishedWeights> weights =
+      gather_weights(*policy_, options_.dtype, version, options_.bucket_bytes);
+  if (!weights.ok()) return weights.status();
+  if (targets_.store != nullptr) {
+    absl::Status s = targets_.store->publish(std::move(*weights));
+    if (!s.ok()) return s;
+    if (targets_.channel != nullptr) targets_.channel->send(*targets_.store->latest());
+  }
+  if (targets_.published) targets_.published(version);
+  return absl::OkStatus();
+}
+
+}  // namespace flywheel::trainer

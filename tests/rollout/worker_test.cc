@@ -1,0 +1,310 @@
+// The rollout worker loop (flywheel_rollout_worker) against a real
+// controller on loopback, a tiny model and a test reward; the test plays the learners: it takes
+// batches, bumps the version and publishes weights. Covers the staleness bound with slow weight
+// fetches, a controller restart (a new incarnation at an older version) and the end of training.
+#include "flywheel/rollout/worker/rollout_worker.h"
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "../model/test_models.h"
+#include "flywheel/buffer/controller_server.h"
+#include "flywheel/rewards/composite_reward.h"
+#include "gtest/gtest.h"
+
+namespace flywheel::rollout {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kGroupSize = 2;
+constexpr int64_t kGroupsPerStep = 2;
+
+// Scores a completion by its length's parity: groups with both rewards occur.
+class ParityReward final : public rewards::RewardFunction {
+ public:
+  absl::StatusOr<rewards::RewardOutput> score(const rewards::RewardInput& input) const override {
+    return rewards::RewardOutput{static_cast<double>(input.completion.size() % 2), {}};
+  }
+};
+
+// Weights from the controller, each round `delay` late (a slow network or a large model).
+class SlowWeightSource final : public WeightSource {
+ public:
+  SlowWeightSource(buffer::ControllerClient* client, std::chrono::milliseconds delay)
+      : inner_(client), delay_(delay) {}
+  absl::StatusOr<bool> fetch_into(int64_t newer_than, double timeout_s,
+                                  core::PublishedWeights* into) override {
+    std::this_thread::sleep_for(delay_);  // simulates a slow transfer, not a synchronisation
+    return inner_.fetch_into(newer_than, timeout_s, into);
+  }
+
+ private:
+  GrpcWeightSource inner_;
+  std::chrono::milliseconds delay_;
+};
+
+model::ModelConfig worker_model_config() {
+  model::ModelConfig c = model::testing::tiny_config("qwen2");
+  c.vocab_size = 100;  // the default character tokenizer's
+  return c;
+}
+
+// The engine's parameters as a publication of `version`.
+core::PublishedWeights publication(const model::DecoderModel& model, int64_t version) {
+  core::PublishedWeights w;
+  w.version = version;
+  w.bucket_bytes = 1 << 16;
+  for (const auto& [name, p] : model.named_parameters()) {
+    at::Tensor t = p.detach().to(at::kFloat).contiguous();
+    const uint64_t size = static_cast<uint64_t>(t.numel()) * 4;
+    w.tensors.push_back({name, "F32", t.sizes().vec(), w.payload.size(), size});
+    w.payload.append(static_cast<const char*>(t.data_ptr()), size);
+  }
+  return w;
+}
+
+// One controller start: its core, server and weight store.
+struct Controller {
+  Controller(int64_t max_staleness, uint32_t incarnation, int64_t version, int port = 0) {
+    std::vector<std::string> lines;
+    for (int i = 0; i < 64; ++i) {
+      lines.push_back("{\"prompt\": \"" + std::to_string(i) + "+" + std::to_string(i) + "=\"}");
+    }
+    dataset = std::move(*buffer::PromptDataset::from_lines(lines, "test"));
+    buffer::ControllerOptions o;
+    o.num_prompts = dataset->size();
+    o.groups_per_step = kGroupsPerStep;
+    o.max_staleness = max_staleness;
+    o.limits.vocab_size = 100;
+    o.limits.group_size = kGroupSize;
+    o.incarnation = incarnation;
+    o.worker_timeout_s = 30;
+    core = std::move(*buffer::ControllerCore::create(o));
+    core->set_version(version);
+    buffer::ControllerServerOptions so;
+    so.bind_address = "127.0.0.1:" + std::to_string(port);
+    so.heartbeat_interval_s = 0.05;
+    so.weights_dtype = "float32";
+    auto started = buffer::ControllerServer::start(core.get(), dataset.get(), so, nullptr, &store);
+    EXPECT_TRUE(started.ok()) << started.status();
+    server = std::move(*started);
+  }
+  void publish(const model::DecoderModel& model, int64_t version) {
+    ASSERT_TRUE(store.publish(publication(model, version)).ok());
+    core->set_weights_version(version);
+  }
+  std::unique_ptr<buffer::PromptDataset> dataset;
+  std::unique_ptr<buffer::ControllerCore> core;
+  buffer::WeightStore store;
+  std::unique_ptr<buffer::ControllerServer> server;
+};
+
+// A worker with its own engine, tokenizer, rewards and client, run on a thread.
+class Worker {
+ public:
+  Worker(int port, std::chrono::milliseconds fetch_delay) {
+    model::DecoderOptions decoder;
+    auto model = model::DecoderModel::create(worker_model_config(), decoder);
+    EXPECT_TRUE(model.ok()) << model.status();
+    (*model)->init_random(5);
+    rollout::EngineOptions engine_options;
+    engine_options.max_slots = 4;
+    engine_options.max_seq_len = 32;
+    auto engine = rollout::GenerationEngine::create(std::move(*model), engine_options,
+                                                    {nullptr, nullptr, /*initial_version=*/-1});
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    engine_ = std::move(*engine);
+    tokenizers_.tokenizer = std::move(*model::load_tokenizer("", "char"));
+    encoder_ = std::make_unique<PromptEncoder>(tokenizers_, core::DataOptions{}, 100);
+    auto reward = std::make_shared<const rewards::CompositeReward>(
+        std::vector<rewards::WeightedReward>{{"parity", 1.0, std::make_shared<ParityReward>()}},
+        0.0);
+    pool_ = std::move(*rewards::ScoringPool::create(reward, {1, 64, 10}));
+    buffer::ControllerClientOptions co;
+    co.address = "127.0.0.1:" + std::to_string(port);
+    co.worker_id = "w0";
+    co.deadline_s = 10;
+    co.reconnect_timeout_s = 30;
+    client_ = std::move(*buffer::ControllerClient::connect(co));
+    source_ = std::make_unique<SlowWeightSource>(client_.get(), fetch_delay);
+    RolloutWorkerOptions o;
+    o.worker_id = "w0";
+    o.group_size = kGroupSize;
+    o.max_slots = 4;
+    o.sampling.max_new_tokens = 4;
+    o.sampling.temperature = 1.0;
+    o.sampling.seed = 3;
+    o.weight_timeout_s = 30;
+    o.poll_interval_s = 0.01;
+    RolloutWorkerParts parts;
+    parts.client = client_.get();
+    parts.weights = source_.get();
+    parts.engine = engine_.get();
+    parts.encoder = encoder_.get();
+    parts.tokenizer = tokenizers_.tokenizer.get();
+    parts.pool = pool_.get();
+    worker_ = std::make_unique<RolloutWorker>(o, parts);
+    thread_ = std::thread([this] { status_ = worker_->run([this] { return stop_.load(); }); });
+  }
+  // Asks run() to stop (as a signal would).
+  void stop() { stop_.store(true); }
+  // Waits for run() to return (the test ends training first, or asks it to stop).
+  absl::Status join() {
+    thread_.join();
+    pool_.reset();
+    return status_;
+  }
+  RolloutWorkerStats stats() const { return worker_->stats(); }
+  const model::DecoderModel& model() const { return engine_->model(); }
+
+ private:
+  std::unique_ptr<rollout::GenerationEngine> engine_;
+  model::TokenizerSetup tokenizers_;
+  std::unique_ptr<PromptEncoder> encoder_;
+  std::unique_ptr<rewards::ScoringPool> pool_;
+  std::unique_ptr<buffer::ControllerClient> client_;
+  std::unique_ptr<WeightSource> source_;
+  std::unique_ptr<RolloutWorker> worker_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  absl::Status status_;
+};
+
+// Waits (polling, with a generous bound) until `done()`.
+template <typename Predicate>
+bool eventually(Predicate done, double seconds = 60) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+// Plays the learners for `steps` steps from `first`: takes each batch, checks its staleness,
+// bumps the version (a slow learner: each step takes `step_time`) and publishes the weights.
+// Returns the largest staleness trained.
+int64_t learn(Controller& c, const model::DecoderModel& model, int64_t first, int64_t steps,
+              std::chrono::milliseconds step_time) {
+  int64_t worst = 0;
+  for (int64_t v = first; v < first + steps; ++v) {
+    EXPECT_TRUE(eventually([&] { return c.core->buffered() >= kGroupsPerStep; })) << "step " << v;
+    auto batch = c.core->take_batch(kGroupsPerStep);
+    EXPECT_TRUE(batch.ok()) << batch.status();
+    if (!batch.ok()) return worst;
+    for (const buffer::TrajectoryGroup& g : *batch) worst = std::max(worst, v - g.min_version());
+    std::this_thread::sleep_for(step_time);  // the optimizer step
+    c.publish(model, v + 1);
+    c.core->set_version(v + 1);
+  }
+  return worst;
+}
+
+// Item 7 of issue 26: with max_staleness 2 the worker generates only with weights of at least
+// the grant's version, so however slowly weights arrive nothing goes stale. (With weights one
+// version older allowed, groups reached 3 versions of staleness and were dropped.)
+TEST(RolloutWorkerTest, SlowWeightsNeverMakeGroupsStaleWithMaxStalenessTwo) {
+  Controller c(/*max_staleness=*/2, /*incarnation=*/7, /*version=*/0);
+  Worker w(c.server->port(), std::chrono::milliseconds(60));
+  c.publish(w.model(), 0);
+  const int64_t worst = learn(c, w.model(), 0, /*steps=*/10, std::chrono::milliseconds(40));
+  c.core->close();
+  EXPECT_TRUE(w.join().ok());
+  const buffer::ControllerCounters k = c.core->counters();
+  EXPECT_EQ(k.stale_dropped, 0);
+  EXPECT_EQ(k.rejected_invalid, 0);
+  EXPECT_LE(worst, 2);
+  EXPECT_GE(k.consumed, 10 * kGroupsPerStep);
+}
+
+// Item 6: the controller restarts (new incarnation, back at version 1, on the same port) while
+// the worker holds weights of version 4. The worker drops its work, takes version 1 and feeds
+// the new controller groups it accepts: none is rejected as invalid (tokens "from the future").
+TEST(RolloutWorkerTest, AControllerRestartAtAnOlderVersionIsFollowed) {
+  auto first = std::make_unique<Controller>(/*max_staleness=*/1, /*incarnation=*/11, 0);
+  const int port = first->server->port();
+  Worker w(port, std::chrono::milliseconds(0));
+  first->publish(w.model(), 0);
+  learn(*first, w.model(), 0, /*steps=*/4, std::chrono::milliseconds(0));
+  first->server->shutdown();
+  first.reset();
+  Controller second(/*max_staleness=*/1, /*incarnation=*/12, /*version=*/1, port);
+  second.publish(w.model(), 1);
+  learn(second, w.model(), 1, /*steps=*/4, std::chrono::milliseconds(0));
+  second.core->close();
+  EXPECT_TRUE(w.join().ok());
+  const buffer::ControllerCounters k = second.core->counters();
+  // Groups of the first start still being pushed when it went away may reach the second one and
+  // be refused as unknown leases (counted, harmless); none is refused as invalid.
+  EXPECT_EQ(k.rejected_invalid, 0);
+  EXPECT_GE(k.consumed, 4 * kGroupsPerStep);
+  EXPECT_EQ(w.stats().controller_restarts, 1);
+}
+
+// Item 9: training ends (close) while the worker generates; it hears it in a heartbeat, gives
+// its leases back and returns OK, also when the controller shuts down right after.
+TEST(RolloutWorkerTest, TheEndOfTrainingIsASuccessEvenOnceTheControllerIsGone) {
+  Controller c(/*max_staleness=*/1, /*incarnation=*/5, 0);
+  Worker w(c.server->port(), std::chrono::milliseconds(0));
+  c.publish(w.model(), 0);
+  learn(c, w.model(), 0, /*steps=*/2, std::chrono::milliseconds(0));
+  c.core->close();
+  ASSERT_TRUE(
+      eventually([&] { return c.core->settled(buffer::ControllerServer::monotonic_seconds()); }));
+  c.server->shutdown();
+  EXPECT_TRUE(w.join().ok());
+}
+
+// Weight application: versions published with changed parameters reach the engine, which then
+// holds exactly them, and each applied version is acknowledged with the matching checksum.
+TEST(RolloutWorkerTest, AppliesPublishedWeightsAndAcknowledgesThemWithTheirChecksum) {
+  Controller c(/*max_staleness=*/1, /*incarnation=*/9, 0);
+  Worker w(c.server->port(), std::chrono::milliseconds(0));
+  model::DecoderOptions decoder;
+  auto trained = model::DecoderModel::create(worker_model_config(), decoder);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  (*trained)->init_random(77);  // other weights than the worker's engine starts with
+  c.publish(**trained, 0);
+  learn(c, **trained, 0, /*steps=*/3, std::chrono::milliseconds(0));
+  ASSERT_TRUE(eventually([&] { return c.store.worker_versions()["w0"] == 3; }));
+  for (const auto& [name, p] : (*trained)->named_parameters()) {
+    bool found = false;
+    for (const auto& [engine_name, q] : w.model().named_parameters()) {
+      if (engine_name != name) continue;
+      found = true;
+      EXPECT_TRUE(at::equal(p, q)) << name;
+    }
+    EXPECT_TRUE(found) << name;
+  }
+  const buffer::WeightStore::AckCounters acks = c.store.ack_counters();
+  EXPECT_GE(acks.acks, 1);
+  EXPECT_EQ(acks.mismatches, 0);
+  EXPECT_EQ(acks.rejected, 0);
+  c.core->close();
+  EXPECT_TRUE(w.join().ok());
+  EXPECT_GE(w.stats().weight_updates, 1);
+}
+
+// A stop request (a signal under `flywheel rollout`) ends run() with OK, and the leases the
+// worker holds are given back for other workers: here leases granted at version 1 while its
+// weights (2 s per fetch) are still on their way.
+TEST(RolloutWorkerTest, AStopGivesTheLeasesItHoldsBack) {
+  Controller c(/*max_staleness=*/1, /*incarnation=*/3, 0);
+  Worker w(c.server->port(), std::chrono::milliseconds(2000));
+  c.publish(w.model(), 0);
+  learn(c, w.model(), 0, /*steps=*/1, std::chrono::milliseconds(0));  // publishes version 1
+  ASSERT_TRUE(eventually([&] { return c.core->in_flight() > 0; }));
+  w.stop();
+  EXPECT_TRUE(w.join().ok());
+  EXPECT_GE(w.stats().leases_released, 1);
+  EXPECT_TRUE(eventually([&] { return c.core->in_flight() == 0; }, 10));
+}
+
+}  // namespace
+}  // namespace flywheel::rollout
