@@ -143,7 +143,9 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const core::StopS
   if (host) {
     targets.store = &host->weights;
     targets.channel = weight_group.channel.get();
-    targets.published = [core = host->core.get()](int64_t v) { core->set_weights_version(v); };
+    targets.published = [controller = host->core.get()](int64_t v) {
+      controller->set_weights_version(v);
+    };
   }
   trainer::WeightPublisher publisher({*rollout_dtype, c.weight_sync.bucket_bytes},
                                      &(*learner)->policy(), std::move(targets));
