@@ -86,7 +86,7 @@ absl::Status run(const SftArgs& args) {
         size, c.sft.batch_size);
   }
 
-  absl::StatusOr<trainer::SftOptions> options = trainer::SftOptions::from_config(c.trainer);
+  absl::StatusOr<trainer::SftOptions> options = trainer::OptimizerOptions::from_config(c.trainer);
   if (!options.ok()) return options.status();
   auto sft = trainer::SftTrainer::create(*options, *model_config, world->get());
   if (!sft.ok()) return sft.status();

@@ -41,6 +41,7 @@
 #include "flywheel/comm/communicator.h"
 #include "flywheel/core/config.h"
 #include "flywheel/trainer/lr_schedule.h"
+#include "flywheel/trainer/optimizer_options.h"
 #include "flywheel/trainer/sharded_adamw.h"
 #include "flywheel/trainer/sharded_decoder.h"
 
@@ -62,16 +63,11 @@ struct AdvantageTrace {
   at::Tensor ref_logprobs;  // the reference's: defined when the KL is in the reward
 };
 
-struct LearnerOptions {
+// The optimizer keys (OptimizerOptions) and the RL ones.
+struct LearnerOptions : OptimizerOptions {
   int64_t ppo_epochs = 1;
   int64_t mini_batches = 1;
-  int64_t micro_batch_tokens = 8192;
-  LrScheduleOptions lr;
   double critic_lr = 1e-5;
-  AdamWOptions adamw;
-  double grad_clip = 1.0;  // 0 = off
-  int64_t max_consecutive_skips = 3;
-  ShardingOptions sharding;
   double temperature = 1.0;  // the rollout's: log-probs are of logits / temperature
   int64_t logprob_chunk = 1024;
   double kl_coef = 0;  // > 0: a reference model and a KL term (loss or reward)

@@ -18,6 +18,7 @@
 #include "flywheel/comm/communicator.h"
 #include "flywheel/trainer/checkpoint.h"
 #include "flywheel/trainer/lr_schedule.h"
+#include "flywheel/trainer/optimizer_options.h"
 #include "flywheel/trainer/sharded_adamw.h"
 #include "flywheel/trainer/sharded_decoder.h"
 
@@ -30,17 +31,7 @@ struct SftExample {
   std::vector<int32_t> response;  // >= 1 token
 };
 
-struct SftOptions {
-  int64_t micro_batch_tokens = 8192;
-  LrScheduleOptions lr;
-  AdamWOptions adamw;
-  double grad_clip = 1.0;
-  int64_t max_consecutive_skips = 3;
-  ShardingOptions sharding;
-
-  // The trainer: section's optimizer, schedule and sharding keys.
-  static absl::StatusOr<SftOptions> from_config(const core::TrainerOptions& trainer);
-};
+using SftOptions = OptimizerOptions;
 
 class SftTrainer {
  public:
