@@ -13,10 +13,10 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "flywheel/model/cpu/small_gemm.h"
+#include "flywheel/model/cpu/thread_layout.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/model/model_config.h"
-#include "flywheel/model/small_gemm.h"
-#include "flywheel/model/thread_layout.h"
 
 namespace flywheel::bench {
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "buffer_bench_worker.h"
-#include "flywheel/buffer/controller_server.h"
+#include "flywheel/buffer/service/controller_server.h"
 #include "loopback.h"
 
 namespace {

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "flywheel/buffer/controller_client.h"
+#include "flywheel/buffer/service/controller_client.h"
 #include "flywheel/buffer/wire_codec.h"
 #include "flywheel/v1/controller.grpc.pb.h"
 

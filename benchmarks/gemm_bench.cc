@@ -20,9 +20,9 @@
 #include <ATen/Parallel.h>
 
 #include "bench_util.h"
-#include "flywheel/model/cpu_features.h"
-#include "flywheel/model/small_gemm.h"
-#include "flywheel/model/thread_layout.h"
+#include "flywheel/model/cpu/cpu_features.h"
+#include "flywheel/model/cpu/small_gemm.h"
+#include "flywheel/model/cpu/thread_layout.h"
 
 namespace {
 

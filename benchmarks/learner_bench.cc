@@ -22,8 +22,8 @@
 
 #include "bench_util.h"
 #include "flywheel/comm/mpi_communicator.h"
-#include "flywheel/model/cpu_allocator.h"
-#include "flywheel/model/thread_layout.h"
+#include "flywheel/model/cpu/cpu_allocator.h"
+#include "flywheel/model/cpu/thread_layout.h"
 #include "flywheel/trainer/sft_trainer.h"
 
 namespace {

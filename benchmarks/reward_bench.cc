@@ -21,11 +21,11 @@
 #include "absl/strings/str_cat.h"
 #include "bench_util.h"
 #include "flywheel/core/file_io.h"
-#include "flywheel/model/cpu_allocator.h"
+#include "flywheel/model/cpu/cpu_allocator.h"
 #include "flywheel/model/hf_checkpoint.h"
-#include "flywheel/model/tokenizer.h"
+#include "flywheel/model/tokenizer/tokenizer.h"
 #include "flywheel/rewards/builtins.h"
-#include "flywheel/rewards/reward_model.h"
+#include "flywheel/rewards/model/reward_model.h"
 
 extern char** environ;
 

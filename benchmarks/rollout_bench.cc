@@ -33,10 +33,10 @@
 #include <torch/cuda.h>
 
 #include "bench_util.h"
-#include "flywheel/model/cpu_allocator.h"
-#include "flywheel/model/cpu_features.h"
+#include "flywheel/model/cpu/cpu_allocator.h"
+#include "flywheel/model/cpu/cpu_features.h"
+#include "flywheel/model/cpu/small_gemm.h"
 #include "flywheel/model/hf_checkpoint.h"
-#include "flywheel/model/small_gemm.h"
 #include "flywheel/rollout/engine.h"
 
 namespace {

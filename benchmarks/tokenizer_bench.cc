@@ -11,7 +11,7 @@
 
 #include "bench_util.h"
 #include "flywheel/core/utf8.h"
-#include "flywheel/model/tokenizer.h"
+#include "flywheel/model/tokenizer/tokenizer.h"
 
 namespace {
 

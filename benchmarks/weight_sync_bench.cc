@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "flywheel/buffer/controller_client.h"
-#include "flywheel/buffer/controller_server.h"
+#include "flywheel/buffer/service/controller_client.h"
+#include "flywheel/buffer/service/controller_server.h"
 #include "flywheel/buffer/weight_store.h"
 #include "flywheel/comm/mpi_communicator.h"
 #include "flywheel/comm/weight_channel.h"

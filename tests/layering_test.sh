@@ -33,17 +33,18 @@ files() { find "$@" -maxdepth 1 -type f \( -name '*.h' -o -name '*.cc' -o -name 
 check_includes core "core" $(files "$src/src/core" "$src/src/core/options" \
   "$src/include/flywheel/core" "$src/include/flywheel/core/options")
 check_includes comm "core comm" $(files "$src/src/comm" "$src/include/flywheel/comm")
-check_includes model "core model" $(files "$src/src/model" "$src/include/flywheel/model")
+check_includes model "core model" $(files "$src/src/model" "$src/src/model/cpu" "$src/src/model/tokenizer" \
+  "$src/include/flywheel/model" "$src/include/flywheel/model/cpu" "$src/include/flywheel/model/tokenizer")
 check_includes rewards "core rewards" $(files "$src/src/rewards" "$src/src/rewards/math" \
   "$src/src/rewards/sandbox" | grep -v '/rewards/model/') \
-  $(files "$src/include/flywheel/rewards" | grep -v 'reward_model\.h$')
+  $(files "$src/include/flywheel/rewards")
 check_includes reward_model "core model rewards" $(files "$src/src/rewards/model") \
-  "$src/include/flywheel/rewards/reward_model.h"
+  $(files "$src/include/flywheel/rewards/model")
 check_includes algos "core algos" $(files "$src/src/algos" "$src/include/flywheel/algos")
 check_includes buffer "core buffer" $(files "$src/src/buffer") \
-  $(files "$src/include/flywheel/buffer" | grep -vE 'controller_(client|server)\.h$')
+  $(files "$src/include/flywheel/buffer")
 check_includes buffer_service "core buffer v1" $(files "$src/src/buffer/service") \
-  "$src/include/flywheel/buffer/controller_client.h" "$src/include/flywheel/buffer/controller_server.h"
+  $(files "$src/include/flywheel/buffer/service")
 check_includes rollout "core model rollout" $(files "$src/src/rollout" "$src/include/flywheel/rollout")
 check_includes worker "core model rollout buffer comm rewards v1" \
   $(files "$src/src/rollout/worker" "$src/include/flywheel/rollout/worker")

@@ -1,6 +1,6 @@
 #include "short_answer_reward.h"
 
-#include "flywheel/rewards/params.h"
+#include "flywheel/rewards/param_reader.h"
 
 namespace flywheel_example {
 

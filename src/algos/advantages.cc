@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::algos {
 namespace {
@@ -83,13 +84,14 @@ at::Tensor broadcast_rows(const std::vector<double>& per_row, const at::Tensor& 
   return rows * mask.to(at::kFloat);
 }
 
-AdvantageResult same(at::Tensor a) { return {a, a}; }
+// Estimators without a critic: the returns are the advantages.
+AdvantageResult returns_are_advantages(at::Tensor a) { return {a, a}; }
 
 class Gae : public AdvantageEstimator {
  public:
   explicit Gae(EstimatorOptions o) : o_(o) {}
   absl::StatusOr<AdvantageResult> compute(const AdvantageInput& in) const override {
-    if (absl::Status s = check_common(in, false); !s.ok()) return s;
+    FLYWHEEL_RETURN_IF_ERROR(check_common(in, false));
     if (!in.values.defined() || in.values.sizes() != in.mask.sizes()) {
       return absl::InvalidArgumentError("gae needs critic values of the mask's shape");
     }
@@ -123,7 +125,7 @@ class Grpo : public AdvantageEstimator {
  public:
   Grpo(EstimatorOptions o, bool norm_by_std) : o_(o), norm_by_std_(norm_by_std) {}
   absl::StatusOr<AdvantageResult> compute(const AdvantageInput& in) const override {
-    if (absl::Status s = check_common(in, true); !s.ok()) return s;
+    FLYWHEEL_RETURN_IF_ERROR(check_common(in, true));
     std::vector<double> r = row_scores(in);
     std::vector<GroupStats> stats = row_group_stats(r, in.group_ids);
     std::vector<double> a(r.size());
@@ -131,7 +133,7 @@ class Grpo : public AdvantageEstimator {
       a[i] = r[i] - stats[i].mean;
       if (norm_by_std_) a[i] /= stats[i].std + o_.eps;
     }
-    return same(broadcast_rows(a, in.mask));
+    return returns_are_advantages(broadcast_rows(a, in.mask));
   }
 
  private:
@@ -142,7 +144,7 @@ class Grpo : public AdvantageEstimator {
 class Rloo : public AdvantageEstimator {
  public:
   absl::StatusOr<AdvantageResult> compute(const AdvantageInput& in) const override {
-    if (absl::Status s = check_common(in, true); !s.ok()) return s;
+    FLYWHEEL_RETURN_IF_ERROR(check_common(in, true));
     std::vector<double> r = row_scores(in);
     std::vector<GroupStats> stats = row_group_stats(r, in.group_ids);
     std::vector<double> a(r.size());
@@ -150,7 +152,7 @@ class Rloo : public AdvantageEstimator {
       const double n = stats[i].size;
       a[i] = n > 1 ? n / (n - 1) * (r[i] - stats[i].mean) : r[i];
     }
-    return same(broadcast_rows(a, in.mask));
+    return returns_are_advantages(broadcast_rows(a, in.mask));
   }
 };
 
@@ -158,7 +160,7 @@ class ReinforcePp : public AdvantageEstimator {
  public:
   explicit ReinforcePp(EstimatorOptions o) : o_(o) {}
   absl::StatusOr<AdvantageResult> compute(const AdvantageInput& in) const override {
-    if (absl::Status s = check_common(in, false); !s.ok()) return s;
+    FLYWHEEL_RETURN_IF_ERROR(check_common(in, false));
     at::NoGradGuard no_grad;
     at::Tensor m = in.mask.to(at::kBool);
     at::Tensor r = in.token_rewards.defined() ? in.token_rewards.to(at::kFloat)
@@ -182,13 +184,13 @@ class ReinforcePp : public AdvantageEstimator {
 class ReinforcePpBaseline : public AdvantageEstimator {
  public:
   absl::StatusOr<AdvantageResult> compute(const AdvantageInput& in) const override {
-    if (absl::Status s = check_common(in, true); !s.ok()) return s;
+    FLYWHEEL_RETURN_IF_ERROR(check_common(in, true));
     std::vector<double> r = row_scores(in);
     std::vector<GroupStats> stats = row_group_stats(r, in.group_ids);
     std::vector<double> centered(r.size());
     for (size_t i = 0; i < r.size(); ++i) centered[i] = r[i] - stats[i].mean;
     at::Tensor s = broadcast_rows(centered, in.mask);
-    return same(at::where(in.mask.to(at::kBool), masked_whiten(s, in.mask), 0));
+    return returns_are_advantages(at::where(in.mask.to(at::kBool), masked_whiten(s, in.mask), 0));
   }
 };
 
@@ -196,7 +198,7 @@ class ReinforcePpBaseline : public AdvantageEstimator {
 class Remax : public AdvantageEstimator {
  public:
   absl::StatusOr<AdvantageResult> compute(const AdvantageInput& in) const override {
-    if (absl::Status s = check_common(in, false); !s.ok()) return s;
+    FLYWHEEL_RETURN_IF_ERROR(check_common(in, false));
     const int64_t B = in.mask.size(0);
     if (!in.baselines.defined() || in.baselines.dim() != 1 || in.baselines.size(0) != B) {
       return absl::InvalidArgumentError(

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::algos {
 namespace {
@@ -38,7 +39,7 @@ class PpoClip : public PolicyLoss {
  public:
   explicit PpoClip(PolicyLossOptions o) : o_(o) {}
   absl::StatusOr<LossResult> compute(const PolicyLossInput& in) const override {
-    if (absl::Status s = check(in); !s.ok()) return s;
+    FLYWHEEL_RETURN_IF_ERROR(check(in));
     at::Tensor a = in.advantages.detach().to(at::kFloat);
     at::Tensor log_rho = at::clamp(in.logprobs.to(at::kFloat) - in.old_logprobs.detach(), -20, 20);
     at::Tensor rho = at::exp(log_rho);
@@ -75,7 +76,7 @@ class Gspo : public PolicyLoss {
  public:
   explicit Gspo(PolicyLossOptions o) : o_(o) {}
   absl::StatusOr<LossResult> compute(const PolicyLossInput& in) const override {
-    if (absl::Status s = check(in); !s.ok()) return s;
+    FLYWHEEL_RETURN_IF_ERROR(check(in));
     at::Tensor m = in.mask.to(at::kBool);
     at::Tensor lengths = m.sum(-1).to(at::kFloat).clamp_min(1);
     at::Tensor diff = at::where(m, in.logprobs.to(at::kFloat) - in.old_logprobs.detach(), 0);
@@ -107,7 +108,7 @@ class Gspo : public PolicyLoss {
 class Reinforce : public PolicyLoss {
  public:
   absl::StatusOr<LossResult> compute(const PolicyLossInput& in) const override {
-    if (absl::Status s = check(in); !s.ok()) return s;
+    FLYWHEEL_RETURN_IF_ERROR(check(in));
     at::Tensor l = -in.advantages.detach().to(at::kFloat) * in.logprobs.to(at::kFloat);
     LossResult out;
     out.loss = aggregate(weighted(l, in), in.mask, in.agg, in.counts, in.norm_constant);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/json.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::buffer {
 
@@ -91,8 +92,7 @@ ControllerCore::ControllerCore(const ControllerOptions& options, Filter filter)
 
 absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::create(
     const ControllerOptions& options, Filter filter) {
-  absl::Status valid = options.validate();
-  if (!valid.ok()) return valid;
+  FLYWHEEL_RETURN_IF_ERROR(options.validate());
   return std::unique_ptr<ControllerCore>(new ControllerCore(options, std::move(filter)));
 }
 

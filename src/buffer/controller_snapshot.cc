@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "flywheel/buffer/controller_core.h"
 #include "flywheel/core/json.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::buffer {
 namespace {
@@ -206,7 +207,7 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::restore(
     return absl::InvalidArgumentError(
         "controller snapshot: unknown format (expected flywheel.controller.v1)");
   }
-  if (absl::Status same = check_identity(j, options); !same.ok()) return same;
+  FLYWHEEL_RETURN_IF_ERROR(check_identity(j, options));
   ControllerCore& c = **created;
   Reader r;
   auto malformed = [](const std::string& why) {

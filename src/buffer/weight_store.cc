@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/crc32c.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::buffer {
 
@@ -15,9 +16,7 @@ WeightStore::WeightStore(int keep_versions)
 
 absl::Status WeightStore::publish(core::PublishedWeights weights) {
   if (weights.bucket_bytes < 1) return absl::InvalidArgumentError("bucket_bytes must be >= 1");
-  if (absl::Status s = core::validate_tensors(weights.tensors, weights.payload.size()); !s.ok()) {
-    return s;
-  }
+  FLYWHEEL_RETURN_IF_ERROR(core::validate_tensors(weights.tensors, weights.payload.size()));
   {
     absl::MutexLock lock(&mu_);
     if (weights.version <= latest_version_) {

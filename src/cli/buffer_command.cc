@@ -13,8 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "commands.h"
 #include "controller_setup.h"
-#include "flywheel/buffer/controller_server.h"
+#include "flywheel/buffer/service/controller_server.h"
 #include "flywheel/core/file_io.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/model/model_config.h"
 #include "job_setup.h"
 
@@ -83,8 +84,7 @@ absl::Status run(const BufferArgs& args) {
   std::cerr << "flywheel buffer: stopping on signal " << signal_number << "\n";
   (*server)->shutdown();
   if (!args.snapshot.empty()) {
-    absl::Status written = core::write_file_atomically(args.snapshot, (*controller)->snapshot());
-    if (!written.ok()) return written;
+    FLYWHEEL_RETURN_IF_ERROR(core::write_file_atomically(args.snapshot, (*controller)->snapshot()));
     std::cerr << "flywheel buffer: wrote " << args.snapshot << "\n";
   }
   return absl::OkStatus();

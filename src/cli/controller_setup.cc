@@ -47,8 +47,8 @@ absl::StatusOr<ControllerSetup> prepare_controller(const JobSetup& job, int64_t 
   o.seed = static_cast<uint64_t>(c.data.seed);
   o.groups_per_step = c.trainer.groups_per_step;
   o.max_staleness = c.buffer.max_staleness;
-  o.requeue_stale = c.buffer.stale_policy == "requeue";
-  o.freshest_first = c.buffer.sampling == "freshest";
+  o.requeue_stale = c.buffer.stale_policy == core::StalePolicy::kRequeue;
+  o.freshest_first = c.buffer.sampling == core::BufferSampling::kFreshest;
   o.capacity_groups = c.buffer.capacity_groups;
   o.capacity_bytes = c.buffer.capacity_bytes;
   o.lease_timeout_s = c.buffer.lease_timeout_s;

@@ -11,10 +11,10 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
-#include "flywheel/buffer/controller_client.h"
 #include "flywheel/buffer/controller_core.h"
-#include "flywheel/buffer/controller_server.h"
 #include "flywheel/buffer/prompt_dataset.h"
+#include "flywheel/buffer/service/controller_client.h"
+#include "flywheel/buffer/service/controller_server.h"
 #include "flywheel/buffer/weight_store.h"
 #include "job_setup.h"
 

@@ -16,7 +16,7 @@
 #include "flywheel/core/json.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/eval/held_out_eval.h"
-#include "flywheel/model/cpu_features.h"
+#include "flywheel/model/device_choice.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/trainer/checkpoint.h"
 #include "flywheel/trainer/learner_job.h"
@@ -88,7 +88,7 @@ absl::Status run(const EvalArgs& args) {
   auto world = comm::MpiCommunicator::world(**mpi, {"eval", c.cluster.collective_timeout_s});
   if (!world.ok()) return world.status();
   absl::StatusOr<at::ScalarType> dtype =
-      model::resolve_dtype(c.model.dtype, /*on_cuda=*/c.model.device == "cuda");
+      model::resolve_dtype(c.model.dtype, model::uses_cuda(c.model.device));
   if (!dtype.ok()) return dtype.status();
   absl::StatusOr<ModelDir> dir = ModelDir::open(args.model, *dtype, **world);
   if (!dir.ok()) return dir.status();

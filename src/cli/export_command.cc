@@ -11,9 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "commands.h"
 #include "flywheel/core/file_io.h"
-#include "flywheel/model/cpu_features.h"
+#include "flywheel/core/status_macros.h"
+#include "flywheel/model/cpu/cpu_features.h"
 #include "flywheel/model/hf_checkpoint.h"
-#include "flywheel/model/tokenizer.h"
+#include "flywheel/model/tokenizer/tokenizer.h"
 #include "flywheel/trainer/checkpoint.h"
 #include "model_args.h"
 
@@ -78,13 +79,11 @@ absl::Status run(const ExportArgs& args) {
   if (!files.ok()) return files.status();
   absl::StatusOr<std::unique_ptr<model::DecoderModel>> model = args.model.load();
   if (!model.ok()) return model.status();
-  absl::Status matches = check_tokenizer(args.model.dir, (*model)->config());
-  if (!matches.ok()) return matches;
+  FLYWHEEL_RETURN_IF_ERROR(check_tokenizer(args.model.dir, (*model)->config()));
   model::SaveOptions options;
   options.max_shard_bytes = static_cast<int64_t>(args.shard_gib * (int64_t{1} << 30));
   try {
-    absl::Status saved = model::save_hf_model(**model, args.out_dir, options);
-    if (!saved.ok()) return saved;
+    FLYWHEEL_RETURN_IF_ERROR(model::save_hf_model(**model, args.out_dir, options));
   } catch (const std::exception& e) {
     return model_exception_error((*model)->config(), args.out_dir, e);
   }

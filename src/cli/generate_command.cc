@@ -11,15 +11,17 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "choice_flag.h"
 #include "commands.h"
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/jsonl_io.h"
 #include "flywheel/core/plugin_registry.h"
-#include "flywheel/model/chat_messages.h"
-#include "flywheel/model/chat_template.h"
-#include "flywheel/model/cpu_features.h"
+#include "flywheel/core/status_macros.h"
+#include "flywheel/model/cpu/cpu_features.h"
 #include "flywheel/model/hf_checkpoint.h"
-#include "flywheel/model/tokenizer.h"
+#include "flywheel/model/tokenizer/chat_messages.h"
+#include "flywheel/model/tokenizer/chat_template.h"
+#include "flywheel/model/tokenizer/tokenizer.h"
 #include "flywheel/rollout/engine.h"
 #include "model_args.h"
 
@@ -35,7 +37,7 @@ struct GenerateArgs {
   int64_t n = 1;
   int64_t max_slots = 16;
   int64_t max_seq_len = 2048;
-  std::string logprob_mode = "temperature_scaled";
+  core::LogprobMode logprob_mode = core::LogprobMode::kTemperatureScaled;
   bool ignore_eos = false;
   bool skip_invalid = false;
 };
@@ -115,14 +117,11 @@ absl::Status run(const GenerateArgs& args) {
       sampling.stop_token_ids.push_back(id);
   }
   core::PluginRegistry registry;
-  absl::Status registered = rollout::register_rollout_builtins(registry);
-  if (!registered.ok()) return registered;
+  FLYWHEEL_RETURN_IF_ERROR(rollout::register_rollout_builtins(registry));
   rollout::EngineOptions options;
   options.max_slots = std::max(args.max_slots, args.n);
   options.max_seq_len = args.max_seq_len;
-  options.logprob_mode = args.logprob_mode == "processed"
-                             ? rollout::LogprobMode::kProcessed
-                             : rollout::LogprobMode::kTemperatureScaled;
+  options.logprob_mode = args.logprob_mode;
   rollout::EngineContext context;
   context.tokenizer = tokenizer.get();
   context.registry = &registry;
@@ -285,11 +284,9 @@ void add_generate_command(CLI::App& app, int* exit_code) {
       ->add_option("--chat-template", args->chat_template,
                    "Template for messages: auto, chatml, qwen3 or llama3")
       ->check(CLI::IsMember({"auto", "chatml", "qwen3", "llama3"}));
-  command
-      ->add_option("--logprob-mode", args->logprob_mode,
-                   "temperature_scaled (what the learner recomputes) or processed (the "
-                   "truncated distribution actually sampled)")
-      ->check(CLI::IsMember({"temperature_scaled", "processed"}));
+  add_choice_flag(command, "--logprob-mode", &args->logprob_mode,
+                  "temperature_scaled (what the learner recomputes) or processed (the "
+                  "truncated distribution actually sampled)");
   command->callback([args, exit_code] {
     absl::Status status = run(*args);
     if (!status.ok()) std::cerr << "flywheel generate: " << status.message() << "\n";

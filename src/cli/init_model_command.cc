@@ -8,8 +8,9 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "commands.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/model/hf_checkpoint.h"
-#include "flywheel/model/tokenizer.h"
+#include "flywheel/model/tokenizer/tokenizer.h"
 #include "model_args.h"
 
 namespace flywheel::cli {
@@ -38,21 +39,18 @@ absl::Status run(const InitArgs& args) {
                        ", the config has ", config->vocab_size));
     }
   }
-  absl::Status fits = check_model_memory(*config, *dtype, args.config);
-  if (!fits.ok()) return fits;
+  FLYWHEEL_RETURN_IF_ERROR(check_model_memory(*config, *dtype, args.config));
   try {
     absl::StatusOr<std::unique_ptr<model::DecoderModel>> model =
         model::DecoderModel::create(*config, model::DecoderOptions{*dtype, at::kCPU});
     if (!model.ok()) return model.status();
     (*model)->init_random(args.seed);
-    absl::Status saved = model::save_hf_model(**model, args.out_dir);
-    if (!saved.ok()) return saved;
+    FLYWHEEL_RETURN_IF_ERROR(model::save_hf_model(**model, args.out_dir));
   } catch (const std::exception& e) {
     return model_exception_error(*config, args.config, e);
   }
   if (args.char_tokenizer) {
-    absl::Status written = model::save_default_char_tokenizer(args.out_dir);
-    if (!written.ok()) return written;
+    FLYWHEEL_RETURN_IF_ERROR(model::save_default_char_tokenizer(args.out_dir));
   }
   std::cout << "initialised " << config->model_type << " with " << config->num_parameters()
             << " parameters (seed " << args.seed << ") in " << args.out_dir << "\n";

@@ -8,7 +8,7 @@
 #include "flywheel/core/builtins.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/rewards/builtins.h"
-#include "flywheel/rewards/reward_model.h"
+#include "flywheel/rewards/model/reward_model.h"
 #include "flywheel/rollout/logits_processor.h"
 
 namespace flywheel::cli {

@@ -23,9 +23,9 @@
 #include "flywheel/core/status_macros.h"
 #include "flywheel/core/stop_signal.h"
 #include "flywheel/eval/held_out_eval.h"
-#include "flywheel/model/cpu_features.h"
+#include "flywheel/model/device_choice.h"
 #include "flywheel/model/hf_checkpoint.h"
-#include "flywheel/model/tokenizer_setup.h"
+#include "flywheel/model/tokenizer/tokenizer_setup.h"
 #include "flywheel/trainer/checkpoint.h"
 #include "flywheel/trainer/controller_batch_source.h"
 #include "flywheel/trainer/learner_job.h"
@@ -84,7 +84,7 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const core::StopS
       model::load_tokenizer_setup(c.tokenizer, c.model.path);
   if (!tokenizers.ok()) return tokenizers.status();
   absl::StatusOr<at::ScalarType> rollout_dtype =
-      model::resolve_dtype(c.model.dtype, /*on_cuda=*/c.model.device == "cuda");
+      model::resolve_dtype(c.model.dtype, model::uses_cuda(c.model.device));
   if (!rollout_dtype.ok()) return rollout_dtype.status();
 
   trainer::LearnerWeightSources sources;
@@ -132,10 +132,10 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const core::StopS
   // weight_sync.transport mpi / nccl: rank 0 also broadcasts every version to the MPMD job's
   // rollout ranks (the controller keeps serving it over gRPC, and checks the workers' acks).
   comm::WeightGroup weight_group;
-  if (core::weight_transport(c.weight_sync) != "grpc") {
-    auto joined =
-        comm::join_weight_group(*roles, comm::Role::kLearner, c,
-                                c.model.device == "cuda" ? comm::local_cuda_device(rank) : -1);
+  if (core::weight_transport(c.weight_sync) != core::WeightTransport::kGrpc) {
+    auto joined = comm::join_weight_group(
+        *roles, comm::Role::kLearner, c,
+        model::uses_cuda(c.model.device) ? comm::local_cuda_device(rank) : -1);
     if (!joined.ok()) return joined.status();
     weight_group = std::move(*joined);
   }

@@ -5,7 +5,7 @@
 #include "CLI/CLI.hpp"
 #include "commands.h"
 #include "flywheel/core/build_info.h"
-#include "flywheel/model/cpu_allocator.h"
+#include "flywheel/model/cpu/cpu_allocator.h"
 
 int main(int argc, char** argv) {
   using namespace flywheel::cli;

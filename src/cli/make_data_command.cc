@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/json.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::cli {
 namespace {
@@ -83,8 +84,8 @@ absl::Status run(const MakeDataArgs& args) {
   fs::create_directories(args.out_dir, ec);
   for (const auto& [name, text] :
        {std::pair{"train.jsonl", &train}, std::pair{"eval.jsonl", &eval}}) {
-    absl::Status s = core::write_file_atomically((fs::path(args.out_dir) / name).string(), *text);
-    if (!s.ok()) return s;
+    FLYWHEEL_RETURN_IF_ERROR(
+        core::write_file_atomically((fs::path(args.out_dir) / name).string(), *text));
   }
   std::cout << "wrote " << args.train << " training and " << args.eval << " held-out "
             << args.digits << "-digit additions (seed " << args.seed << ", digit order "

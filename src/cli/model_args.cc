@@ -10,8 +10,9 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "flywheel/model/cpu_allocator.h"
-#include "flywheel/model/cpu_features.h"
+#include "flywheel/core/status_macros.h"
+#include "flywheel/model/cpu/cpu_allocator.h"
+#include "flywheel/model/cpu/cpu_features.h"
 #include "flywheel/model/hf_checkpoint.h"
 
 namespace flywheel::cli {
@@ -65,8 +66,7 @@ absl::StatusOr<std::unique_ptr<model::DecoderModel>> ModelArgs::load(
   const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
   absl::StatusOr<model::ModelConfig> config = model::ModelConfig::from_file(config_path);
   if (!config.ok()) return config.status();
-  absl::Status fits = check_model_memory(*config, *type, config_path);
-  if (!fits.ok()) return fits;
+  FLYWHEEL_RETURN_IF_ERROR(check_model_memory(*config, *type, config_path));
   try {
     return model::load_hf_model(dir, model::DecoderOptions{*type, at::kCPU, applied.threads});
   } catch (const std::exception& e) {
@@ -78,8 +78,7 @@ model::ThreadLayout apply_thread_layout(const core::ClusterOptions& cluster, at:
   model::ThreadLayoutOptions options;
   options.threads = static_cast<int>(cluster.threads_per_process);
   options.dtype = dtype;
-  // The config's one_of admits only names parse_thread_split knows (else options.split stays auto).
-  (void)model::parse_thread_split(cluster.thread_split, &options.split);
+  options.split = cluster.thread_split;
   return model::apply_thread_layout(options);
 }
 

@@ -6,8 +6,8 @@
 
 #include "absl/status/statusor.h"
 #include "flywheel/core/options/cluster_options.h"
+#include "flywheel/model/cpu/thread_layout.h"
 #include "flywheel/model/decoder.h"
-#include "flywheel/model/thread_layout.h"
 
 namespace CLI {
 class App;

@@ -14,7 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "commands.h"
 #include "flywheel/core/jsonl_io.h"
-#include "flywheel/model/tokenizer.h"
+#include "flywheel/model/tokenizer/tokenizer.h"
 #include "flywheel/rewards/composite_reward.h"
 #include "flywheel/rewards/scoring_pool.h"
 #include "job_setup.h"

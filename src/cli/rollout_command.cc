@@ -22,10 +22,12 @@
 #include "flywheel/algos/algorithm.h"
 #include "flywheel/comm/mpmd.h"
 #include "flywheel/core/logging.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/core/stop_signal.h"
 #include "flywheel/launcher/launcher.h"
-#include "flywheel/model/cpu_allocator.h"
-#include "flywheel/model/cpu_features.h"
+#include "flywheel/model/cpu/cpu_allocator.h"
+#include "flywheel/model/cpu/cpu_features.h"
+#include "flywheel/model/device_choice.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/rewards/composite_reward.h"
 #include "flywheel/rollout/engine_config.h"
@@ -53,20 +55,19 @@ struct RolloutArgs {
 // weights converted on arrival would make every checksum acknowledgement meaningless.
 absl::StatusOr<at::ScalarType> weights_dtype(const core::Config& c, const std::string& published) {
   if (published.empty()) {
-    return model::resolve_dtype(c.model.dtype, /*on_cuda=*/c.model.device == "cuda");
+    return model::resolve_dtype(c.model.dtype, model::uses_cuda(c.model.device));
   }
   absl::StatusOr<at::ScalarType> theirs = model::parse_dtype(published);
   if (!theirs.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("the controller publishes weights of an unknown dtype '", published, "'"));
   }
-  if (c.model.dtype != "auto") {
-    absl::StatusOr<at::ScalarType> mine = model::parse_dtype(c.model.dtype);
-    if (!mine.ok()) return mine.status();
-    if (*mine != *theirs) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("model.dtype is ", c.model.dtype, " here but the learners publish ",
-                       published, " weights; use the same model.dtype (or auto) on every host"));
+  if (c.model.dtype != core::Dtype::kAuto) {
+    const at::ScalarType mine = model::resolve_dtype(c.model.dtype, /*on_cuda=*/false);
+    if (mine != *theirs) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "model.dtype is ", core::choice_name(c.model.dtype), " here but the learners publish ",
+          published, " weights; use the same model.dtype (or auto) on every host"));
     }
   }
   return *theirs;
@@ -114,22 +115,21 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
     const std::string announced = comm::broadcast_string(*roles->world, "");
     if (address.empty()) address = announced;
     if (worker_id.empty()) worker_id = absl::StrCat("rollout-", roles->role->rank());
-    if (core::weight_transport(c.weight_sync) != "grpc") {
+    if (core::weight_transport(c.weight_sync) != core::WeightTransport::kGrpc) {
       auto joined = comm::join_weight_group(
           *roles, comm::Role::kRollout, c,
-          c.model.device == "cuda" ? comm::local_cuda_device(roles->world->rank()) : -1);
+          model::uses_cuda(c.model.device) ? comm::local_cuda_device(roles->world->rank()) : -1);
       if (!joined.ok()) return joined.status();
       weight_group = std::move(*joined);
     }
-  } else if (core::weight_transport(c.weight_sync) != "grpc") {
+  } else if (core::weight_transport(c.weight_sync) != core::WeightTransport::kGrpc) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "weight_sync.transport ", core::weight_transport(c.weight_sync),
+        "weight_sync.transport ", core::choice_name(core::weight_transport(c.weight_sync)),
         " needs this worker to be a rank of the learners' MPMD mpirun (mpirun ... flywheel "
         "learner c.yaml : ... flywheel rollout c.yaml); a worker started on its own uses grpc"));
   }
   if (!args.log_file.empty()) {
-    absl::Status redirected = redirect_output(args.log_file, roles ? roles->role->rank() : 0);
-    if (!redirected.ok()) return redirected;
+    FLYWHEEL_RETURN_IF_ERROR(redirect_output(args.log_file, roles ? roles->role->rank() : 0));
   }
   if (address.empty()) address = c.cluster.controller_address;
   if (address.empty()) {
@@ -176,9 +176,7 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
   // Under mpirun, one GPU per process of the node (learners and workers alike) where there are
   // enough.
   const int cuda_device = std::max(0, comm::local_cuda_device(roles ? roles->world->rank() : 0));
-  decoder_options.device = c.model.device == "cuda"
-                               ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(cuda_device))
-                               : at::Device(at::kCPU);
+  decoder_options.device = model::resolve_device(c.model.device, cuda_device);
   // The weights come from the controller (the learners' current version), not from model.path.
   absl::StatusOr<std::unique_ptr<model::DecoderModel>> model =
       model::DecoderModel::create(*model_config, decoder_options);
@@ -214,7 +212,7 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
   FLYWHEEL_LOG_INFO(
       "rollout worker %s: controller %s, %d slots, groups of %d, %d thread(s), weights over %s",
       worker_id, address, c.rollout.max_slots, c.rollout.group_size, c.cluster.threads_per_process,
-      core::weight_transport(c.weight_sync));
+      core::choice_name(core::weight_transport(c.weight_sync)));
   const auto start = std::chrono::steady_clock::now();
   std::optional<rollout::ChannelWeightSource> channel_source;
   std::optional<rollout::GrpcWeightSource> grpc_source;
@@ -243,8 +241,8 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
   if (channel_source) {
     std::cerr << absl::StrFormat(
         "flywheel rollout %s: %d versions received over %s, %d damaged (fetched over gRPC)\n",
-        worker_id, channel_source->received(), core::weight_transport(c.weight_sync),
-        channel_source->damaged());
+        worker_id, channel_source->received(),
+        core::choice_name(core::weight_transport(c.weight_sync)), channel_source->damaged());
   }
   std::cerr << absl::StrFormat(
       "flywheel rollout %s: %d groups pushed (%d accepted, %d rejected), %d leases released, "

@@ -14,8 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "commands.h"
 #include "flywheel/core/jsonl_io.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/model/logprobs.h"
-#include "flywheel/model/tokenizer.h"
+#include "flywheel/model/tokenizer/tokenizer.h"
 #include "model_args.h"
 
 namespace flywheel::cli {
@@ -168,8 +169,7 @@ absl::Status run(const ScoreArgs& args) {
   }
   scored += batch.size();
   if (!batch.empty()) {
-    absl::Status status = score_batch(**model, &batch, args.temperature, out->get());
-    if (!status.ok()) return status;
+    FLYWHEEL_RETURN_IF_ERROR(score_batch(**model, &batch, args.temperature, out->get()));
   }
   std::cerr << "flywheel score: " << scored << " sequence(s)\n";
   return (*out)->close();

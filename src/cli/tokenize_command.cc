@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "commands.h"
 #include "flywheel/core/jsonl_io.h"
-#include "flywheel/model/chat_messages.h"
-#include "flywheel/model/chat_template.h"
-#include "flywheel/model/tokenizer.h"
+#include "flywheel/model/tokenizer/chat_messages.h"
+#include "flywheel/model/tokenizer/chat_template.h"
+#include "flywheel/model/tokenizer/tokenizer.h"
 
 namespace flywheel::cli {
 namespace {

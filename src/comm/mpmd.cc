@@ -43,14 +43,14 @@ absl::StatusOr<MpmdWorld> join_mpmd_world(const comm::MpiRuntime& runtime, Role 
 
 absl::StatusOr<WeightGroup> join_weight_group(MpmdWorld& world, Role role,
                                               const core::Config& config, int cuda_device) {
-  const std::string transport = core::weight_transport(config.weight_sync);
+  const core::WeightTransport transport = core::weight_transport(config.weight_sync);
   const bool sender = role == Role::kLearner && world.role->rank() == 0;
   // The rollout ranks: the world less the learners (every rank knows its own role's size).
   const int rollout_ranks =
       role == Role::kRollout ? world.role->size() : world.world->size() - world.role->size();
   if (rollout_ranks == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "weight_sync.transport ", transport,
+        "weight_sync.transport ", core::choice_name(transport),
         " sends weights to the rollout ranks of the learners' MPMD mpirun, and this job has "
         "none: start them in the same mpirun (mpirun ... flywheel learner c.yaml : ... flywheel "
         "rollout c.yaml), or use transport grpc"));
@@ -62,7 +62,7 @@ absl::StatusOr<WeightGroup> join_weight_group(MpmdWorld& world, Role role,
   out.control = std::move(*control);
   if (!member) return out;
   comm::Communicator* data = out.control.get();
-  if (transport == "nccl") {
+  if (transport == core::WeightTransport::kNccl) {
     if (cuda_device < 0) {
       return absl::FailedPreconditionError(
           "weight_sync.transport nccl needs a CUDA GPU on every learner and rollout rank");
@@ -98,7 +98,9 @@ absl::StatusOr<std::unique_ptr<comm::Communicator>> learner_nccl(const MpmdWorld
                                                                  const core::Config& config) {
   const core::Config& c = config;
   const bool use_nccl =
-      c.cluster.backend == "nccl" || (c.cluster.backend == "auto" && c.model.device == "cuda");
+      c.cluster.backend == core::CommBackend::kNccl ||
+      (c.cluster.backend == core::CommBackend::kAuto &&
+       core::on_cuda(c.model.device, static_cast<int>(torch::cuda::device_count())));
   if (!use_nccl) return std::unique_ptr<comm::Communicator>();
   const int device = local_cuda_device(world.role->rank());
   if (device < 0) return absl::FailedPreconditionError("cluster.backend nccl needs a CUDA GPU");

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/logging.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::comm {
 namespace {
@@ -127,9 +128,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
   for (int r = 0; r < bootstrap.size(); ++r) {
     ids.emplace_back(reinterpret_cast<const char*>(all_ids.data_ptr<uint8_t>() + r * kIdBytes));
   }
-  if (absl::Status distinct = check_distinct_devices(ids, options.name); !distinct.ok()) {
-    return distinct;
-  }
+  FLYWHEEL_RETURN_IF_ERROR(check_distinct_devices(ids, options.name));
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
   if (bootstrap.rank() == 0) {

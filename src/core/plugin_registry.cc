@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "flywheel/core/status_macros.h"
 #include "key_suggestion.h"
 
 namespace flywheel::core {
@@ -126,8 +127,7 @@ absl::Status PluginRegistry::load_plugin(const std::string& path) {
 
 absl::Status PluginRegistry::load_plugins(const std::vector<std::string>& paths) {
   for (const std::string& path : paths) {
-    absl::Status status = load_plugin(path);
-    if (!status.ok()) return status;
+    FLYWHEEL_RETURN_IF_ERROR(load_plugin(path));
   }
   return absl::OkStatus();
 }

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/crc32c.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::core {
 namespace {
@@ -99,8 +100,7 @@ absl::StatusOr<std::unique_ptr<MetricsSink>> TensorBoardSink::create(
         absl::StrCat("tensorboard sink: cannot open '", path, "': ", std::strerror(errno)));
   }
   std::unique_ptr<TensorBoardSink> sink(new TensorBoardSink(path, file));
-  absl::Status status = sink->append(encode_event(now, 0, "brain.Event:2", "", 0));
-  if (!status.ok()) return status;
+  FLYWHEEL_RETURN_IF_ERROR(sink->append(encode_event(now, 0, "brain.Event:2", "", 0)));
   return std::unique_ptr<MetricsSink>(std::move(sink));
 }
 
@@ -117,9 +117,8 @@ absl::Status TensorBoardSink::append(const std::string& event) {
 
 absl::Status TensorBoardSink::write(const StepMetrics& metrics) {
   for (const auto& [name, value] : metrics.scalars) {
-    absl::Status status =
-        append(encode_event(metrics.wall_time, metrics.step, "", name, static_cast<float>(value)));
-    if (!status.ok()) return status;
+    FLYWHEEL_RETURN_IF_ERROR(
+        append(encode_event(metrics.wall_time, metrics.step, "", name, static_cast<float>(value))));
   }
   return flush();
 }

@@ -57,8 +57,8 @@ absl::StatusOr<trainer::SftData> load_eval_data(const core::Config& config,
 absl::StatusOr<std::unique_ptr<rewards::ScoringPool>> make_eval_scorer(
     const core::Config& config, core::PluginRegistry& registry, const std::string& config_dir) {
   const core::Config& c = config;
-  const bool use_rewards =
-      c.eval.judge == "rewards" || (c.eval.judge == "auto" && !c.rewards.functions.empty());
+  const bool use_rewards = c.eval.judge == core::EvalJudge::kRewards ||
+                           (c.eval.judge == core::EvalJudge::kAuto && !c.rewards.functions.empty());
   if (!use_rewards) return std::unique_ptr<rewards::ScoringPool>();
   if (c.rewards.functions.empty()) {
     return absl::InvalidArgumentError("eval.judge is rewards but rewards.functions is empty");

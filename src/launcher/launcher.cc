@@ -20,6 +20,7 @@
 #include "absl/strings/strip.h"
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/json.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::launcher {
 namespace {
@@ -93,7 +94,7 @@ Launcher::Launcher(const core::Config& config, Launch launch, int threads)
       self_(self_path()),
       run_dir_(config.logging.run_dir),
       stop_file_((fs::path(config.logging.run_dir) / "STOP").string()),
-      mpmd_(core::weight_transport(config.weight_sync) != "grpc") {}
+      mpmd_(core::weight_transport(config.weight_sync) != core::WeightTransport::kGrpc) {}
 
 std::vector<std::string> Launcher::job_args(const std::string& command) const {
   std::vector<std::string> args = {self_, command, launch_.config};
@@ -180,9 +181,10 @@ absl::Status Launcher::start_learners() {
     // The workers are ranks of the same mpirun (a second app context) and receive the weights
     // over its MPI (or NCCL) channel; each writes logs/worker-RANK.log.
     if (mpirun.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "mpirun is not on PATH: weight_sync.transport ", core::weight_transport(c_.weight_sync),
-          " runs the rollout workers inside the learners' mpirun"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("mpirun is not on PATH: weight_sync.transport ",
+                       core::choice_name(core::weight_transport(c_.weight_sync)),
+                       " runs the rollout workers inside the learners' mpirun"));
     }
     argv.insert(argv.end(), {":", "-np", std::to_string(c_.rollout.num_workers)});
     for (const auto& [name, value] : child_env()) {
@@ -271,8 +273,7 @@ absl::Status Launcher::run() {
     return absl::UnavailableError(absl::StrCat("cannot create ", run_dir_, ": ", ec.message()));
   fs::remove(fs::path(run_dir_) / "controller_address", ec);
   fs::remove(stop_file_, ec);
-  absl::Status written = write_launch(run_dir_, launch_);
-  if (!written.ok()) return written;
+  FLYWHEEL_RETURN_IF_ERROR(write_launch(run_dir_, launch_));
 
   // Signals are taken here, synchronously; children get them only from the launcher.
   sigset_t signals;
@@ -281,14 +282,14 @@ absl::Status Launcher::run() {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  if (c_.model.device == "cuda") {
+  if (core::on_cuda(c_.model.device, static_cast<int>(torch::cuda::device_count()))) {
     GpuPlacementRequest request;
     request.learners = c_.cluster.num_learners;
     request.workers = c_.rollout.num_workers;
     request.visible = visible_gpus(std::getenv("CUDA_VISIBLE_DEVICES"),
                                    static_cast<int>(torch::cuda::device_count()));
     request.mpmd = mpmd_;
-    request.nccl_weights = core::weight_transport(c_.weight_sync) == "nccl";
+    request.nccl_weights = core::weight_transport(c_.weight_sync) == core::WeightTransport::kNccl;
     absl::StatusOr<GpuPlacement> placed = place_on_gpus(request);
     if (!placed.ok()) return placed.status();
     gpus_ = std::move(*placed);
@@ -343,7 +344,7 @@ absl::Status Launcher::run() {
       std::cerr << "flywheel train: controller at " << address_ << "; " << c_.rollout.num_workers
                 << " rollout worker(s)"
                 << (mpmd_ ? absl::StrCat(" in the learners' mpirun (weights over ",
-                                         core::weight_transport(c_.weight_sync),
+                                         core::choice_name(core::weight_transport(c_.weight_sync)),
                                          "; a worker that fails ends the job)")
                           : "")
                 << ", logs in " << (fs::path(run_dir_) / "logs").string() << "\n";

@@ -12,10 +12,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "flywheel/model/decode_attention.h"
-#include "flywheel/model/decode_rows.h"
-#include "flywheel/model/prefill_attention.h"
-#include "flywheel/model/small_gemm.h"
+#include "flywheel/core/status_macros.h"
+#include "flywheel/model/cpu/decode_attention.h"
+#include "flywheel/model/cpu/decode_rows.h"
+#include "flywheel/model/cpu/prefill_attention.h"
+#include "flywheel/model/cpu/small_gemm.h"
 
 namespace flywheel::model {
 
@@ -357,8 +358,7 @@ DecoderModel::DecoderModel(const ModelConfig& config, const DecoderOptions& opti
 
 absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelConfig& config,
                                                                    const DecoderOptions& options) {
-  absl::Status valid = config.validate();
-  if (!valid.ok()) return valid;
+  FLYWHEEL_RETURN_IF_ERROR(config.validate());
   if (options.dtype != at::kFloat && options.dtype != at::kBFloat16 && options.dtype != at::kHalf) {
     return absl::InvalidArgumentError(absl::StrCat("unsupported model dtype ",
                                                    c10::toString(options.dtype),

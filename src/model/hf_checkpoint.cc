@@ -173,8 +173,7 @@ absl::Status HfWriter::add(const std::string& name, const at::Tensor& tensor) {
   at::Tensor t = tensor.to(dtype_).contiguous();
   const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
   if (!pending_.empty() && pending_bytes_ + bytes > options_.max_shard_bytes) {
-    absl::Status flushed = flush();
-    if (!flushed.ok()) return flushed;
+    FLYWHEEL_RETURN_IF_ERROR(flush());
   }
   pending_.emplace_back(name, std::move(t));
   pending_bytes_ += bytes;
@@ -186,8 +185,7 @@ absl::Status HfWriter::add(const std::string& name, const at::Tensor& tensor) {
 absl::Status HfWriter::flush() {
   if (pending_.empty()) return absl::OkStatus();
   const std::string file = absl::StrFormat("shard-%05d.partial", shard_names_.size());
-  absl::Status written = write_safetensors((fs::path(dir_) / file).string(), pending_);
-  if (!written.ok()) return written;
+  FLYWHEEL_RETURN_IF_ERROR(write_safetensors((fs::path(dir_) / file).string(), pending_));
   shard_names_.emplace_back();
   for (const auto& [name, t] : pending_) shard_names_.back().push_back(name);
   pending_.clear();
@@ -196,8 +194,7 @@ absl::Status HfWriter::flush() {
 }
 
 absl::Status HfWriter::finish() {
-  absl::Status flushed = flush();
-  if (!flushed.ok()) return flushed;
+  FLYWHEEL_RETURN_IF_ERROR(flush());
   const fs::path root(dir_);
   std::error_code ec;
   auto rename = [&](size_t i, const std::string& to) -> absl::Status {
@@ -208,17 +205,16 @@ absl::Status HfWriter::finish() {
   if (shard_names_.size() <= 1) {
     fs::remove(root / "model.safetensors.index.json", ec);
     if (shard_names_.empty()) {
-      absl::Status empty = write_safetensors((root / "model.safetensors").string(), {});
-      if (!empty.ok()) return empty;
-    } else if (absl::Status s = rename(0, "model.safetensors"); !s.ok()) {
-      return s;
+      FLYWHEEL_RETURN_IF_ERROR(write_safetensors((root / "model.safetensors").string(), {}));
+    } else {
+      FLYWHEEL_RETURN_IF_ERROR(rename(0, "model.safetensors"));
     }
   } else {
     core::Json weight_map = core::Json::object();
     for (size_t i = 0; i < shard_names_.size(); ++i) {
       const std::string file =
           absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, shard_names_.size());
-      if (absl::Status s = rename(i, file); !s.ok()) return s;
+      FLYWHEEL_RETURN_IF_ERROR(rename(i, file));
       for (const std::string& name : shard_names_[i]) weight_map.set(name, core::Json(file));
     }
     core::Json index = core::Json::object();
@@ -227,9 +223,8 @@ absl::Status HfWriter::finish() {
     index.set("metadata", std::move(metadata));
     index.set("weight_map", std::move(weight_map));
     fs::remove(root / "model.safetensors", ec);
-    absl::Status s = core::write_file_atomically((root / "model.safetensors.index.json").string(),
-                                                 index.dump() + "\n");
-    if (!s.ok()) return s;
+    FLYWHEEL_RETURN_IF_ERROR(core::write_file_atomically(
+        (root / "model.safetensors.index.json").string(), index.dump() + "\n"));
   }
   ModelConfig config = config_;
   config.torch_dtype = dtype_name(dtype_);
@@ -243,8 +238,7 @@ absl::Status save_hf_model(const DecoderModel& model, const std::string& dir,
       HfWriter::create(dir, model.config(), model.options().dtype, options);
   if (!writer.ok()) return writer.status();
   for (const auto& [name, tensor] : model.named_parameters()) {
-    absl::Status added = (*writer)->add(name, tensor);
-    if (!added.ok()) return added;
+    FLYWHEEL_RETURN_IF_ERROR((*writer)->add(name, tensor));
   }
   return (*writer)->finish();
 }

@@ -3,13 +3,14 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::rewards {
 
 absl::StatusOr<std::shared_ptr<const CompositeReward>> CompositeReward::create(
     const core::RewardsOptions& options, core::PluginRegistry& registry, int64_t max_new_tokens,
     const std::string& config_dir) {
-  if (absl::Status valid = options.validate(); !valid.ok()) return valid;
+  FLYWHEEL_RETURN_IF_ERROR(options.validate());
   auto& functions = registry.get<RewardFunction, const RewardSpec&>();
   std::vector<WeightedReward> parts;
   std::set<std::string> labels;

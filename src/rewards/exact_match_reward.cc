@@ -5,7 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "builtin_factories.h"
-#include "flywheel/rewards/params.h"
+#include "flywheel/core/status_macros.h"
+#include "flywheel/rewards/param_reader.h"
 #include "text_normalize.h"
 
 namespace flywheel::rewards {
@@ -59,7 +60,7 @@ RewardPtr make_exact_match_reward(const RewardSpec& spec) {
   n.lowercase = r.boolean("lowercase", n.lowercase);
   n.collapse_whitespace = r.boolean("collapse_whitespace", n.collapse_whitespace);
   n.remove_punctuation = r.boolean("remove_punctuation", n.remove_punctuation);
-  if (absl::Status s = r.finish(); !s.ok()) return s;
+  FLYWHEEL_RETURN_IF_ERROR(r.finish());
   return std::unique_ptr<RewardFunction>(new ExactMatchReward(answer_key, n));
 }
 

@@ -10,7 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "builtin_factories.h"
-#include "flywheel/rewards/params.h"
+#include "flywheel/core/status_macros.h"
+#include "flywheel/rewards/param_reader.h"
 
 namespace flywheel::rewards {
 namespace {
@@ -70,7 +71,7 @@ RewardPtr make_format_regex_reward(const RewardSpec& spec) {
   const bool dotall = r.boolean("dotall", true);
   const double score = r.number("score", 1.0);
   const int64_t match_limit = r.integer("match_limit", 1000000, 1000, 1000000000);
-  if (absl::Status s = r.finish(); !s.ok()) return s;
+  FLYWHEEL_RETURN_IF_ERROR(r.finish());
   if (pattern.empty()) {
     return absl::InvalidArgumentError("reward 'format_regex': option 'pattern' must be set");
   }

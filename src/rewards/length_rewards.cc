@@ -12,7 +12,8 @@
 #include "absl/strings/str_split.h"
 #include "builtin_factories.h"
 #include "flywheel/core/overlong.h"
-#include "flywheel/rewards/params.h"
+#include "flywheel/core/status_macros.h"
+#include "flywheel/rewards/param_reader.h"
 
 namespace flywheel::rewards {
 namespace {
@@ -124,7 +125,7 @@ RewardPtr make_overlong_penalty_reward(const RewardSpec& spec) {
   const int64_t max_len = r.integer("max_len", default_max_len(spec), 0, int64_t{1} << 40);
   const int64_t buffer_len = r.integer("buffer_len", max_len / 5, 0, int64_t{1} << 40);
   const double factor = r.number_in("factor", 1.0, 0, 1e6);
-  if (absl::Status s = r.finish(); !s.ok()) return s;
+  FLYWHEEL_RETURN_IF_ERROR(r.finish());
   if (max_len <= 0) {
     return absl::InvalidArgumentError(
         "reward 'overlong_penalty': option 'max_len' must be set (it defaults to "
@@ -142,7 +143,7 @@ RewardPtr make_length_penalty_reward(const RewardSpec& spec) {
   const int64_t free_tokens = r.integer("free_tokens", 0, 0, int64_t{1} << 40);
   const double per_token = r.number_in("per_token", 0.001, 0, 1e6);
   const double max_penalty = r.number_in("max_penalty", 1.0, 0, 1e6);
-  if (absl::Status s = r.finish(); !s.ok()) return s;
+  FLYWHEEL_RETURN_IF_ERROR(r.finish());
   return std::unique_ptr<RewardFunction>(new LengthPenalty(free_tokens, per_token, max_penalty));
 }
 
@@ -151,7 +152,7 @@ RewardPtr make_repetition_penalty_reward(const RewardSpec& spec) {
   const int64_t n = r.integer("ngram", 3, 1, 64);
   const bool words = r.choice("unit", "tokens", {"tokens", "words"}) == "words";
   const double factor = r.number_in("factor", 1.0, 0, 1e6);
-  if (absl::Status s = r.finish(); !s.ok()) return s;
+  FLYWHEEL_RETURN_IF_ERROR(r.finish());
   return std::unique_ptr<RewardFunction>(new RepetitionPenalty(n, words, factor));
 }
 

@@ -1,7 +1,6 @@
 #include "flywheel/rollout/engine.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -10,17 +9,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "flywheel/core/plugin_registry.h"
-#include "flywheel/model/tokenizer.h"
+#include "flywheel/core/status_macros.h"
+#include "flywheel/model/tokenizer/tokenizer.h"
+#include "step_rows.h"
 
 namespace flywheel::rollout {
-namespace {
-
-// Rows below which a sampling pass over [rows, vocab] is not split between threads.
-constexpr int64_t kMinRowsPerThread = 8;
-
-}  // namespace
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
@@ -76,8 +70,7 @@ absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::create(
     std::shared_ptr<model::DecoderModel> model, const EngineOptions& options,
     const EngineContext& context) {
   if (model == nullptr) return absl::InvalidArgumentError("engine needs a model");
-  absl::Status valid = options.validate();
-  if (!valid.ok()) return valid;
+  FLYWHEEL_RETURN_IF_ERROR(options.validate());
   std::unique_ptr<GenerationEngine> engine(
       new GenerationEngine(std::move(model), options, context));
   absl::StatusOr<std::unique_ptr<model::KvCache>> cache =
@@ -137,70 +130,6 @@ absl::Status GenerationEngine::submit(GenerationRequest request) {
   groups_[raw->request.id] = std::move(group);
   queue_.push_back(raw);
   return absl::OkStatus();
-}
-
-absl::Status GenerationEngine::stage_weights(
-    const std::vector<std::pair<std::string, at::Tensor>>& weights, int64_t version) {
-  if (version <= version_) {
-    return absl::InvalidArgumentError(absl::StrCat("stage_weights: version ", version,
-                                                   " is not newer than the engine's ", version_));
-  }
-  if (staged_ && version < staged_->version) {
-    return absl::InvalidArgumentError(absl::StrCat("stage_weights: version ", version,
-                                                   " is older than the staged version ",
-                                                   staged_->version));
-  }
-  const auto& params = model_->named_parameters();
-  std::map<std::string, size_t> index;
-  for (size_t i = 0; i < params.size(); ++i) index[params[i].first] = i;
-  std::vector<std::pair<size_t, const at::Tensor*>> named;
-  for (const auto& [name, tensor] : weights) {
-    auto it = index.find(name);
-    if (it == index.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("stage_weights: unknown parameter '", name, "'"));
-    }
-    if (!tensor.defined() || tensor.sizes() != params[it->second].second.sizes()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "stage_weights: '", name, "' has shape [",
-          tensor.defined() ? absl::StrJoin(tensor.sizes(), ", ") : "undefined",
-          "], the model needs [", absl::StrJoin(params[it->second].second.sizes(), ", "), "]"));
-    }
-    named.emplace_back(it->second, &tensor);
-  }
-  // Copies, so that the caller's next in-place change (an optimizer step) is not applied too.
-  std::vector<std::pair<size_t, at::Tensor>> copies;
-  try {
-    at::NoGradGuard no_grad;
-    for (const auto& [i, tensor] : named) {
-      copies.emplace_back(i, at::empty_like(params[i].second).copy_(*tensor));
-    }
-  } catch (const std::exception& e) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("stage_weights: cannot copy the weights: ", e.what()));
-  }
-  if (!staged_) staged_.emplace();
-  if (version != staged_->version) staged_->committed = false;  // the newer version is not yet
-  staged_->version = version;
-  for (auto& [i, copy] : copies) staged_->tensors[i] = std::move(copy);
-  return absl::OkStatus();
-}
-
-absl::Status GenerationEngine::commit_weights(int64_t version) {
-  if (!staged_ || staged_->version != version) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "commit_weights: version ", version, " is not staged",
-        staged_ ? absl::StrCat(" (version ", staged_->version, " is)") : std::string()));
-  }
-  staged_->committed = true;
-  return absl::OkStatus();
-}
-
-absl::Status GenerationEngine::update_weights(
-    const std::vector<std::pair<std::string, at::Tensor>>& weights, int64_t version) {
-  absl::Status staged = stage_weights(weights, version);
-  if (!staged.ok()) return staged;
-  return commit_weights(version);
 }
 
 void GenerationEngine::apply_pending_update() {
@@ -369,53 +298,41 @@ void GenerationEngine::decode() {
   sample_and_append(logits, rows);
 }
 
-void GenerationEngine::sample_and_append(const at::Tensor& logits,
-                                         const std::vector<Sequence*>& sequences) {
-  const int64_t B = sequences.size();
-  const at::TensorOptions longs = at::TensorOptions().dtype(at::kLong).device(logits.device());
-  // Behaviour log-probs under temperature-scaled logits (temperature 0 counts as 1), for all
-  // rows at once.
-  std::vector<float> temperatures;
-  for (Sequence* seq : sequences) {
-    const double t = seq->group->request.sampling.temperature;
-    temperatures.push_back(t > 0 ? static_cast<float>(t) : 1.0f);
-  }
-  at::Tensor scale = at::tensor(temperatures).to(logits.device()).view({B, 1});
-  // The passes over [B, V] run row range by row range on the model's CPU threads (ATen itself
-  // has one under the float32 thread layout); on a GPU in one range.
-  model::WorkerPool* pool = logits.device().is_cpu() ? model_->cpu_pool() : nullptr;
-  at::Tensor scaled_all = at::empty_like(logits);
-  at::Tensor behaviour_norm = at::empty({B, 1}, logits.options());
-  at::Tensor finite = at::empty({B}, logits.options().dtype(at::kBool));
-  model::parallel_rows(pool, B, kMinRowsPerThread, [&](int64_t begin, int64_t end) {
-    const at::Tensor rows = logits.narrow(0, begin, end - begin);
-    at::Tensor part = scaled_all.narrow(0, begin, end - begin);
-    at::div_out(part, rows, scale.narrow(0, begin, end - begin));
-    at::Tensor norm = at::logsumexp(part, -1, /*keepdim=*/true);
-    behaviour_norm.narrow(0, begin, end - begin).copy_(norm);
-    // A row is finite when its log-sum-exp is (no NaN, no +inf) and its minimum is above -inf:
-    // one reduction instead of a pass that writes a mask of the whole row.
-    const float kNegInf = -std::numeric_limits<float>::infinity();
-    finite.narrow(0, begin, end - begin)
-        .copy_(at::isfinite(norm).view({-1}) & (at::amin(rows, -1) > kNegInf));
-  });
-  // Logits processors (rare) run row by row on a copy; every other step is batched.
-  at::Tensor work = logits;
-  bool processors_ran = false;
-  std::vector<uint8_t> failed(B, 0);
-  for (int64_t b = 0; b < B; ++b) {
+bool GenerationEngine::run_processors(const at::Tensor& logits,
+                                      const std::vector<Sequence*>& sequences, at::Tensor* work,
+                                      std::vector<uint8_t>* failed) {
+  bool ran = false;
+  for (size_t b = 0; b < sequences.size(); ++b) {
     Sequence& seq = *sequences[b];
     if (seq.group->processors.empty()) continue;
-    if (!processors_ran) work = logits.clone();
-    processors_ran = true;
-    at::Tensor row = work[b];
+    if (!ran) *work = logits.clone();
+    ran = true;
+    at::Tensor row = (*work)[static_cast<int64_t>(b)];
     try {
       for (const auto& processor : seq.group->processors) processor->apply(row, seq.tokens);
     } catch (const std::exception& e) {
       finish(seq, FinishReason::kError, absl::StrCat("sampling failed: ", e.what()));
-      failed[b] = 1;
+      (*failed)[b] = 1;
     }
   }
+  return ran;
+}
+
+void GenerationEngine::sample_and_append(const at::Tensor& logits,
+                                         const std::vector<Sequence*>& sequences) {
+  const int64_t B = sequences.size();
+  // The passes over [B, V] run row range by row range on the model's CPU threads (ATen itself
+  // has one under the float32 thread layout); on a GPU in one range.
+  model::WorkerPool* pool = logits.device().is_cpu() ? model_->cpu_pool() : nullptr;
+  // Behaviour log-probs under temperature-scaled logits (temperature 0 counts as 1), for all
+  // rows at once.
+  std::vector<double> temperatures;
+  for (Sequence* seq : sequences) temperatures.push_back(seq->group->request.sampling.temperature);
+  const ScaledRows rows = scale_rows(logits, temperatures, pool);
+  // Logits processors (rare) run row by row on a copy; every other step is batched.
+  at::Tensor work = logits;
+  std::vector<uint8_t> failed(B, 0);
+  const bool processors_ran = run_processors(logits, sequences, &work, &failed);
   // Greedy and sampled rows, drawn together whatever their logits hold: rows found unusable
   // below (non-finite logits, processors that left no token) are discarded after the transfer.
   std::vector<int64_t> greedy, sampled;
@@ -424,18 +341,18 @@ void GenerationEngine::sample_and_append(const at::Tensor& logits,
     (sequences[b]->group->request.sampling.temperature == 0 ? greedy : sampled).push_back(b);
   }
   if (greedy.empty() && sampled.empty()) return;
-  at::Tensor tokens = at::zeros({B}, longs);
+  at::Tensor tokens = at::zeros({B}, logits.options().dtype(at::kLong));
   at::Tensor processed = at::zeros({B}, logits.options());  // 0 for greedy rows
   if (static_cast<int64_t>(greedy.size()) == B && !processors_ran) {
     model::parallel_rows(pool, B, kMinRowsPerThread, [&](int64_t begin, int64_t end) {
       tokens.narrow(0, begin, end - begin).copy_(logits.narrow(0, begin, end - begin).argmax(-1));
     });
   } else if (!greedy.empty()) {
-    at::Tensor rows = at::tensor(greedy, at::kLong).to(logits.device());
-    tokens.index_copy_(0, rows, work.index_select(0, rows).argmax(-1));
+    at::Tensor which = at::tensor(greedy, at::kLong).to(logits.device());
+    tokens.index_copy_(0, which, work.index_select(0, which).argmax(-1));
   }
   if (!sampled.empty()) {
-    at::Tensor rows = at::tensor(sampled, at::kLong).to(logits.device());
+    at::Tensor which = at::tensor(sampled, at::kLong).to(logits.device());
     std::vector<const SamplingParams*> params;
     std::vector<double> uniforms;
     for (int64_t b : sampled) {
@@ -446,92 +363,43 @@ void GenerationEngine::sample_and_append(const at::Tensor& logits,
     const bool every_row = static_cast<int64_t>(sampled.size()) == B;
     at::Tensor scaled, norm;  // norm: each row's logsumexp, when known
     if (processors_ran) {
-      scaled = work.index_select(0, rows) / scale.index_select(0, rows);
+      scaled = work.index_select(0, which) / rows.scale.index_select(0, which);
     } else {
-      scaled = every_row ? scaled_all : scaled_all.index_select(0, rows);
-      norm = every_row ? behaviour_norm : behaviour_norm.index_select(0, rows);
+      scaled = every_row ? rows.scaled : rows.scaled.index_select(0, which);
+      norm = every_row ? rows.norm : rows.norm.index_select(0, which);
     }
-    at::Tensor u = at::tensor(uniforms, at::kDouble);
-    // Rows that truncate within their most likely tokens are drawn among those alone (CPU); the
-    // rest over the whole vocabulary.
-    const int64_t R = static_cast<int64_t>(sampled.size());
-    at::Tensor drawn = at::zeros({R}, longs), drawn_logprobs = at::zeros({R}, logits.options());
-    at::Tensor candidate_rows = at::zeros({R}, logits.options().dtype(at::kBool));
-    std::atomic<bool> declined{false};
-    model::parallel_rows(pool, R, kMinRowsPerThread, [&](int64_t begin, int64_t end) {
-      const int64_t n = end - begin;
-      const std::vector<const SamplingParams*> part(params.begin() + begin, params.begin() + end);
-      at::Tensor part_tokens, part_logprobs;
-      at::Tensor covered = sample_among_candidates(
-          scaled.narrow(0, begin, n), part, u.narrow(0, begin, n), kSampleCandidates, &part_tokens,
-          &part_logprobs, norm.defined() ? norm.narrow(0, begin, n) : at::Tensor());
-      if (!covered.defined()) {
-        declined.store(true);
-        return;
-      }
-      drawn.narrow(0, begin, n).copy_(part_tokens);
-      drawn_logprobs.narrow(0, begin, n).copy_(part_logprobs);
-      candidate_rows.narrow(0, begin, n).copy_(covered);
-    });
-    at::Tensor among_candidates = declined.load() ? at::Tensor() : candidate_rows;
-    std::vector<int64_t> rest;
-    const at::Tensor drawn_here =
-        among_candidates.defined() ? among_candidates.contiguous() : among_candidates;
-    for (size_t i = 0; i < sampled.size(); ++i) {
-      if (!drawn_here.defined() || !drawn_here.data_ptr<bool>()[i]) rest.push_back(i);
-    }
-    if (!rest.empty()) {
-      at::Tensor which = at::tensor(rest, at::kLong).to(logits.device());
-      std::vector<const SamplingParams*> rest_params;
-      for (int64_t i : rest) rest_params.push_back(params[i]);
-      // Usually every row (flat distributions: top-p keeps most of the vocabulary).
-      const bool all_rest = rest.size() == sampled.size();
-      const at::Tensor sub = all_rest ? scaled : scaled.index_select(0, which);
-      const at::Tensor sub_norm =
-          !norm.defined() ? norm : (all_rest ? norm : norm.index_select(0, which));
-      const at::Tensor rest_u = u.index_select(0, which.to(at::kCPU));
-      at::Tensor d = at::empty({sub.size(0)}, longs),
-                 p = at::empty({sub.size(0)}, logits.options());
-      model::parallel_rows(pool, sub.size(0), kMinRowsPerThread, [&](int64_t begin, int64_t end) {
-        const int64_t n = end - begin;
-        at::Tensor part_tokens, part_logprobs;
-        sample_rows(sub.narrow(0, begin, n),
-                    std::vector<const SamplingParams*>(rest_params.begin() + begin,
-                                                       rest_params.begin() + end),
-                    rest_u.narrow(0, begin, n), &part_tokens, &part_logprobs,
-                    sub_norm.defined() ? sub_norm.narrow(0, begin, n) : sub_norm);
-        d.narrow(0, begin, n).copy_(part_tokens);
-        p.narrow(0, begin, n).copy_(part_logprobs);
-      });
-      drawn.index_copy_(0, which, d);
-      drawn_logprobs.index_copy_(0, which, p);
-    }
-    tokens.index_copy_(0, rows, drawn);
-    processed.index_copy_(0, rows, drawn_logprobs);
+    at::Tensor drawn, drawn_logprobs;
+    draw_rows(scaled, norm, params, uniforms, pool, &drawn, &drawn_logprobs);
+    tokens.index_copy_(0, which, drawn);
+    processed.index_copy_(0, which, drawn_logprobs);
   }
-  at::Tensor logprobs =
-      options_.logprob_mode == LogprobMode::kTemperatureScaled
-          ? (scaled_all.gather(-1, tokens.view({-1, 1})) - behaviour_norm).view({-1})
-          : processed;
+  at::Tensor logprobs = options_.logprob_mode == LogprobMode::kTemperatureScaled
+                            ? (rows.scaled.gather(-1, tokens.view({-1, 1})) - rows.norm).view({-1})
+                            : processed;
   // Per row: finite logits from the model; after the processors (when any ran), no NaN or +inf
   // and at least one token left.
-  at::Tensor processed_bad = at::zeros_like(finite), any_left = at::ones_like(finite);
+  at::Tensor processed_bad = at::zeros_like(rows.finite), any_left = at::ones_like(rows.finite);
   if (processors_ran) {
     processed_bad = (at::isnan(work) | at::isposinf(work)).any(-1);
     any_left = work.amax(-1) > -std::numeric_limits<float>::infinity();
   }
   // The one transfer of the step: every row's token, log-prob and flags.
-  at::Tensor host =
-      at::stack({tokens.to(at::kDouble), logprobs.to(at::kDouble), finite.to(at::kDouble),
+  const at::Tensor host =
+      at::stack({tokens.to(at::kDouble), logprobs.to(at::kDouble), rows.finite.to(at::kDouble),
                  processed_bad.to(at::kDouble), any_left.to(at::kDouble)})
           .to(at::kCPU)
           .contiguous();
+  append_rows(host, sequences, failed);
+}
+
+void GenerationEngine::append_rows(const at::Tensor& host, const std::vector<Sequence*>& sequences,
+                                   const std::vector<uint8_t>& failed) {
   const double* token_of = host[0].data_ptr<double>();
   const double* logprob_of = host[1].data_ptr<double>();
   const double* model_finite = host[2].data_ptr<double>();
   const double* bad_after_processors = host[3].data_ptr<double>();
   const double* token_left = host[4].data_ptr<double>();
-  for (int64_t b = 0; b < B; ++b) {
+  for (size_t b = 0; b < sequences.size(); ++b) {
     if (failed[b]) continue;
     Sequence& seq = *sequences[b];
     const int64_t token = static_cast<int64_t>(token_of[b]);

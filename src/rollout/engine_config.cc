@@ -8,9 +8,8 @@ EngineOptions engine_options_from_config(const core::Config& config) {
   o.max_slots = r.max_slots;
   o.max_seq_len = config.model.max_seq_len;
   o.max_prefill_tokens = r.max_prefill_tokens;
-  o.logprob_mode =
-      r.logprob_mode == "processed" ? LogprobMode::kProcessed : LogprobMode::kTemperatureScaled;
-  o.drain_before_update = r.weight_update == "drain";
+  o.logprob_mode = r.logprob_mode;
+  o.drain_before_update = r.weight_update == core::WeightUpdate::kDrain;
   o.recompute_kv_on_update = r.recompute_kv_on_update;
   return o;
 }

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <limits>
 
-#include "flywheel/model/poly_exp.h"
+#include "flywheel/model/cpu/poly_exp.h"
 
 namespace flywheel::rollout {
 namespace {

@@ -15,6 +15,7 @@
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/json.h"
 #include "flywheel/core/logging.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/model/safetensors.h"
 
@@ -43,8 +44,7 @@ absl::Status sync_path(const fs::path& path) {
 }
 
 absl::Status write_synced(const fs::path& path, const std::string& text) {
-  absl::Status written = core::write_file_atomically(path.string(), text);
-  if (!written.ok()) return written;
+  FLYWHEEL_RETURN_IF_ERROR(core::write_file_atomically(path.string(), text));
   return sync_path(path);
 }
 
@@ -115,8 +115,7 @@ absl::Status write_rank_file(const TrainingState& state, const fs::path& path) {
       tensors.emplace_back(prefix + "_optimizer/" + name, t.cpu());
     }
   }
-  absl::Status written = model::write_safetensors(path.string(), tensors);
-  if (!written.ok()) return written;
+  FLYWHEEL_RETURN_IF_ERROR(model::write_safetensors(path.string(), tensors));
   return sync_path(path);
 }
 
@@ -307,13 +306,11 @@ absl::StatusOr<std::map<std::string, double>> load_checkpoint(const TrainingStat
         return absl::InvalidArgumentError(
             absl::StrCat(state_path, ": no optimizer step count for ", prefix));
       }
-      absl::Status loaded = optimizer->load_state(moments, n->as_int());
-      if (!loaded.ok()) return loaded;
+      FLYWHEEL_RETURN_IF_ERROR(optimizer->load_state(moments, n->as_int()));
     }
     return absl::OkStatus();
   };
-  absl::Status s = agree(comm, load());
-  if (!s.ok()) return s;
+  FLYWHEEL_RETURN_IF_ERROR(agree(comm, load()));
   return scalars;
 }
 
@@ -375,14 +372,12 @@ absl::Status export_checkpoint(const std::string& step_dir, const std::string& m
             step_dir, ": unit '", unit, "' holds ", full.numel(), " values, fewer than its ",
             "parameters need: the checkpoint does not match its model_config"));
       }
-      absl::Status added =
-          (*writer)->add(spec.name, full.narrow(0, offset, numel).view(spec.shape));
-      if (!added.ok()) return added;
+      FLYWHEEL_RETURN_IF_ERROR(
+          (*writer)->add(spec.name, full.narrow(0, offset, numel).view(spec.shape)));
       offset += numel;
     }
   }
-  absl::Status finished = (*writer)->finish();
-  if (!finished.ok()) return finished;
+  FLYWHEEL_RETURN_IF_ERROR((*writer)->finish());
   absl::StatusOr<std::vector<std::string>> side = model::hf_side_files(step_dir);
   if (!side.ok()) return side.status();
   for (const std::string& file : *side) {

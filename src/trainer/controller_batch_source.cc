@@ -11,6 +11,7 @@
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/json.h"
 #include "flywheel/core/logging.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::trainer {
 namespace {
@@ -65,8 +66,7 @@ absl::StatusOr<TrainingBatch> ControllerBatchSource::next(int64_t version,
         // The last step's batch: nothing more will be trained, so nothing more is granted
         // (workers hear "done" and stop; what they still push is drained by settle()).
         if (version + 1 >= options_.total_steps) core_->close();
-        absl::Status logged = log_prompts(version + 1, prompts);
-        if (!logged.ok()) return logged;
+        FLYWHEEL_RETURN_IF_ERROR(log_prompts(version + 1, prompts));
         return batch;
       }
     }

@@ -15,20 +15,18 @@
 
 namespace flywheel::trainer {
 
-absl::StatusOr<LearnerOptions> LearnerOptions::from_config(const core::Config& c) {
+LearnerOptions LearnerOptions::from_config(const core::Config& c) {
   const core::TrainerOptions& t = c.trainer;
   const core::AlgorithmOptions& a = c.algorithm;
   LearnerOptions o;
-  absl::StatusOr<OptimizerOptions> optimizer = OptimizerOptions::from_config(t);
-  if (!optimizer.ok()) return optimizer.status();
-  static_cast<OptimizerOptions&>(o) = *optimizer;
+  static_cast<OptimizerOptions&>(o) = OptimizerOptions::from_config(t);
   o.ppo_epochs = t.ppo_epochs;
   o.mini_batches = t.mini_batches;
   o.critic_lr = t.critic_lr;
   o.temperature = c.rollout.temperature > 0 ? c.rollout.temperature : 1.0;
   o.kl_coef = a.kl_coef;
   o.kl_in_reward = a.kl_in_reward;
-  o.adaptive_kl = a.kl_controller == "adaptive";
+  o.adaptive_kl = a.kl_controller == core::KlController::kAdaptive;
   o.kl_target = a.kl_target;
   o.kl_horizon = a.kl_horizon;
   o.entropy_coef = a.entropy_coef;
@@ -107,12 +105,11 @@ absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const core::Config& con
                                                          const model::ModelConfig& model_config,
                                                          comm::Communicator* comm,
                                                          core::PluginRegistry& registry) {
-  absl::StatusOr<LearnerOptions> options = LearnerOptions::from_config(config);
-  if (!options.ok()) return options.status();
+  LearnerOptions options = LearnerOptions::from_config(config);
   absl::StatusOr<algos::Algorithm> algorithm = algos::Algorithm::create(config, registry);
   if (!algorithm.ok()) return algorithm.status();
-  options->sharding.device = comm->device();  // NCCL learners train on their GPU
-  return create(*options, std::move(*algorithm), model_config, comm);
+  options.sharding.device = comm->device();  // NCCL learners train on their GPU
+  return create(options, std::move(*algorithm), model_config, comm);
 }
 
 absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const LearnerOptions& options,
@@ -490,8 +487,7 @@ absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>
     absl::Status s = update(batch, /*critic=*/true, &metrics);
     if (!s.ok()) return s;
   }
-  absl::Status s = update(batch, /*critic=*/false, &metrics);
-  if (!s.ok()) return s;
+  FLYWHEEL_RETURN_IF_ERROR(update(batch, /*critic=*/false, &metrics));
 
   // Batch statistics (the same on every rank).
   double lengths = 0;

@@ -23,11 +23,17 @@ std::string checkpoint_dir(const core::Config& config) {
 std::string resume_path(const core::Config& config, comm::Communicator& comm) {
   std::string path;
   if (comm.rank() == 0) {
-    if (config.checkpoint.resume == "auto") {
-      absl::StatusOr<std::string> latest = trainer::latest_checkpoint(checkpoint_dir(config));
-      if (latest.ok()) path = *latest;
-    } else if (config.checkpoint.resume != "never") {
-      path = config.checkpoint.resume;
+    switch (core::resume_from(config.checkpoint)) {
+      case core::ResumeFrom::kLatest: {
+        absl::StatusOr<std::string> latest = trainer::latest_checkpoint(checkpoint_dir(config));
+        if (latest.ok()) path = *latest;
+        break;
+      }
+      case core::ResumeFrom::kDirectory:
+        path = config.checkpoint.resume;
+        break;
+      case core::ResumeFrom::kNever:
+        break;
     }
   }
   return comm::broadcast_string(comm, path);

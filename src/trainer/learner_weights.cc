@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "flywheel/core/logging.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/model/hf_checkpoint.h"
 
 namespace flywheel::trainer {
@@ -21,9 +22,8 @@ absl::Status load_or_init(ShardedDecoder& model,
 
 absl::Status load_learner_weights(Learner& learner, int64_t hidden_size,
                                   const LearnerWeightSources& sources) {
-  absl::Status policy =
-      load_or_init(learner.policy(), sources.policy, sources.policy_path, sources.seed);
-  if (!policy.ok()) return policy;
+  FLYWHEEL_RETURN_IF_ERROR(
+      load_or_init(learner.policy(), sources.policy, sources.policy_path, sources.seed));
   if (ShardedDecoder* reference = learner.reference()) {
     absl::StatusOr<model::DecoderModel::TensorLookup> ref =
         model::open_hf_weights(sources.reference_path);
@@ -44,8 +44,7 @@ absl::Status load_learner_weights(Learner& learner, int64_t hidden_size,
         if (!t.ok() && name == "score.weight") return at::zeros({1, hidden_size});
         return t;
       };
-      absl::Status loaded = critic->load(lookup);
-      if (!loaded.ok()) return loaded;
+      FLYWHEEL_RETURN_IF_ERROR(critic->load(lookup));
     } else {
       critic->init_random(sources.seed);
     }

@@ -8,12 +8,9 @@
 namespace flywheel::trainer {
 
 absl::StatusOr<LrSchedule> LrSchedule::create(const LrScheduleOptions& o) {
-  if (o.schedule != "constant" && o.schedule != "linear" && o.schedule != "cosine") {
-    return absl::InvalidArgumentError(absl::StrCat("trainer.lr_schedule: unknown schedule '",
-                                                   o.schedule,
-                                                   "'; known: constant, linear, cosine"));
-  }
-  if (!(o.lr >= 0)) return absl::InvalidArgumentError("trainer.lr must be >= 0");
+  // The bounds of trainer.lr, warmup_steps, total_steps and min_lr_ratio (core's
+  // trainer_options.cc), for options built in code rather than loaded.
+  if (!(o.lr > 0)) return absl::InvalidArgumentError("trainer.lr must be > 0");
   if (o.warmup_steps < 0 || o.total_steps < 1) {
     return absl::InvalidArgumentError("trainer.warmup_steps >= 0 and total_steps >= 1 needed");
   }
@@ -25,11 +22,11 @@ absl::StatusOr<LrSchedule> LrSchedule::create(const LrScheduleOptions& o) {
 
 double LrSchedule::at(int64_t step) const {
   if (step < o_.warmup_steps) return o_.lr * static_cast<double>(step + 1) / o_.warmup_steps;
-  if (o_.schedule == "constant") return o_.lr;
+  if (o_.schedule == core::LrScheduleKind::kConstant) return o_.lr;
   const int64_t span = std::max<int64_t>(1, o_.total_steps - o_.warmup_steps);
   const double progress = std::clamp(static_cast<double>(step - o_.warmup_steps) / span, 0.0, 1.0);
   const double r = o_.min_lr_ratio;
-  if (o_.schedule == "linear") return o_.lr * (1 - (1 - r) * progress);
+  if (o_.schedule == core::LrScheduleKind::kLinear) return o_.lr * (1 - (1 - r) * progress);
   return o_.lr * (r + (1 - r) * 0.5 * (1 + std::cos(M_PI * progress)));
 }
 

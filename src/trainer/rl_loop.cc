@@ -1,4 +1,5 @@
 #include "flywheel/trainer/rl_loop.h"
+#include "flywheel/core/status_macros.h"
 
 #include <algorithm>
 #include <chrono>
@@ -69,7 +70,7 @@ absl::StatusOr<RlLoopResult> RlLoop::run(BatchSource& source, const StopRequeste
   };
   RlLoopResult result;
   result.first_step = policy_->version();
-  if (absl::Status s = evaluate(result.first_step); !s.ok()) return s;
+  FLYWHEEL_RETURN_IF_ERROR(evaluate(result.first_step));
   const auto start = Clock::now();
   while (policy_->version() < options_.total_steps) {
     const int64_t version = policy_->version();
@@ -106,7 +107,7 @@ absl::StatusOr<RlLoopResult> RlLoop::run(BatchSource& source, const StopRequeste
     double sync_s = 0;
     if (hooks_.publish &&
         (step % options_.publish_every_steps == 0 || step == options_.total_steps)) {
-      if (absl::Status s = hooks_.publish(step); !s.ok()) return s;
+      FLYWHEEL_RETURN_IF_ERROR(hooks_.publish(step));
       sync_s = seconds_since(sync_start);
     }
     if (hooks_.stepped) hooks_.stepped(step);  // after publishing: a grant at `step` finds them
@@ -127,17 +128,17 @@ absl::StatusOr<RlLoopResult> RlLoop::run(BatchSource& source, const StopRequeste
     log("perf/elapsed_s", seconds_since(start), step);
     if (options_.eval_every_steps > 0 && step % options_.eval_every_steps == 0 &&
         step != options_.total_steps) {
-      if (absl::Status s = evaluate(step); !s.ok()) return s;
+      FLYWHEEL_RETURN_IF_ERROR(evaluate(step));
     }
     if (options_.checkpoint_every_steps > 0 && step % options_.checkpoint_every_steps == 0) {
-      if (absl::Status s = save(step); !s.ok()) return s;
+      FLYWHEEL_RETURN_IF_ERROR(save(step));
     }
   }
   result.last_step = policy_->version();
   if (result.last_step > result.first_step) {
-    if (absl::Status s = evaluate(result.last_step); !s.ok()) return s;
+    FLYWHEEL_RETURN_IF_ERROR(evaluate(result.last_step));
   }
-  if (absl::Status s = save(result.last_step); !s.ok()) return s;
+  FLYWHEEL_RETURN_IF_ERROR(save(result.last_step));
   result.violations = violations_;
   result.seconds = seconds_since(start);
   return result;

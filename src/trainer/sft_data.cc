@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/jsonl_io.h"
-#include "flywheel/model/chat_messages.h"
+#include "flywheel/model/tokenizer/chat_messages.h"
 
 namespace flywheel::trainer {
 namespace {

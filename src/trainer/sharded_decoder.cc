@@ -5,20 +5,18 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "flywheel/core/status_macros.h"
+#include "flywheel/model/device_choice.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/model/logprobs.h"
 #include "unit_autograd.h"
 
 namespace flywheel::trainer {
 
-absl::StatusOr<ShardingOptions> ShardingOptions::from_config(const core::TrainerOptions& t) {
+ShardingOptions ShardingOptions::from_config(const core::TrainerOptions& t) {
   ShardingOptions o;
-  absl::StatusOr<at::ScalarType> param = model::parse_dtype(t.param_dtype);
-  if (!param.ok()) return param.status();
-  absl::StatusOr<at::ScalarType> reduce = model::parse_dtype(t.reduce_dtype);
-  if (!reduce.ok()) return reduce.status();
-  o.param_dtype = *param;
-  o.reduce_dtype = *reduce;
+  o.param_dtype = model::resolve_dtype(t.param_dtype, /*on_cuda=*/false);
+  o.reduce_dtype = model::resolve_dtype(t.reduce_dtype, /*on_cuda=*/false);
   o.reshard_after_forward = t.reshard_after_forward;
   return o;
 }
@@ -70,7 +68,7 @@ ShardedDecoder::ShardedDecoder(const model::ModelConfig& config, comm::Communica
 absl::StatusOr<std::unique_ptr<ShardedDecoder>> ShardedDecoder::create(
     const model::ModelConfig& config, comm::Communicator* comm, const ShardingOptions& options) {
   if (comm == nullptr) return absl::InvalidArgumentError("sharded decoder needs a communicator");
-  if (absl::Status valid = config.validate(); !valid.ok()) return valid;
+  FLYWHEEL_RETURN_IF_ERROR(config.validate());
   for (at::ScalarType t : {options.param_dtype, options.reduce_dtype}) {
     if (t != at::kFloat && t != at::kBFloat16 && t != at::kHalf) {
       return absl::InvalidArgumentError(absl::StrCat("sharded decoder: dtype ", c10::toString(t),

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/model/safetensors.h"
 
 namespace flywheel::trainer {
@@ -44,8 +45,7 @@ absl::Status WeightPublisher::publish(int64_t version) {
       gather_weights(*policy_, options_.dtype, version, options_.bucket_bytes);
   if (!weights.ok()) return weights.status();
   if (targets_.store != nullptr) {
-    absl::Status s = targets_.store->publish(std::move(*weights));
-    if (!s.ok()) return s;
+    FLYWHEEL_RETURN_IF_ERROR(targets_.store->publish(std::move(*weights)));
     if (targets_.channel != nullptr) targets_.channel->send(*targets_.store->latest());
   }
   if (targets_.published) targets_.published(version);

@@ -6,12 +6,12 @@
 #include <thread>
 
 #include "buffer_process.h"
-#include "flywheel/buffer/controller_client.h"
+#include "flywheel/buffer/service/controller_client.h"
 #include "gmock/gmock.h"
 #include "group_message.h"
 #include "gtest/gtest.h"
-#include "push_stream.h"
 #include "raw_push_client.h"
+#include "server_push_stream.h"
 #include "service_fixture.h"
 
 namespace flywheel::buffer {
@@ -102,8 +102,9 @@ TEST(BufferProcessTest, AClientThatNeverReadsAcksCannotGrowTheServersMemory) {
   }
   const int64_t grown = server.rss_bytes() - baseline;
   // The transport's quota, plus what the stream holds itself (docs/controller.md, "Memory").
-  const int64_t bound = transport_bytes + 2 * PushStream::kMaxInProcess * message_bytes +
-                        PushStream::kMaxUnacked * static_cast<int64_t>(PushStream::kMaxAckBytes);
+  const int64_t bound =
+      transport_bytes + 2 * ServerPushStream::kMaxInProcess * message_bytes +
+      ServerPushStream::kMaxUnacked * static_cast<int64_t>(ServerPushStream::kMaxAckBytes);
   const int64_t slack = 8 << 20;  // allocator and gRPC bookkeeping
   std::cerr << "client wrote " << call.written() << " of " << messages.size()
             << " messages; server RSS grew by " << grown / 1024 << " KiB (bound " << bound / 1024

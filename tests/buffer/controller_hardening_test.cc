@@ -12,8 +12,8 @@
 #include "google/protobuf/stubs/logging.h"
 #include "group_message.h"
 #include "gtest/gtest.h"
-#include "push_stream.h"
 #include "raw_push_client.h"
+#include "server_push_stream.h"
 #include "service_fixture.h"
 
 namespace flywheel::buffer {
@@ -60,7 +60,7 @@ TEST(ControllerHardeningTest, AcksParseWhateverGroupIdWasPushed) {
   EXPECT_EQ(acks[1].code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(acks[1].message(), HasSubstr("group_id: 100000 bytes exceed the limit of 256"));
   EXPECT_EQ(acks[2].code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_LE(acks[2].ByteSizeLong(), PushStream::kMaxAckBytes);
+  EXPECT_LE(acks[2].ByteSizeLong(), ServerPushStream::kMaxAckBytes);
   EXPECT_EQ(acks[3].group_id(), good.group_id());
   EXPECT_EQ(acks[3].outcome(), "accepted");
 }
@@ -121,7 +121,7 @@ TEST(ControllerHardeningTest, FuzzedPushStreamsGetOneParseableAckPerMessage) {
     std::vector<v1::PushAck> acks = parse_acks(call.acks());
     ASSERT_EQ(acks.size(), messages.size()) << "round " << round;
     for (const v1::PushAck& ack : acks) {
-      EXPECT_LE(ack.ByteSizeLong(), PushStream::kMaxAckBytes);
+      EXPECT_LE(ack.ByteSizeLong(), ServerPushStream::kMaxAckBytes);
       if (ack.code() == 0) EXPECT_FALSE(ack.outcome().empty());
     }
   }

@@ -8,8 +8,8 @@
 #include <sstream>
 #include <thread>
 
-#include "flywheel/buffer/controller_client.h"
-#include "flywheel/buffer/controller_server.h"
+#include "flywheel/buffer/service/controller_client.h"
+#include "flywheel/buffer/service/controller_server.h"
 #include "flywheel/v1/controller.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/stubs/logging.h"

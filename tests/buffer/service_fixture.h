@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "flywheel/buffer/controller_client.h"
-#include "flywheel/buffer/controller_server.h"
+#include "flywheel/buffer/service/controller_client.h"
+#include "flywheel/buffer/service/controller_server.h"
 #include "gtest/gtest.h"
 
 namespace flywheel::buffer {

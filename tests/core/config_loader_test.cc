@@ -55,7 +55,7 @@ TEST_F(ConfigLoaderTest, LoadsTheQuickstartConfig) {
       load_config_file(FLYWHEEL_SOURCE_DIR "/configs/quickstart.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->config.rollout.group_size, 8);
-  EXPECT_EQ(loaded->config.tokenizer.type, "char");
+  EXPECT_EQ(loaded->config.tokenizer.type, TokenizerType::kChar);
   ASSERT_EQ(loaded->config.rewards.functions.size(), 1u);
   EXPECT_EQ(loaded->config.rewards.functions[0].name, "exact_match");
 }
@@ -78,9 +78,9 @@ TEST_F(ConfigLoaderTest, AcceptsAutoDtypeAndAThreadSplit) {
                            "  thread_split: blas\n");
   absl::StatusOr<LoadedConfig> loaded = load_config_file(path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  EXPECT_EQ(loaded->config.model.dtype, "auto");
-  EXPECT_EQ(loaded->config.cluster.thread_split, "blas");
-  EXPECT_EQ(Config().cluster.thread_split, "auto");
+  EXPECT_EQ(loaded->config.model.dtype, Dtype::kAuto);
+  EXPECT_EQ(loaded->config.cluster.thread_split, ThreadSplit::kBlas);
+  EXPECT_EQ(Config().cluster.thread_split, ThreadSplit::kAuto);
 }
 
 TEST_F(ConfigLoaderTest, RejectsAnUnknownThreadSplit) {
@@ -362,12 +362,14 @@ TEST(ConfigFuzzTest, MutatedConfigsNeverCrashAndErrorsAlwaysNameTheSource) {
 TEST(ConfigValidateTest, ProgrammaticConfigIsCheckedToo) {
   Config config;
   config.trainer.lr = -1;
-  config.buffer.sampling = "random";
+  // A choice enum cannot hold an unknown spelling; one outside the values a field allows can.
+  config.trainer.param_dtype = Dtype::kAuto;
   absl::Status status = config.validate();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()),
               AllOf(HasSubstr("trainer.lr: must be > 0, got -1"),
-                    HasSubstr("buffer.sampling: must be one of: fifo, freshest")));
+                    HasSubstr("trainer.param_dtype: must be one of: float32, bfloat16, float16; "
+                              "got 'auto'")));
 }
 
 // Issue 26, items 8 and 11: combinations that abort a learner job or crash-loop workers are

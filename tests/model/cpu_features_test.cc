@@ -1,4 +1,4 @@
-#include "flywheel/model/cpu_features.h"
+#include "flywheel/model/cpu/cpu_features.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

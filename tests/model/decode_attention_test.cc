@@ -1,4 +1,4 @@
-#include "flywheel/model/decode_attention.h"
+#include "flywheel/model/cpu/decode_attention.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "flywheel/model/decode_rows.h"
+#include "flywheel/model/cpu/decode_rows.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

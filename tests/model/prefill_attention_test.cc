@@ -1,4 +1,4 @@
-#include "flywheel/model/prefill_attention.h"
+#include "flywheel/model/cpu/prefill_attention.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>

@@ -1,10 +1,10 @@
-#include "pretokenizer_regex.h"
+#include "tokenizer/pretokenizer_regex.h"
 
 #include <string>
 #include <vector>
 
 #include "flywheel/core/json.h"
-#include "flywheel/model/tokenizer.h"
+#include "flywheel/model/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

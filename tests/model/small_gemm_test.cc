@@ -1,4 +1,4 @@
-#include "flywheel/model/small_gemm.h"
+#include "flywheel/model/cpu/small_gemm.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

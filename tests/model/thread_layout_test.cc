@@ -1,4 +1,4 @@
-#include "flywheel/model/thread_layout.h"
+#include "flywheel/model/cpu/thread_layout.h"
 
 #include <ATen/Parallel.h>
 

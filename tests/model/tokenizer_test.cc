@@ -1,11 +1,11 @@
-#include "flywheel/model/tokenizer.h"
+#include "flywheel/model/tokenizer/tokenizer.h"
 
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "flywheel/model/chat_template.h"
+#include "flywheel/model/tokenizer/chat_template.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/scratch_dir.h"

@@ -1,4 +1,4 @@
-#include "flywheel/model/worker_pool.h"
+#include "flywheel/model/cpu/worker_pool.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "flywheel/rewards/params.h"
+#include "flywheel/rewards/param_reader.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

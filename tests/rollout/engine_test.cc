@@ -5,7 +5,7 @@
 #include "engine_test_util.h"
 #include "flywheel/core/plugin_registry.h"
 #include "flywheel/model/logprobs.h"
-#include "flywheel/model/tokenizer.h"
+#include "flywheel/model/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -30,7 +30,7 @@ std::unique_ptr<Learner> make_learner(comm::Communicator* comm) {
   LearnerOptions o;
   o.lr.lr = 1e-3;
   o.lr.total_steps = 20;
-  o.lr.schedule = "cosine";
+  o.lr.schedule = core::LrScheduleKind::kCosine;
   o.micro_batch_tokens = 64;
   o.ppo_epochs = 2;
   o.critic = true;

@@ -6,8 +6,9 @@
 // FieldBinder implementations, so they cannot drift apart.
 //
 // Supported field types: bool, int64_t, double, std::string, std::vector<std::string>,
-// std::map<std::string, std::string> (free-form plugin parameters), nested options structs
-// (`section`) and lists of options structs (`section_list`). Float fields are not supported on
+// std::map<std::string, std::string> (free-form plugin parameters), closed choices (`choice`, an
+// enum with a spelling table, see choice.h), nested options structs (`section`) and lists of
+// options structs (`section_list`). Float fields are not supported on
 // purpose: a float printed as double is noisy (0.2f -> 0.20000000298); integers are int64_t so
 // that no value can be narrowed silently.
 #pragma once
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 #include "absl/strings/string_view.h"
+#include "flywheel/core/choice.h"
 
 namespace flywheel::core {
 
@@ -72,6 +74,23 @@ class FieldBinder {
                      const FieldInfo& info) = 0;
   virtual void field(absl::string_view key, std::map<std::string, std::string>* value,
                      const FieldInfo& info) = 0;
+
+  // A closed choice: an enum read and written as its spelling (choice.h). `allowed` narrows the
+  // table for this field (empty: every value); a spelling outside it is rejected like any
+  // other out-of-range value. Visitors see a string field with one_of(spellings).
+  template <typename E>
+  void choice(absl::string_view key, E* value, FieldInfo info, std::vector<E> allowed = {}) {
+    std::vector<std::string> spellings;
+    for (const ChoiceName<E>& c : choice_names(E{})) {
+      bool ok = allowed.empty();
+      for (E a : allowed) ok = ok || a == c.value;
+      if (ok) spellings.emplace_back(c.name);
+    }
+    info.one_of(std::move(spellings));
+    std::string name(choice_name(*value));
+    field(key, &name, info);
+    if (std::optional<E> parsed = parse_choice<E>(name)) *value = *parsed;
+  }
 
   // A nested options struct; `bind_options(FieldBinder&, T&)` must exist for T.
   template <typename T>

@@ -20,7 +20,7 @@
 #include "flywheel/comm/communicator.h"
 #include "flywheel/core/config.h"
 #include "flywheel/core/plugin_registry.h"
-#include "flywheel/model/tokenizer.h"
+#include "flywheel/model/tokenizer/tokenizer.h"
 #include "flywheel/rewards/scoring_pool.h"
 #include "flywheel/rollout/engine.h"
 #include "flywheel/rollout/worker/prompt_encoder.h"

@@ -16,9 +16,9 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
+#include "flywheel/model/cpu/worker_pool.h"
 #include "flywheel/model/kv_cache.h"
 #include "flywheel/model/model_config.h"
-#include "flywheel/model/worker_pool.h"
 
 namespace flywheel::model {
 

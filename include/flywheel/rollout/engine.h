@@ -177,6 +177,14 @@ class GenerationEngine {
   // once (logits processors alone run row by row), with one transfer of the sampled ids and
   // log-probs to the host. A row that cannot be sampled ends its sequence with an error.
   void sample_and_append(const at::Tensor& logits, const std::vector<Sequence*>& sequences);
+  // Runs the logits processors of `sequences` on a copy of `logits` (*work) when any has one;
+  // a sequence whose processor throws is finished and marked in `failed`. True when any ran.
+  bool run_processors(const at::Tensor& logits, const std::vector<Sequence*>& sequences,
+                      at::Tensor* work, std::vector<uint8_t>* failed);
+  // Appends each row's token of `host` (tokens, log-probs and three flags, [5, B] float64), or
+  // finishes the sequence with the error its flags name.
+  void append_rows(const at::Tensor& host, const std::vector<Sequence*>& sequences,
+                   const std::vector<uint8_t>& failed);
   void append_token(Sequence& seq, int64_t token, float logprob);
   void finish(Sequence& seq, FinishReason reason, const std::string& error = "");
   void fail_active(const std::string& error);

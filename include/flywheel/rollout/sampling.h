@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/status.h"
+#include "flywheel/core/options/rollout_options.h"
 
 namespace flywheel::rollout {
 
@@ -38,12 +39,12 @@ struct SamplingParams {
   absl::Status validate() const;
 };
 
-// Which distribution the per-token behaviour log-prob is taken under:
+// Which distribution the per-token behaviour log-prob is taken under (rollout.logprob_mode):
 //  kTemperatureScaled: log_softmax(raw_logits / temperature) -- what the learner recomputes
 //    (temperature 0 counts as 1); the default, and the one the IS corrections assume.
 //  kProcessed: the distribution actually sampled from (after logits processors and top-k /
 //    top-p / min-p truncation, renormalised); 0 for greedy.
-enum class LogprobMode { kTemperatureScaled, kProcessed };
+using LogprobMode = core::LogprobMode;
 
 // Sets to -inf every entry of `scaled` (float32 [V], logits already divided by the temperature)
 // that top-k, top-p and min-p exclude, in Hugging Face's order (top-k, top-p, min-p). At least

@@ -83,7 +83,7 @@ struct LearnerOptions : OptimizerOptions {
   int64_t max_response_tokens = 0;  // L_max of the punishment: rollout.max_new_tokens
 
   // From the config's trainer, algorithm and rollout sections.
-  static absl::StatusOr<LearnerOptions> from_config(const core::Config& config);
+  static LearnerOptions from_config(const core::Config& config);
 };
 
 class Learner {

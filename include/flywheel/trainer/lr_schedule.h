@@ -6,12 +6,13 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "flywheel/core/options/trainer_options.h"
 
 namespace flywheel::trainer {
 
 struct LrScheduleOptions {
   double lr = 1e-6;
-  std::string schedule = "constant";  // constant | linear | cosine
+  core::LrScheduleKind schedule = core::LrScheduleKind::kConstant;
   int64_t warmup_steps = 0;
   int64_t total_steps = 1;
   double min_lr_ratio = 0.0;
@@ -19,7 +20,7 @@ struct LrScheduleOptions {
 
 class LrSchedule {
  public:
-  // InvalidArgument naming the option: unknown schedule, lr < 0, negative steps, ratio outside
+  // InvalidArgument naming the option: lr <= 0, negative steps, ratio outside
   // [0, 1].
   static absl::StatusOr<LrSchedule> create(const LrScheduleOptions& options);
   // The learning rate of optimizer step `step` (0-based).

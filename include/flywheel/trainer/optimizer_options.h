@@ -5,7 +5,6 @@
 
 #include <cstdint>
 
-#include "absl/status/statusor.h"
 #include "flywheel/core/options/trainer_options.h"
 #include "flywheel/trainer/lr_schedule.h"
 #include "flywheel/trainer/sharded_adamw.h"
@@ -21,8 +20,7 @@ struct OptimizerOptions {
   int64_t max_consecutive_skips = 3;
   ShardingOptions sharding;
 
-  // InvalidArgument for a dtype name ShardingOptions does not know.
-  static absl::StatusOr<OptimizerOptions> from_config(const core::TrainerOptions& trainer);
+  static OptimizerOptions from_config(const core::TrainerOptions& trainer);
 };
 
 }  // namespace flywheel::trainer

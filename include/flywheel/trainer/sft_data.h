@@ -12,8 +12,8 @@
 #include "absl/status/statusor.h"
 #include "flywheel/core/config.h"
 #include "flywheel/core/json.h"
-#include "flywheel/model/chat_template.h"
-#include "flywheel/model/tokenizer.h"
+#include "flywheel/model/tokenizer/chat_template.h"
+#include "flywheel/model/tokenizer/tokenizer.h"
 #include "flywheel/trainer/sft_trainer.h"
 
 namespace flywheel::trainer {

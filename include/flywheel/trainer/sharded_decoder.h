@@ -39,9 +39,8 @@ struct ShardingOptions {
   bool decay_all = false;   // weight decay also on norms, biases and the embedding
   at::Device device = at::kCPU;
 
-  // trainer.param_dtype, reduce_dtype and reshard_after_forward; InvalidArgument for a dtype
-  // name it does not know.
-  static absl::StatusOr<ShardingOptions> from_config(const core::TrainerOptions& trainer);
+  // trainer.param_dtype, reduce_dtype and reshard_after_forward.
+  static ShardingOptions from_config(const core::TrainerOptions& trainer);
 };
 
 // One micro-batch: rows of packed sequences (see micro_batch.h).

@@ -1,4 +1,4 @@
-#include "flywheel/buffer/controller_client.h"
+#include "flywheel/buffer/service/controller_client.h"
 
 #include <algorithm>
 #include <chrono>
@@ -12,13 +12,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "client_push_call.h"
+#include "client_weights_call.h"
 #include "flywheel/buffer/controller_core.h"
 #include "flywheel/core/crc32c.h"
 #include "flywheel/v1/controller.grpc.pb.h"
-#include "push_call.h"
 #include "transport_args.h"
 #include "weight_wire.h"
-#include "weights_call.h"
 
 namespace flywheel::buffer {
 namespace {

@@ -1,4 +1,4 @@
-#include "flywheel/buffer/controller_server.h"
+#include "flywheel/buffer/service/controller_server.h"
 
 #include <algorithm>
 #include <chrono>
@@ -15,8 +15,8 @@
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/logging.h"
 #include "flywheel/v1/controller.grpc.pb.h"
-#include "push_stream.h"
 #include "retry_timer.h"
+#include "server_push_stream.h"
 #include "transport_args.h"
 #include "weight_wire.h"
 
@@ -228,8 +228,8 @@ class ControllerServer::Service final : public CallbackBase {
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PushGroups(
       grpc::CallbackServerContext* ctx) override {
-    return new PushStream({core_, clock_, options_.push_timeout_s, &timer_, &streams_}, ctx,
-                          authorize(ctx));
+    return new ServerPushStream({core_, clock_, options_.push_timeout_s, &timer_, &streams_}, ctx,
+                                authorize(ctx));
   }
 
   void close_streams() { streams_.close_all(); }
@@ -410,7 +410,7 @@ class ControllerServer::Service final : public CallbackBase {
   std::function<double()> clock_;
   WeightStore* weights_;  // null: no weight publication
   RetryTimer timer_;
-  StreamRegistry<PushStream> streams_;
+  StreamRegistry<ServerPushStream> streams_;
 };
 
 absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::start(

@@ -2,6 +2,12 @@
 
 namespace flywheel::core {
 
+absl::Span<const ChoiceName<KlController>> choice_names(KlController) {
+  static constexpr ChoiceName<KlController> kNames[] = {{KlController::kFixed, "fixed"},
+                                                        {KlController::kAdaptive, "adaptive"}};
+  return kNames;
+}
+
 void bind_options(FieldBinder& b, AlgorithmOptions& o) {
   b.field("name", &o.name,
           FieldInfo("Algorithm preset: it sets every key of this section that the config does "
@@ -42,9 +48,8 @@ void bind_options(FieldBinder& b, AlgorithmOptions& o) {
           FieldInfo("GAE: whiten advantages over the batch's valid tokens."));
   b.field("loss_agg_constant", &o.loss_agg_constant,
           FieldInfo("C of seq-mean-token-sum-norm; 0 = rollout.max_new_tokens.").min(0));
-  b.field("kl_controller", &o.kl_controller,
-          FieldInfo("KL-in-reward coefficient: fixed, or adaptive (verl's controller).")
-              .one_of({"fixed", "adaptive"}));
+  b.choice("kl_controller", &o.kl_controller,
+           FieldInfo("KL-in-reward coefficient: fixed, or adaptive (verl's controller)."));
   b.field("kl_target", &o.kl_target, FieldInfo("Adaptive KL target.").greater_than(0));
   b.field("kl_horizon", &o.kl_horizon, FieldInfo("Adaptive KL horizon.").greater_than(0));
   b.field(

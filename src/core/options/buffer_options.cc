@@ -4,6 +4,18 @@
 
 namespace flywheel::core {
 
+absl::Span<const ChoiceName<StalePolicy>> choice_names(StalePolicy) {
+  static constexpr ChoiceName<StalePolicy> kNames[] = {{StalePolicy::kDrop, "drop"},
+                                                       {StalePolicy::kRequeue, "requeue"}};
+  return kNames;
+}
+
+absl::Span<const ChoiceName<BufferSampling>> choice_names(BufferSampling) {
+  static constexpr ChoiceName<BufferSampling> kNames[] = {{BufferSampling::kFifo, "fifo"},
+                                                          {BufferSampling::kFreshest, "freshest"}};
+  return kNames;
+}
+
 void bind_options(FieldBinder& b, ServerOptions& o) {
   b.field("bind_address", &o.bind_address,
           FieldInfo("HOST:PORT the controller listens on; loopback by default, port 0 picks a "
@@ -46,13 +58,11 @@ void bind_options(FieldBinder& b, BufferOptions& o) {
   b.field(
       "max_staleness", &o.max_staleness,
       FieldInfo("Largest allowed learner_version - oldest token version; 0 = synchronous.").min(0));
-  b.field("stale_policy", &o.stale_policy,
-          FieldInfo("What happens to a group that became too stale: drop it or re-issue its "
-                    "prompt.")
-              .one_of({"drop", "requeue"}));
-  b.field(
-      "sampling", &o.sampling,
-      FieldInfo("Order in which buffered groups reach the learners.").one_of({"fifo", "freshest"}));
+  b.choice("stale_policy", &o.stale_policy,
+           FieldInfo("What happens to a group that became too stale: drop it or re-issue its "
+                     "prompt."));
+  b.choice("sampling", &o.sampling,
+           FieldInfo("Order in which buffered groups reach the learners."));
   b.field("capacity_groups", &o.capacity_groups, FieldInfo("Maximum buffered groups.").min(1));
   b.field("capacity_bytes", &o.capacity_bytes, FieldInfo("Maximum buffered bytes.").min(1));
   b.field("push_timeout_s", &o.push_timeout_s,

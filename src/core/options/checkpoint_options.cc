@@ -15,4 +15,10 @@ void bind_options(FieldBinder& b, CheckpointOptions& o) {
           FieldInfo("Also write a Hugging Face directory (safetensors + config.json) at the end."));
 }
 
+ResumeFrom resume_from(const CheckpointOptions& o) {
+  if (o.resume == "auto") return ResumeFrom::kLatest;
+  if (o.resume == "never") return ResumeFrom::kNever;
+  return ResumeFrom::kDirectory;
+}
+
 }  // namespace flywheel::core

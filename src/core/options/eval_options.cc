@@ -2,6 +2,12 @@
 
 namespace flywheel::core {
 
+absl::Span<const ChoiceName<EvalJudge>> choice_names(EvalJudge) {
+  static constexpr ChoiceName<EvalJudge> kNames[] = {
+      {EvalJudge::kAuto, "auto"}, {EvalJudge::kAnswer, "answer"}, {EvalJudge::kRewards, "rewards"}};
+  return kNames;
+}
+
 void bind_options(FieldBinder& b, EvalOptions& o) {
   b.field("every_steps", &o.every_steps,
           FieldInfo("Optimizer steps between held-out evaluations on data.eval_path (logged as "
@@ -11,13 +17,12 @@ void bind_options(FieldBinder& b, EvalOptions& o) {
           FieldInfo("Tokens of each completion; 0 = rollout.max_new_tokens.").min(0));
   b.field("max_prompts", &o.max_prompts,
           FieldInfo("Evaluate only the first N held-out records; 0 = all of them.").min(0));
-  b.field("judge", &o.judge,
-          FieldInfo("What makes a completion correct: answer (its text, stripped of surrounding "
-                    "whitespace, equals the record's data.answer_key; records without one are "
-                    "skipped), rewards (the run's rewards: composite scores it, correct when >= "
-                    "eval.correct_reward; every record counts), or auto (rewards when "
-                    "rewards.functions is set, else answer).")
-              .one_of({"auto", "answer", "rewards"}));
+  b.choice("judge", &o.judge,
+           FieldInfo("What makes a completion correct: answer (its text, stripped of surrounding "
+                     "whitespace, equals the record's data.answer_key; records without one are "
+                     "skipped), rewards (the run's rewards: composite scores it, correct when >= "
+                     "eval.correct_reward; every record counts), or auto (rewards when "
+                     "rewards.functions is set, else answer)."));
   b.field("correct_reward", &o.correct_reward,
           FieldInfo("judge rewards: the reward at or above which a completion counts as correct."));
   b.field("samples", &o.samples,

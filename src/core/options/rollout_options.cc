@@ -2,6 +2,19 @@
 
 namespace flywheel::core {
 
+absl::Span<const ChoiceName<WeightUpdate>> choice_names(WeightUpdate) {
+  static constexpr ChoiceName<WeightUpdate> kNames[] = {{WeightUpdate::kInFlight, "in_flight"},
+                                                        {WeightUpdate::kDrain, "drain"}};
+  return kNames;
+}
+
+absl::Span<const ChoiceName<LogprobMode>> choice_names(LogprobMode) {
+  static constexpr ChoiceName<LogprobMode> kNames[] = {
+      {LogprobMode::kTemperatureScaled, "temperature_scaled"},
+      {LogprobMode::kProcessed, "processed"}};
+  return kNames;
+}
+
 void bind_options(FieldBinder& b, RolloutOptions& o) {
   b.field("num_workers", &o.num_workers,
           FieldInfo("Rollout worker processes started by `flywheel train`.").min(0));
@@ -18,18 +31,17 @@ void bind_options(FieldBinder& b, RolloutOptions& o) {
   b.field("max_slots", &o.max_slots,
           FieldInfo("Concurrent sequences per engine (preallocated KV-cache slots).").min(1));
   b.field("seed", &o.seed, FieldInfo("Base sampling seed.").min(0));
-  b.field("weight_update", &o.weight_update,
-          FieldInfo("in_flight: apply new weights between decode steps; drain: wait until "
-                    "active sequences finish.")
-              .one_of({"in_flight", "drain"}));
+  b.choice("weight_update", &o.weight_update,
+           FieldInfo("in_flight: apply new weights between decode steps; drain: wait until "
+                     "active sequences finish."));
   b.field("recompute_kv_on_update", &o.recompute_kv_on_update,
           FieldInfo("After a weight update, recompute the KV cache of in-flight sequences under "
                     "the new weights (costs one prefill of every active sequence)."));
-  b.field("logprob_mode", &o.logprob_mode,
-          FieldInfo("Distribution of the recorded behaviour log-probs: temperature_scaled "
-                    "(log_softmax(logits / temperature), before top-k/top-p/min-p: what the "
-                    "learner recomputes) or processed (the truncated distribution sampled from).")
-              .one_of({"temperature_scaled", "processed"}));
+  b.choice(
+      "logprob_mode", &o.logprob_mode,
+      FieldInfo("Distribution of the recorded behaviour log-probs: temperature_scaled "
+                "(log_softmax(logits / temperature), before top-k/top-p/min-p: what the "
+                "learner recomputes) or processed (the truncated distribution sampled from)."));
   b.field("max_prefill_tokens", &o.max_prefill_tokens,
           FieldInfo("Prompt tokens prefilled in one engine step (at least one prompt).").min(1));
 }

@@ -2,6 +2,13 @@
 
 namespace flywheel::core {
 
+absl::Span<const ChoiceName<LrScheduleKind>> choice_names(LrScheduleKind) {
+  static constexpr ChoiceName<LrScheduleKind> kNames[] = {{LrScheduleKind::kConstant, "constant"},
+                                                          {LrScheduleKind::kLinear, "linear"},
+                                                          {LrScheduleKind::kCosine, "cosine"}};
+  return kNames;
+}
+
 void bind_options(FieldBinder& b, TrainerOptions& o) {
   b.field("total_steps", &o.total_steps,
           FieldInfo("Optimizer steps to run; the policy version counts them.").min(1));
@@ -13,8 +20,7 @@ void bind_options(FieldBinder& b, TrainerOptions& o) {
   b.field("micro_batch_tokens", &o.micro_batch_tokens,
           FieldInfo("Token budget of one forward/backward chunk (gradient accumulation).").min(1));
   b.field("lr", &o.lr, FieldInfo("Peak learning rate of the policy.").greater_than(0));
-  b.field("lr_schedule", &o.lr_schedule,
-          FieldInfo("Schedule after warmup.").one_of({"constant", "linear", "cosine"}));
+  b.choice("lr_schedule", &o.lr_schedule, FieldInfo("Schedule after warmup."));
   b.field("warmup_steps", &o.warmup_steps, FieldInfo("Linear warmup steps.").min(0));
   b.field("min_lr_ratio", &o.min_lr_ratio,
           FieldInfo("Final lr as a fraction of lr (linear, cosine).").min(0).max(1));
@@ -25,13 +31,12 @@ void bind_options(FieldBinder& b, TrainerOptions& o) {
   b.field("grad_clip", &o.grad_clip, FieldInfo("Global gradient-norm clip; 0 = off.").min(0));
   b.field("critic_lr", &o.critic_lr, FieldInfo("Learning rate of the critic.").greater_than(0));
   b.field("seed", &o.seed, FieldInfo("Seed of initialisation and learner randomness.").min(0));
-  b.field("param_dtype", &o.param_dtype,
-          FieldInfo("Compute dtype of the learners' gathered parameters and activations; master "
-                    "weights and optimizer state stay float32.")
-              .one_of({"float32", "bfloat16", "float16"}));
-  b.field("reduce_dtype", &o.reduce_dtype,
-          FieldInfo("Dtype gradients are reduce-scattered in.")
-              .one_of({"float32", "bfloat16", "float16"}));
+  b.choice("param_dtype", &o.param_dtype,
+           FieldInfo("Compute dtype of the learners' gathered parameters and activations; master "
+                     "weights and optimizer state stay float32."),
+           {Dtype::kFloat32, Dtype::kBFloat16, Dtype::kFloat16});
+  b.choice("reduce_dtype", &o.reduce_dtype, FieldInfo("Dtype gradients are reduce-scattered in."),
+           {Dtype::kFloat32, Dtype::kBFloat16, Dtype::kFloat16});
   b.field("reshard_after_forward", &o.reshard_after_forward,
           FieldInfo("Free each unit's gathered parameters after its forward and recompute it in "
                     "backward (activation checkpointing); false keeps them: faster, more memory."));

@@ -2,15 +2,22 @@
 
 namespace flywheel::core {
 
+absl::Span<const ChoiceName<WeightTransport>> choice_names(WeightTransport) {
+  static constexpr ChoiceName<WeightTransport> kNames[] = {{WeightTransport::kAuto, "auto"},
+                                                           {WeightTransport::kNccl, "nccl"},
+                                                           {WeightTransport::kMpi, "mpi"},
+                                                           {WeightTransport::kGrpc, "grpc"}};
+  return kNames;
+}
+
 void bind_options(FieldBinder& b, WeightSyncOptions& o) {
-  b.field("transport", &o.transport,
-          FieldInfo("How weights reach rollout workers: grpc (buckets streamed through the "
-                    "controller; any worker, elastic, restartable), mpi (learner rank 0 "
-                    "broadcasts each version over MPI to the rollout ranks of the learners' MPMD "
-                    "mpirun; CPU jobs), nccl (the same over NCCL, every rank on a GPU), or auto "
-                    "(grpc). With mpi or nccl, flywheel train runs the workers inside the "
-                    "learners' mpirun and a failed worker ends the job.")
-              .one_of({"auto", "nccl", "mpi", "grpc"}));
+  b.choice("transport", &o.transport,
+           FieldInfo("How weights reach rollout workers: grpc (buckets streamed through the "
+                     "controller; any worker, elastic, restartable), mpi (learner rank 0 "
+                     "broadcasts each version over MPI to the rollout ranks of the learners' MPMD "
+                     "mpirun; CPU jobs), nccl (the same over NCCL, every rank on a GPU), or auto "
+                     "(grpc). With mpi or nccl, flywheel train runs the workers inside the "
+                     "learners' mpirun and a failed worker ends the job."));
   b.field("bucket_bytes", &o.bucket_bytes,
           FieldInfo("Bytes per bucket on the wire (smaller buckets overlap sending and "
                     "receiving better; see docs/controller.md).")
@@ -23,8 +30,8 @@ void bind_options(FieldBinder& b, WeightSyncOptions& o) {
               .greater_than(0));
 }
 
-std::string weight_transport(const WeightSyncOptions& o) {
-  return o.transport == "auto" ? "grpc" : o.transport;
+WeightTransport weight_transport(const WeightSyncOptions& o) {
+  return o.transport == WeightTransport::kAuto ? WeightTransport::kGrpc : o.transport;
 }
 
 }  // namespace flywheel::core

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "builtin_factories.h"
 #include "flywheel/core/status_macros.h"
-#include "flywheel/rewards/params.h"
+#include "flywheel/rewards/param_reader.h"
 #include "math/answer_extraction.h"
 #include "math/math_equivalence.h"
 #include "math/math_normalize.h"

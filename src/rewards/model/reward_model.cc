@@ -1,4 +1,4 @@
-#include "flywheel/rewards/reward_model.h"
+#include "flywheel/rewards/model/reward_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,11 +14,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "flywheel/core/plugin_registry.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/core/utf8.h"
-#include "flywheel/model/chat_template.h"
 #include "flywheel/model/hf_checkpoint.h"
-#include "flywheel/model/tokenizer.h"
-#include "flywheel/rewards/params.h"
+#include "flywheel/model/tokenizer/chat_template.h"
+#include "flywheel/model/tokenizer/tokenizer.h"
+#include "flywheel/rewards/param_reader.h"
 #include "sequence_classifier.h"
 
 namespace flywheel::rewards {
@@ -122,7 +123,7 @@ absl::StatusOr<RewardModelOptions> parse_reward_model_options(const RewardSpec& 
   o.clip = r.number_in("clip", o.clip, 0, kMaxClip);
   o.dtype = r.choice("dtype", o.dtype, {"float32", "bfloat16", "float16"});
   o.device = r.string("device", o.device);
-  if (absl::Status s = r.finish(); !s.ok()) return s;
+  FLYWHEEL_RETURN_IF_ERROR(r.finish());
   if (o.path.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "reward '", spec.name, "': option 'path' is required (the checkpoint directory)"));
@@ -137,7 +138,7 @@ absl::StatusOr<RewardModelOptions> parse_reward_model_options(const RewardSpec& 
       !model::ChatTemplate::by_name(o.chat_template).ok()) {
     o.chat_template = relative(o.chat_template);  // a directory
   }
-  if (absl::Status s = o.validate(); !s.ok()) return s;
+  FLYWHEEL_RETURN_IF_ERROR(o.validate());
   return o;
 }
 
@@ -161,7 +162,7 @@ RewardModel::~RewardModel() = default;
 
 absl::StatusOr<std::unique_ptr<RewardModel>> RewardModel::create(
     const RewardModelOptions& options) {
-  if (absl::Status s = options.validate(); !s.ok()) return s;
+  FLYWHEEL_RETURN_IF_ERROR(options.validate());
   auto state = std::make_unique<State>();
   state->options = options;
   absl::StatusOr<at::ScalarType> dtype = model::parse_dtype(options.dtype);

@@ -16,7 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "builtin_factories.h"
 #include "flywheel/core/status_macros.h"
-#include "flywheel/rewards/params.h"
+#include "flywheel/rewards/param_reader.h"
 #include "sandbox/python_harness.h"
 #include "sandbox/python_tests.h"
 #include "sandbox/sandbox.h"

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/core/utf8.h"
 
 namespace flywheel::rewards {
@@ -264,8 +265,7 @@ class LiteralParser {
     PyValue v;
     v.kind = prefix.find('b') != std::string::npos ? PyValue::Kind::kBytes : PyValue::Kind::kStr;
     while (true) {
-      absl::Status s = one_string(prefix, v.kind == PyValue::Kind::kBytes, &v.text);
-      if (!s.ok()) return s;
+      FLYWHEEL_RETURN_IF_ERROR(one_string(prefix, v.kind == PyValue::Kind::kBytes, &v.text));
       skip_space();
       size_t end = pos_;
       while (end < text_.size() && absl::ascii_isalpha(text_[end]) && end - pos_ < 2) ++end;

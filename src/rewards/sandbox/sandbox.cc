@@ -28,6 +28,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "flywheel/core/logging.h"
+#include "flywheel/core/status_macros.h"
+#include "sandbox/launch_plan.h"
 #include "sandbox/sandbox_child.h"
 
 #ifndef SYS_close_range  // older headers (Linux 5.9)
@@ -201,14 +203,6 @@ std::string launcher_path() {
   }();
   return beside_library;
 }
-
-void append_item(std::string* out, const char* data, size_t size) {
-  const uint64_t n = size;
-  out->append(reinterpret_cast<const char*>(&n), sizeof n);
-  out->append(data, size);
-  out->push_back('\0');
-}
-void append_item(std::string* out, const std::string& s) { append_item(out, s.data(), s.size()); }
 
 // What the vfork-style child of the caller does before execve() of the launcher. It shares the
 // caller's memory (CLONE_VM) but not its descriptors or signal handlers.
@@ -401,32 +395,125 @@ class RunCgroups {
   std::string memory_, pids_;
 };
 
-// --- the empty root ----------------------------------------------------------------------------
-
-// The host paths bound into the empty root ("D/usr", "F/etc/ld.so.cache") and the links made in
-// it as on the host (merged /usr: /bin -> usr/bin).
-struct RootEntries {
-  std::vector<std::string> binds;
-  std::vector<std::pair<std::string, std::string>> links;
+// How a run ended, as the caller saw it.
+struct RunEnd {
+  int init_status = 0;  // of the launcher
+  bool killed = false;  // by the caller: deadline or stdout cap
 };
 
-RootEntries root_entries(const SandboxOptions& options) {
-  RootEntries out;
-  std::vector<std::string> paths = {"/usr",   "/bin",   "/sbin",   "/lib",
-                                    "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache"};
-  paths.insert(paths.end(), options.read_only_paths.begin(), options.read_only_paths.end());
-  for (const std::string& path : paths) {
-    struct stat st = {};
-    if (lstat(path.c_str(), &st) != 0) continue;
-    if (S_ISLNK(st.st_mode)) {
-      char target[4096];
-      const ssize_t n = readlink(path.c_str(), target, sizeof target - 1);
-      if (n > 0) out.links.emplace_back(path, std::string(target, static_cast<size_t>(n)));
-    } else if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) {
-      out.binds.push_back(absl::StrCat(S_ISDIR(st.st_mode) ? "D" : "F", path));
+// Fills `result` from the launcher's report: the program's exit code or signal and its output
+// files; FailedPrecondition when the sandbox itself failed (`isolation` and `program` name it).
+absl::Status conclude(Report report, const RunEnd& end, const std::string& isolation,
+                      const std::string& program, SandboxResult* result) {
+  const int init_status = end.init_status;
+  if (!report.setup_error.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sandbox (", isolation, "): ", report.setup_error, program));
+  }
+  if (report.has_status) {
+    if (WIFEXITED(report.status)) result->exit_code = WEXITSTATUS(report.status);
+    if (WIFSIGNALED(report.status)) result->signal = WTERMSIG(report.status);
+  } else if (end.killed || WIFSIGNALED(init_status)) {
+    result->signal = SIGKILL;  // killed before the program ended (timeout, stdout cap, or by it)
+  } else {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sandbox (", isolation, "): the sandbox init exited with status ",
+        WIFEXITED(init_status) ? WEXITSTATUS(init_status) : -1, " before the program ended"));
+  }
+  result->output_files = std::move(report.files);
+  return absl::OkStatus();
+}
+
+// The launcher of one run from its start (`pid`) to its end: the read ends of its pipes, their
+// caps, and when it is killed.
+struct WatchedRun {
+  long pid = -1;
+  bool namespaces = false;    // the launcher is the namespace's parent, not the init itself
+  UniqueFd* pidfd = nullptr;  // -1 before Linux 5.2: waitpid is polled instead
+  UniqueFd* out = nullptr;
+  UniqueFd* err = nullptr;
+  UniqueFd* report = nullptr;
+  int64_t stdout_cap = 0, stderr_cap = 0, report_cap = 0;
+  bool kill_on_stdout_overflow = false;
+  Clock::time_point start, deadline;
+};
+
+// Reads stdout and stderr (into `result`, marking truncation) and the report while waiting for
+// the launcher to end, killing the run at the deadline (result->timed_out) or when stdout
+// overflows; reaps it, sets result->elapsed_s and takes what is left in the pipes. Internal when
+// poll or waitpid fails (the run is killed and reaped first).
+absl::StatusOr<RunEnd> watch(const WatchedRun& run, SandboxResult* result,
+                             std::string* report_bytes) {
+  const pid_t pid = static_cast<pid_t>(run.pid);
+  RunEnd end;
+  bool reaped = false;
+  bool report_overflow = false;
+  auto kill_all = [&] {
+    if (!run.namespaces) kill(-pid, SIGKILL);  // its process group
+    // With namespaces, SIGTERM makes the launcher kill pid 1 of the namespace (the kernel ends
+    // the rest) and exit once all of it is gone. Without, the launcher is the init itself.
+    kill(pid, run.namespaces ? SIGTERM : SIGKILL);
+  };
+  for (UniqueFd* fd : {run.out, run.err, run.report}) fcntl(fd->get(), F_SETFL, O_NONBLOCK);
+  for (;;) {
+    pollfd fds[4] = {{run.out->get(), POLLIN, 0},
+                     {run.err->get(), POLLIN, 0},
+                     {run.report->get(), POLLIN, 0},
+                     {run.pidfd->get(), POLLIN, 0}};
+    int timeout_ms = -1;
+    if (!end.killed) {
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(run.deadline - Clock::now());
+      timeout_ms = static_cast<int>(std::max<int64_t>(0, left.count() + 1));
+    }
+    if (run.pidfd->get() < 0) timeout_ms = timeout_ms < 0 ? 5 : std::min(timeout_ms, 5);
+    int ready = poll(fds, 4, timeout_ms);
+    if (ready < 0 && errno != EINTR) {
+      const absl::Status failed = os_error("poll");
+      kill_all();
+      if (!reaped) waitpid(pid, nullptr, 0);
+      return failed;
+    }
+    bool exited = false;
+    if (run.pidfd->get() >= 0) {
+      exited = fds[3].revents != 0;
+    } else if (waitpid(pid, &end.init_status, WNOHANG) == pid) {
+      exited = reaped = true;
+    }
+    for (int i = 0; i < 3 && ready > 0; ++i) {
+      if (fds[i].revents == 0) continue;
+      UniqueFd& fd = i == 0 ? *run.out : i == 1 ? *run.err : *run.report;
+      std::string& buffer = i == 0   ? result->stdout_data
+                            : i == 1 ? result->stderr_data
+                                     : *report_bytes;
+      const int64_t cap = i == 0 ? run.stdout_cap : i == 1 ? run.stderr_cap : run.report_cap;
+      bool& overflow = i == 0   ? result->stdout_truncated
+                       : i == 1 ? result->stderr_truncated
+                                : report_overflow;
+      if (!drain(fd.get(), &buffer, cap, &overflow)) fd.reset();
+    }
+    if (exited) break;
+    if (!end.killed && result->stdout_truncated && run.kill_on_stdout_overflow) {
+      kill_all();
+      end.killed = true;
+    }
+    if (!end.killed && Clock::now() >= run.deadline) {
+      kill_all();
+      end.killed = true;
+      result->timed_out = true;
     }
   }
-  return out;
+  // Without namespaces, a program that left a child in its group would keep the pipes open.
+  if (!run.namespaces) kill(-pid, SIGKILL);
+  if (!reaped && waitpid(pid, &end.init_status, 0) < 0 && errno != ECHILD) {
+    return os_error("waitpid");
+  }
+  result->elapsed_s = std::chrono::duration<double>(Clock::now() - run.start).count();
+  // Everything that could write is gone (with namespaces); take what is left in the pipes.
+  drain(run.out->get(), &result->stdout_data, run.stdout_cap, &result->stdout_truncated);
+  drain(run.err->get(), &result->stderr_data, run.stderr_cap, &result->stderr_truncated);
+  drain(run.report->get(), report_bytes, run.report_cap, &report_overflow);
+  return end;
 }
 
 }  // namespace
@@ -464,7 +551,7 @@ absl::Status SandboxOptions::validate() const {
 }
 
 absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::create(const SandboxOptions& options) {
-  if (absl::Status s = options.validate(); !s.ok()) return s;
+  FLYWHEEL_RETURN_IF_ERROR(options.validate());
   if (access(launcher_path().c_str(), X_OK) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "code sandbox: its launcher ", launcher_path(), " is missing or not executable (",
@@ -539,7 +626,7 @@ absl::StatusOr<SandboxResult> Sandbox::run(const SandboxRequest& request) const 
 
 absl::StatusOr<SandboxResult> Sandbox::run_in_mode(const SandboxRequest& request, Mode mode,
                                                    bool probe) const {
-  if (absl::Status s = validate_request(request); !s.ok()) return s;
+  FLYWHEEL_RETURN_IF_ERROR(validate_request(request));
   const bool root = geteuid() == 0;
 
   // The host directory gives the run a unique name; with a mount namespace the program sees a
@@ -574,84 +661,22 @@ absl::StatusOr<SandboxResult> Sandbox::run_in_mode(const SandboxRequest& request
   UniqueFd out_r, out_w, err_r, err_w, report_r, report_w;
   for (auto [r, w] :
        {std::pair{&out_r, &out_w}, std::pair{&err_r, &err_w}, std::pair{&report_r, &report_w}}) {
-    if (absl::Status s = make_pipe(r, w); !s.ok()) return s;
+    FLYWHEEL_RETURN_IF_ERROR(make_pipe(r, w));
   }
 
   // Everything the launcher needs (sandbox_child.h, LaunchHeader), in a memfd.
-  const std::vector<std::string> env = {"PATH=/usr/bin:/bin", "HOME=" + workdir, "LANG=C.UTF-8"};
-  const std::string tmpfs_data =
-      absl::StrCat("size=", options_.tmpfs_bytes, ",nr_inodes=4096,mode=0755");
-  const RootEntries entries = mode.namespaces ? root_entries(options_) : RootEntries{};
   RunCgroups cgroups(cgroups_, std::filesystem::path(workdir).filename().string());
   const int64_t total_memory = options_.total_memory_bytes == SandboxOptions::kAutoBytes
                                    ? options_.memory_bytes
                                    : options_.total_memory_bytes;
-  if (absl::Status made = cgroups.make(total_memory, options_.max_processes); !made.ok()) {
-    return made;
-  }
-  const std::vector<std::string> cgroup_procs = cgroups.procs();
-  const double cpu_s = options_.cpu_s == SandboxOptions::kAuto
-                           ? std::ceil(options_.wall_timeout_s) + 1
-                           : options_.cpu_s;
-  const rlim_t cpu = static_cast<rlim_t>(std::ceil(cpu_s));
-
-  LaunchHeader header;
-  header.user_namespace = mode.user_namespace;
-  header.namespaces = mode.namespaces;
-  header.allow_setgroups = mode.user_namespace && root;
-  header.drop_to_uid = root && !mode.user_namespace;
-  header.uid = options_.unprivileged_uid;
-  header.gid = options_.unprivileged_gid;
-  header.probe = probe;
-  header.deny_setgroups = mode.user_namespace && !root;
-  header.map_uid = root ? options_.unprivileged_uid : getuid();
-  header.map_gid = root ? options_.unprivileged_gid : getgid();
-  header.max_output_file_bytes = options_.max_output_file_bytes;
-  const int resources[ChildPlan::kNumLimits] = {RLIMIT_AS,    RLIMIT_CPU,    RLIMIT_NPROC,
-                                                RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_CORE};
-  const rlim_t values[ChildPlan::kNumLimits] = {
-      static_cast<rlim_t>(options_.memory_bytes),   cpu,
-      static_cast<rlim_t>(options_.max_processes),  static_cast<rlim_t>(options_.max_file_bytes),
-      static_cast<rlim_t>(options_.max_open_files), 0};
-  for (int i = 0; i < ChildPlan::kNumLimits; ++i) {
-    header.limit_resources[i] = resources[i];
-    // CPU: SIGXCPU at the soft limit, SIGKILL a second later.
-    header.limit_cur[i] = values[i];
-    header.limit_max[i] = resources[i] == RLIMIT_CPU ? values[i] + 1 : values[i];
-  }
-  uint64_t flags = 0;
-  if (mode.user_namespace) flags |= CLONE_NEWUSER;
-  if (mode.namespaces) {
-    flags |= CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
-  }
-  if (mode.network_namespace) flags |= CLONE_NEWNET;
-  header.clone_flags = flags;
-  header.num_args = request.argv.size();
-  header.num_env = env.size();
-  header.num_files = request.files.size();
-  header.num_outputs = request.output_files.size();
-  header.num_binds = entries.binds.size();
-  header.num_links = entries.links.size();
-  header.num_cgroups = cgroup_procs.size();
-  header.deny_memfd = cgroups_.version == 0;
-  std::string plan(reinterpret_cast<const char*>(&header), sizeof header);
-  append_item(&plan, workdir);
-  append_item(&plan, tmpfs_data);
-  for (const std::string& a : request.argv) append_item(&plan, a);
-  for (const std::string& e : env) append_item(&plan, e);
-  for (const SandboxFile& f : request.files) {
-    append_item(&plan, f.name);
-    const uint32_t file_mode = f.executable ? 0755u : 0644u;
-    append_item(&plan, reinterpret_cast<const char*>(&file_mode), sizeof file_mode);
-    append_item(&plan, f.contents);
-  }
-  for (const std::string& name : request.output_files) append_item(&plan, name);
-  for (const std::string& bind : entries.binds) append_item(&plan, bind);
-  for (const auto& [path, target] : entries.links) {
-    append_item(&plan, path);
-    append_item(&plan, target);
-  }
-  for (const std::string& procs : cgroup_procs) append_item(&plan, procs);
+  FLYWHEEL_RETURN_IF_ERROR(cgroups.make(total_memory, options_.max_processes));
+  LaunchPlanInput plan_input{request, options_, mode};
+  plan_input.probe = probe;
+  plan_input.root = root;
+  plan_input.workdir = workdir;
+  plan_input.cgroup_procs = cgroups.procs();
+  plan_input.deny_memfd = cgroups_.version == 0;
+  const std::string plan = launch_plan(plan_input);
   UniqueFd plan_fd(static_cast<int>(syscall(SYS_memfd_create, "sandbox-plan", MFD_CLOEXEC)));
   if (plan_fd.get() < 0) return os_error("memfd_create");
   if (!write_all(plan_fd.get(), plan.data(), plan.size())) return os_error("writing the plan");
@@ -695,108 +720,30 @@ absl::StatusOr<SandboxResult> Sandbox::run_in_mode(const SandboxRequest& request
                                                       ": ", errno_text(spawn.exec_errno)));
   }
 
-  bool reaped = false;
-  auto kill_all = [&] {
-    if (!mode.namespaces) kill(-static_cast<pid_t>(pid), SIGKILL);  // its process group
-    // With namespaces, SIGTERM makes the launcher kill pid 1 of the namespace (the kernel ends
-    // the rest) and exit once all of it is gone. Without, the launcher is the init itself.
-    kill(static_cast<pid_t>(pid), mode.namespaces ? SIGTERM : SIGKILL);
-  };
-  auto abandon = [&](absl::Status status) {
-    kill_all();
-    if (!reaped) waitpid(static_cast<pid_t>(pid), nullptr, 0);
-    return status;
-  };
-
   // Read stdout, stderr and the report while waiting for the end or the deadline.
-  SandboxResult result;
-  std::string report_bytes;
-  const int64_t report_cap =
+  WatchedRun watched{pid, mode.namespaces, &pidfd, &out_r, &err_r, &report_r};
+  watched.stdout_cap = options_.max_stdout_bytes;
+  watched.stderr_cap = options_.max_stderr_bytes;
+  watched.report_cap =
       options_.max_output_file_bytes * static_cast<int64_t>(request.output_files.size()) +
       (int64_t{1} << 16);
-  bool report_overflow = false;
-  const Clock::time_point deadline =
+  watched.kill_on_stdout_overflow = options_.kill_on_stdout_overflow;
+  watched.start = start;
+  watched.deadline =
       start +
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
           request.wall_timeout_s > 0 ? std::min(request.wall_timeout_s, options_.wall_timeout_s)
                                      : options_.wall_timeout_s));
-  for (UniqueFd* fd : {&out_r, &err_r, &report_r}) fcntl(fd->get(), F_SETFL, O_NONBLOCK);
-  bool killed = false;
-  int init_status = 0;
-  for (;;) {
-    pollfd fds[4] = {{out_r.get(), POLLIN, 0},
-                     {err_r.get(), POLLIN, 0},
-                     {report_r.get(), POLLIN, 0},
-                     {pidfd.get(), POLLIN, 0}};
-    int timeout_ms = -1;
-    if (!killed) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      timeout_ms = static_cast<int>(std::max<int64_t>(0, left.count() + 1));
-    }
-    if (pidfd.get() < 0) timeout_ms = timeout_ms < 0 ? 5 : std::min(timeout_ms, 5);
-    int ready = poll(fds, 4, timeout_ms);
-    if (ready < 0 && errno != EINTR) return abandon(os_error("poll"));
-    bool exited = false;
-    if (pidfd.get() >= 0) {
-      exited = fds[3].revents != 0;
-    } else if (waitpid(static_cast<pid_t>(pid), &init_status, WNOHANG) == pid) {
-      exited = reaped = true;
-    }
-    for (int i = 0; i < 3 && ready > 0; ++i) {
-      if (fds[i].revents == 0) continue;
-      UniqueFd& fd = i == 0 ? out_r : i == 1 ? err_r : report_r;
-      std::string& buffer = i == 0   ? result.stdout_data
-                            : i == 1 ? result.stderr_data
-                                     : report_bytes;
-      const int64_t cap = i == 0   ? options_.max_stdout_bytes
-                          : i == 1 ? options_.max_stderr_bytes
-                                   : report_cap;
-      bool& overflow = i == 0   ? result.stdout_truncated
-                       : i == 1 ? result.stderr_truncated
-                                : report_overflow;
-      if (!drain(fd.get(), &buffer, cap, &overflow)) fd.reset();
-    }
-    if (exited) break;
-    if (!killed && result.stdout_truncated && options_.kill_on_stdout_overflow) {
-      kill_all();
-      killed = true;
-    }
-    if (!killed && Clock::now() >= deadline) {
-      kill_all();
-      killed = true;
-      result.timed_out = true;
-    }
-  }
-  // Without namespaces, a program that left a child in its group would keep the pipes open.
-  if (!mode.namespaces) kill(-static_cast<pid_t>(pid), SIGKILL);
-  if (!reaped && waitpid(static_cast<pid_t>(pid), &init_status, 0) < 0 && errno != ECHILD) {
-    return os_error("waitpid");
-  }
-  result.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+  SandboxResult result;
+  std::string report_bytes;
+  absl::StatusOr<RunEnd> end = watch(watched, &result, &report_bytes);
   cgroups.read_stats(&result);
   cgroups.remove();
-  // Everything that could write is gone (with namespaces); take what is left in the pipes.
-  drain(out_r.get(), &result.stdout_data, options_.max_stdout_bytes, &result.stdout_truncated);
-  drain(err_r.get(), &result.stderr_data, options_.max_stderr_bytes, &result.stderr_truncated);
-  drain(report_r.get(), &report_bytes, report_cap, &report_overflow);
-
-  Report report = parse_report(report_bytes, request);
-  if (!report.setup_error.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("sandbox (", isolation(), "): ", report.setup_error,
-                     probe ? "" : absl::StrCat(" (argv[0] '", request.argv[0], "')")));
-  }
-  if (report.has_status) {
-    if (WIFEXITED(report.status)) result.exit_code = WEXITSTATUS(report.status);
-    if (WIFSIGNALED(report.status)) result.signal = WTERMSIG(report.status);
-  } else if (killed || WIFSIGNALED(init_status)) {
-    result.signal = SIGKILL;  // killed before the program ended (timeout, stdout cap, or by it)
-  } else {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "sandbox (", isolation(), "): the sandbox init exited with status ",
-        WIFEXITED(init_status) ? WEXITSTATUS(init_status) : -1, " before the program ended"));
-  }
-  result.output_files = std::move(report.files);
+  if (!end.ok()) return end.status();
+  const std::string program =
+      probe ? std::string() : absl::StrCat(" (argv[0] '", request.argv[0], "')");
+  FLYWHEEL_RETURN_IF_ERROR(
+      conclude(parse_report(report_bytes, request), *end, isolation(), program, &result));
   return result;
 }
 

@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "flywheel/model/chat_messages.h"
+#include "flywheel/model/tokenizer/chat_messages.h"
 
 namespace flywheel::rollout {
 

@@ -1,4 +1,4 @@
-#include "flywheel/rewards/reward_model.h"
+#include "flywheel/rewards/model/reward_model.h"
 
 #include <unistd.h>
 
@@ -18,7 +18,7 @@
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/plugin_registry.h"
 #include "flywheel/model/hf_checkpoint.h"
-#include "flywheel/model/tokenizer.h"
+#include "flywheel/model/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/scratch_dir.h"

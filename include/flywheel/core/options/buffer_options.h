@@ -9,6 +9,14 @@
 
 namespace flywheel::core {
 
+// buffer.stale_policy.
+enum class StalePolicy { kDrop, kRequeue };
+absl::Span<const ChoiceName<StalePolicy>> choice_names(StalePolicy);
+
+// buffer.sampling.
+enum class BufferSampling { kFifo, kFreshest };
+absl::Span<const ChoiceName<BufferSampling>> choice_names(BufferSampling);
+
 struct ServerOptions {
   std::string bind_address = "127.0.0.1:0";  // loopback by default; port 0 = pick one
   std::string auth_token_file;               // shared token file; "" = use auth_token_env
@@ -25,9 +33,9 @@ struct ServerOptions {
 };
 
 struct BufferOptions {
-  int64_t max_staleness = 1;          // 0 = synchronous on-policy
-  std::string stale_policy = "drop";  // drop | requeue
-  std::string sampling = "fifo";      // fifo | freshest
+  int64_t max_staleness = 1;  // 0 = synchronous on-policy
+  StalePolicy stale_policy = StalePolicy::kDrop;
+  BufferSampling sampling = BufferSampling::kFifo;
   int64_t capacity_groups = 1024;
   int64_t capacity_bytes = int64_t{1} << 30;
   double push_timeout_s = 20.0;  // backpressure wait before RESOURCE_EXHAUSTED; < rpc_deadline_s

@@ -18,4 +18,9 @@ struct CheckpointOptions {
 
 void bind_options(FieldBinder& b, CheckpointOptions& o);
 
+// What checkpoint.resume asks for: the newest COMPLETE checkpoint ("auto"), a fresh start
+// ("never"), or the step directory it names (anything else).
+enum class ResumeFrom { kLatest, kNever, kDirectory };
+ResumeFrom resume_from(const CheckpointOptions& o);
+
 }  // namespace flywheel::core

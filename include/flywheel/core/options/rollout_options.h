@@ -10,21 +10,29 @@
 
 namespace flywheel::core {
 
+// rollout.weight_update.
+enum class WeightUpdate { kInFlight, kDrain };
+absl::Span<const ChoiceName<WeightUpdate>> choice_names(WeightUpdate);
+
+// rollout.logprob_mode: which distribution the behaviour log-probs are taken from.
+enum class LogprobMode { kTemperatureScaled, kProcessed };
+absl::Span<const ChoiceName<LogprobMode>> choice_names(LogprobMode);
+
 struct RolloutOptions {
-  int64_t num_workers = 1;                  // rollout processes started by `flywheel train`
-  int64_t group_size = 8;                   // completions per prompt (GRPO group)
-  int64_t max_new_tokens = 1024;            // hard cap per completion
-  double temperature = 1.0;                 // 0 = greedy
-  int64_t top_k = 0;                        // 0 = off
-  double top_p = 1.0;                       // 1 = off
-  double min_p = 0.0;                       // 0 = off
-  std::vector<std::string> stop;            // stop strings
-  int64_t max_slots = 32;                   // concurrent sequences per engine (KV-cache slots)
-  int64_t seed = 1;                         // base sampling seed
-  std::string weight_update = "in_flight";  // in_flight | drain
-  bool recompute_kv_on_update = false;      // re-prefill active sequences under new weights
-  std::string logprob_mode = "temperature_scaled";  // temperature_scaled | processed
-  int64_t max_prefill_tokens = 8192;                // prompt tokens prefilled per engine step
+  int64_t num_workers = 1;        // rollout processes started by `flywheel train`
+  int64_t group_size = 8;         // completions per prompt (GRPO group)
+  int64_t max_new_tokens = 1024;  // hard cap per completion
+  double temperature = 1.0;       // 0 = greedy
+  int64_t top_k = 0;              // 0 = off
+  double top_p = 1.0;             // 1 = off
+  double min_p = 0.0;             // 0 = off
+  std::vector<std::string> stop;  // stop strings
+  int64_t max_slots = 32;         // concurrent sequences per engine (KV-cache slots)
+  int64_t seed = 1;               // base sampling seed
+  WeightUpdate weight_update = WeightUpdate::kInFlight;
+  bool recompute_kv_on_update = false;  // re-prefill active sequences under new weights
+  LogprobMode logprob_mode = LogprobMode::kTemperatureScaled;
+  int64_t max_prefill_tokens = 8192;  // prompt tokens prefilled per engine step
 
   absl::Status validate() const;
 };

@@ -7,10 +7,18 @@
 
 namespace flywheel::core {
 
+// tokenizer.type (kAuto: hf when tokenizer.json exists, else char).
+enum class TokenizerType { kAuto, kHf, kChar };
+absl::Span<const ChoiceName<TokenizerType>> choice_names(TokenizerType);
+
+// tokenizer.chat_template: a built-in template by name, auto (detected), or none.
+enum class ChatTemplateChoice { kAuto, kChatml, kQwen3, kLlama3, kNone };
+absl::Span<const ChoiceName<ChatTemplateChoice>> choice_names(ChatTemplateChoice);
+
 struct TokenizerOptions {
-  std::string path;                    // directory with tokenizer.json; "" = model.path
-  std::string type = "auto";           // auto | hf | char
-  std::string chat_template = "auto";  // auto | chatml | qwen3 | llama3 | none
+  std::string path;  // directory with tokenizer.json; "" = model.path
+  TokenizerType type = TokenizerType::kAuto;
+  ChatTemplateChoice chat_template = ChatTemplateChoice::kAuto;
 };
 
 void bind_options(FieldBinder& b, TokenizerOptions& o);

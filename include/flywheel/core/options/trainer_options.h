@@ -6,8 +6,13 @@
 
 #include "absl/status/status.h"
 #include "flywheel/core/field_binder.h"
+#include "flywheel/core/options/model_options.h"  // Dtype
 
 namespace flywheel::core {
+
+// trainer.lr_schedule: the shape after warmup (trainer/lr_schedule.h).
+enum class LrScheduleKind { kConstant, kLinear, kCosine };
+absl::Span<const ChoiceName<LrScheduleKind>> choice_names(LrScheduleKind);
 
 struct TrainerOptions {
   int64_t total_steps = 100;          // optimizer steps (the policy version counts them)
@@ -16,7 +21,7 @@ struct TrainerOptions {
   int64_t mini_batches = 1;           // optimizer updates per epoch
   int64_t micro_batch_tokens = 8192;  // tokens per forward/backward chunk
   double lr = 1e-6;
-  std::string lr_schedule = "constant";  // constant | linear | cosine
+  LrScheduleKind lr_schedule = LrScheduleKind::kConstant;
   int64_t warmup_steps = 0;
   double min_lr_ratio = 0.0;  // final lr / lr for linear and cosine
   double weight_decay = 0.0;
@@ -26,8 +31,8 @@ struct TrainerOptions {
   double grad_clip = 1.0;  // global gradient-norm clip; 0 = off
   double critic_lr = 1e-5;
   int64_t seed = 1;
-  std::string param_dtype = "float32";   // compute dtype: float32 | bfloat16 | float16 (GPU)
-  std::string reduce_dtype = "float32";  // gradient reduction dtype
+  Dtype param_dtype = Dtype::kFloat32;   // compute dtype (float16: GPU only)
+  Dtype reduce_dtype = Dtype::kFloat32;  // gradient reduction dtype
   bool reshard_after_forward = true;     // free gathered units after forward (recompute)
   int64_t max_consecutive_skips = 3;     // non-finite updates in a row before the run stops
   double no_progress_timeout_s = 1800;   // no group arriving this long is an error; 0 = off

@@ -8,8 +8,12 @@
 
 namespace flywheel::core {
 
+// weight_sync.transport.
+enum class WeightTransport { kAuto, kNccl, kMpi, kGrpc };
+absl::Span<const ChoiceName<WeightTransport>> choice_names(WeightTransport);
+
 struct WeightSyncOptions {
-  std::string transport = "auto";   // auto | nccl | mpi | grpc
+  WeightTransport transport = WeightTransport::kAuto;
   int64_t bucket_bytes = 16 << 20;  // bytes per bucket on the wire
   int64_t every_steps = 1;          // publish after every N optimizer steps
   double timeout_s = 300.0;
@@ -17,7 +21,7 @@ struct WeightSyncOptions {
 
 void bind_options(FieldBinder& b, WeightSyncOptions& o);
 
-// How weights travel: "grpc", "mpi" or "nccl" (transport, with auto resolved to grpc).
-std::string weight_transport(const WeightSyncOptions& o);
+// How weights travel: transport with auto resolved (to grpc); never kAuto.
+WeightTransport weight_transport(const WeightSyncOptions& o);
 
 }  // namespace flywheel::core

@@ -13,9 +13,9 @@
 #include "absl/status/statusor.h"
 #include "flywheel/core/config.h"
 #include "flywheel/core/json.h"
-#include "flywheel/model/chat_template.h"
-#include "flywheel/model/tokenizer.h"
-#include "flywheel/model/tokenizer_setup.h"
+#include "flywheel/model/tokenizer/chat_template.h"
+#include "flywheel/model/tokenizer/tokenizer.h"
+#include "flywheel/model/tokenizer/tokenizer_setup.h"
 
 namespace flywheel::rollout {
 

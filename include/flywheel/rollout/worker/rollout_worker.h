@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "flywheel/buffer/controller_client.h"
+#include "flywheel/buffer/service/controller_client.h"
 #include "flywheel/rewards/scoring_pool.h"
 #include "flywheel/rollout/engine.h"
 #include "flywheel/rollout/worker/prompt_encoder.h"

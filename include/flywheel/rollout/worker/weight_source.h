@@ -11,7 +11,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
-#include "flywheel/buffer/controller_client.h"
+#include "flywheel/buffer/service/controller_client.h"
 #include "flywheel/comm/weight_channel.h"
 #include "flywheel/core/published_weights.h"
 #include "flywheel/model/decoder.h"

@@ -1,0 +1,220 @@
+#include "flywheel/eval/sft_job.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "flywheel/core/logging.h"
+#include "flywheel/core/status_macros.h"
+#include "flywheel/model/hf_checkpoint.h"
+#include "flywheel/trainer/learner_job.h"
+#include "flywheel/trainer/learner_weights.h"
+
+namespace flywheel::eval {
+
+namespace fs = std::filesystem;
+
+absl::StatusOr<std::unique_ptr<SftJob>> SftJob::create(const core::Config& config,
+                                                       comm::Communicator* world,
+                                                       core::PluginRegistry& registry) {
+  const core::Config& c = config;
+  if (c.model.path.empty()) return absl::InvalidArgumentError("model.path must be set");
+  if (c.data.train_path.empty()) return absl::InvalidArgumentError("data.train_path must be set");
+  std::unique_ptr<SftJob> job(new SftJob(config, world));
+  FLYWHEEL_RETURN_IF_ERROR(job->load_data());
+
+  job->options_ = trainer::OptimizerOptions::from_config(c.trainer);
+  auto sft = trainer::SftTrainer::create(job->options_, *job->model_config_, world);
+  if (!sft.ok()) return sft.status();
+  job->sft_ = std::move(*sft);
+  FLYWHEEL_RETURN_IF_ERROR(trainer::load_or_init(job->sft_->model(),
+                                                 model::open_hf_weights(c.model.path), c.model.path,
+                                                 static_cast<uint64_t>(c.trainer.seed)));
+
+  // Checkpoints: the tokenizer and generation files travel with them (for export).
+  job->checkpoints_ = trainer::checkpoint_dir(c);
+  job->save_options_.keep_last = c.checkpoint.keep_last;
+  absl::StatusOr<std::map<std::string, std::string>> side_files =
+      trainer::checkpoint_side_files(job->tokenizers_->dir);
+  if (!side_files.ok()) return side_files.status();
+  job->save_options_.extra_files = std::move(*side_files);
+  FLYWHEEL_RETURN_IF_ERROR(job->resume());
+
+  if (world->rank() == 0) {
+    auto created = trainer::make_metrics_logger(c, registry, c.trainer.total_steps);
+    if (!created.ok()) return created.status();
+    job->metrics_ = std::move(*created);
+  }
+  const std::optional<trainer::SftData>& eval_data = job->eval_data_;
+  const bool has_answers =
+      eval_data && std::any_of(eval_data->records.begin(), eval_data->records.end(),
+                               [](const trainer::SftRecord& r) { return r.has_answer; });
+  if (has_answers) {
+    HeldOutEvalOptions eo;  // greedy, judged against the answers
+    eo.max_new_tokens = c.sft.eval_max_new_tokens;
+    eo.stop_ids = job->model_config_->eos_token_ids;
+    auto created = HeldOutEvaluator::create(*job->model_config_, job->tokenizers_->tokenizer.get(),
+                                            eo, eval_data->records);
+    if (!created.ok()) return created.status();
+    job->evaluator_ = std::move(*created);
+  }
+  return job;
+}
+
+absl::Status SftJob::load_data() {
+  absl::StatusOr<model::ModelConfig> model_config =
+      model::ModelConfig::from_file((fs::path(c_.model.path) / "config.json").string());
+  if (!model_config.ok()) return model_config.status();
+  model_config_ = std::move(*model_config);
+  absl::StatusOr<model::TokenizerSetup> tokenizers =
+      model::load_tokenizer_setup(c_.tokenizer, c_.model.path);
+  if (!tokenizers.ok()) return tokenizers.status();
+  tokenizers_ = std::move(*tokenizers);
+  const model::Tokenizer& tokenizer = *tokenizers_->tokenizer;
+  trainer::SftDataOptions data_options =
+      trainer::SftDataOptions::from_config(c_, model_config_->vocab_size);
+  data_options.eos_id = model_config_->eos_token_ids.empty() ? -1 : model_config_->eos_token_ids[0];
+  const model::ChatTemplate* chat =
+      tokenizers_->chat_template ? &*tokenizers_->chat_template : nullptr;
+  absl::StatusOr<trainer::SftData> train =
+      trainer::load_sft_data(c_.data.train_path, data_options, tokenizer, chat);
+  if (!train.ok()) return train.status();
+  train_ = std::move(*train);
+  if (!c_.data.eval_path.empty()) {
+    absl::StatusOr<trainer::SftData> loaded =
+        trainer::load_sft_data(c_.data.eval_path, data_options, tokenizer, chat);
+    if (!loaded.ok()) return loaded.status();
+    eval_data_ = std::move(*loaded);
+  }
+  if (world_->rank() == 0) {
+    FLYWHEEL_LOG_INFO(
+        "%d training records (%d longer than model.max_seq_len skipped), %d held out; "
+        "%d learner rank(s), batch %d",
+        train_->records.size(), train_->skipped_too_long,
+        eval_data_ ? eval_data_->records.size() : 0, world_->size(), c_.sft.batch_size);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SftJob::resume() {
+  const std::string from = trainer::resume_path(c_, *world_);
+  if (from.empty()) return absl::OkStatus();
+  absl::StatusOr<std::map<std::string, double>> scalars =
+      trainer::load_checkpoint(sft_->training_state(), *world_, from);
+  if (!scalars.ok()) return scalars.status();
+  auto scalar = [&](const char* name) { return scalars->count(name) ? scalars->at(name) : 0.0; };
+  if (scalars->count("data_records") &&
+      static_cast<size_t>(scalar("data_records")) != train_->records.size()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s was trained on %d records of data.train_path; it now has %d: resume with the same "
+        "data (or checkpoint.resume: never)",
+        from, static_cast<int64_t>(scalar("data_records")), train_->records.size()));
+  }
+  sft_->restore(*scalars);
+  last_saved_ = sft_->steps();
+  cursor_.epoch = static_cast<int64_t>(scalar("data_epoch"));
+  cursor_.position = static_cast<int64_t>(scalar("data_position"));
+  if (world_->rank() == 0) FLYWHEEL_LOG_INFO("resumed from %s at step %d", from, sft_->steps());
+  return absl::OkStatus();
+}
+
+absl::Status SftJob::save(int64_t step) {
+  if (step == last_saved_) return absl::OkStatus();  // the final save of a step just saved
+  trainer::TrainingState state = sft_->training_state();
+  state.scalars["data_epoch"] = static_cast<double>(cursor_.epoch);
+  state.scalars["data_position"] = static_cast<double>(cursor_.position);
+  state.scalars["data_records"] = static_cast<double>(train_->records.size());
+  FLYWHEEL_RETURN_IF_ERROR(
+      trainer::save_checkpoint(state, *world_, checkpoints_, step, save_options_));
+  last_saved_ = step;
+  return absl::OkStatus();
+}
+
+void SftJob::log(const std::string& name, double value, int64_t step) {
+  if (metrics_) metrics_->log_scalar(name, value, step);
+}
+
+absl::StatusOr<SftEvalResult> SftJob::evaluate(int64_t step) {
+  SftEvalResult r;
+  if (!eval_data_) return r;
+  absl::StatusOr<double> loss =
+      sft_->eval_loss(trainer::rank_share(*eval_data_, world_->rank(), world_->size()));
+  if (!loss.ok()) return loss.status();
+  r.loss = *loss;
+  log("eval/loss", r.loss, step);
+  if (evaluator_) {
+    absl::StatusOr<HeldOutEvalResult> greedy =
+        evaluator_->evaluate(sft_->model(), eval_data_->records, *world_);
+    if (!greedy.ok()) return greedy.status();
+    r.accuracy = greedy->accuracy;
+    log("eval/accuracy", r.accuracy, step);
+  }
+  return r;
+}
+
+absl::StatusOr<SftSummary> SftJob::run(const std::function<bool()>& stop) {
+  const core::SftOptions& s = c_.sft;
+  const trainer::SftBatchOptions batch{s.batch_size, c_.data.shuffle,
+                                       static_cast<uint64_t>(c_.data.seed)};
+  SftSummary summary;
+  absl::StatusOr<SftEvalResult> first = evaluate(sft_->steps());
+  if (!first.ok()) return first.status();
+  summary.first = summary.last = *first;
+  int64_t last_eval_step = sft_->steps();
+  const auto start = std::chrono::steady_clock::now();
+  double tokens = 0;
+  while (sft_->steps() < c_.trainer.total_steps) {
+    absl::StatusOr<std::map<std::string, double>> m = sft_->step(
+        trainer::next_sft_batch(*train_, &cursor_, batch, world_->rank(), world_->size()));
+    if (!m.ok()) return m.status();
+    const int64_t step = sft_->steps();
+    tokens += m->at("sft/tokens");
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    for (const auto& [name, value] : *m) log(name, value, step);
+    log("sft/tokens_per_s", tokens / std::max(elapsed, 1e-9), step);
+    // Near the stop, evaluate more often: accuracy can climb from 10% to 50% in 10 steps.
+    const bool near_stop = s.stop_at_accuracy > 0 && s.eval_every_near_stop > 0 &&
+                           summary.last.accuracy >= s.stop_at_accuracy / 2;
+    const int64_t every = near_stop ? s.eval_every_near_stop : s.eval_every;
+    if (every > 0 && step % every == 0) {
+      absl::StatusOr<SftEvalResult> r = evaluate(step);
+      if (!r.ok()) return r.status();
+      summary.last = *r;
+      last_eval_step = step;
+      if (s.stop_at_accuracy > 0 && summary.last.accuracy >= s.stop_at_accuracy) {
+        summary.stopped_by = absl::StrFormat("held-out accuracy %.3f reached sft.stop_at_accuracy",
+                                             summary.last.accuracy);
+      }
+    }
+    if (c_.checkpoint.every_steps > 0 && step % c_.checkpoint.every_steps == 0) {
+      FLYWHEEL_RETURN_IF_ERROR(save(step));
+    }
+    // Every rank stops together when any got a signal.
+    at::Tensor signal = at::full({1}, stop() ? 1 : 0, at::kLong);
+    world_->all_reduce_host(signal, comm::ReduceOp::kMax);
+    if (signal.item<int64_t>() != 0) summary.stopped_by = "a signal";
+    if (!summary.stopped_by.empty()) break;
+  }
+  summary.steps = sft_->steps();
+  if (last_eval_step != summary.steps) {
+    absl::StatusOr<SftEvalResult> r = evaluate(summary.steps);
+    if (!r.ok()) return r.status();
+    summary.last = *r;
+  }
+  FLYWHEEL_RETURN_IF_ERROR(save(summary.steps));
+  if (metrics_) FLYWHEEL_RETURN_IF_ERROR(metrics_->flush());
+  if (c_.checkpoint.export_hf && world_->rank() == 0) {
+    summary.exported = (fs::path(c_.logging.run_dir) / "hf").string();
+    FLYWHEEL_RETURN_IF_ERROR(trainer::export_checkpoint(
+        (fs::path(checkpoints_) / absl::StrCat("step_", summary.steps)).string(), "policy",
+        summary.exported, options_.sharding.param_dtype));
+  }
+  return summary;
+}
+
+}  // namespace flywheel::eval

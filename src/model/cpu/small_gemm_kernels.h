@@ -1,0 +1,58 @@
+// The per-ISA kernels behind model::small_gemm (small_gemm.h). Each kernels_<isa>.cc is compiled
+// with its own instruction-set flags and includes nothing but this header and <immintrin.h>, so
+// that no inline function of a shared header is compiled for an instruction set the running CPU
+// may lack (bf16_bits.h's and poly_exp.h's functions have internal linkage: each unit keeps its
+// own).
+//
+// Element types: the float32 kernels (run_avx512, run_avx2, attend_avx512, attend_avx2) read
+// float; the bfloat16 ones (*_avx512_bf16) read bfloat16 as uint16_t bit patterns and multiply
+// with AVX512-BF16's vdpbf16ps into float32 sums.
+#pragma once
+
+#include <cstdint>
+
+#include "flywheel/model/cpu/bf16_bits.h"
+#include "flywheel/model/cpu/poly_exp.h"
+
+namespace flywheel::model::gemm {
+
+// Rows of w one tile reads; callers split w between threads in multiples of it.
+constexpr int kTileCols = 4;
+
+// y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]) for m < M and n_begin <= n < n_end. x, w and bias
+// hold the kernel's element type; the sums are written as float32 to y or, rounded to nearest
+// even, as bfloat16 to y_bf16 (exactly one of them is set; float32 kernels take y).
+struct Problem {
+  const void* x = nullptr;  // [M, K], row stride ldx
+  const void* w = nullptr;  // [N, K], row stride ldw
+  const void* bias = nullptr;
+  float* y = nullptr;          // [M, N], row stride ldy
+  uint16_t* y_bf16 = nullptr;  // the same, bfloat16
+  int64_t M = 0, K = 0, ldx = 0, ldw = 0, ldy = 0;
+};
+
+void run_avx512(const Problem& p, int64_t n_begin, int64_t n_end);
+void run_avx2(const Problem& p, int64_t n_begin, int64_t n_end);
+void run_avx512_bf16(const Problem& p, int64_t n_begin, int64_t n_end);
+
+// Attention of one query token per row over its cache slot (decode_attention.h). Task t is row
+// t / kv_heads, kv head t % kv_heads: its `groups` = heads / kv_heads query heads read that kv
+// head's keys 0 .. lengths[row] - 1. q, keys, values and out hold the kernel's element type.
+struct AttentionProblem {
+  const void* q = nullptr;     // [rows, heads, head_dim]
+  const void* keys = nullptr;  // [slots, kv_heads, max_len, head_dim]
+  const void* values = nullptr;
+  void* out = nullptr;  // [rows, heads, head_dim]
+  const int64_t* slots = nullptr;
+  const int64_t* lengths = nullptr;
+  int64_t heads = 0, kv_heads = 0, head_dim = 0, max_len = 0;
+  float scale = 1;
+};
+
+// Runs tasks [begin, end); `scratch` holds groups * (max(max_len, 1) + head_dim) floats (the scores
+// and the sums of a task's query heads; groups = heads / kv_heads).
+void attend_avx512(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch);
+void attend_avx2(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch);
+void attend_avx512_bf16(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch);
+
+}  // namespace flywheel::model::gemm
