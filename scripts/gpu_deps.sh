@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Downloads into .gpu-deps/ the Debian 12 .deb files of flywheel's build dependencies that a
-# PyTorch-only GPU image lacks (gRPC, Protobuf, Abseil, yaml-cpp, spdlog, fmt, CLI11, OpenMPI,
-# GoogleTest, pcre2, utf8proc, pkg-config), so that scripts/gpu_check.sh can unpack them there
-# with `dpkg -x` into a prefix. Run it here, on the Debian 12 development machine; carry
-# `.gpu-deps` to the GPU machine. Installs nothing: it only reads apt's package lists
-# (apt-cache depends) and fetches .deb files (apt-get download).
+# PyTorch-only GPU image lacks (gRPC, Protobuf, Abseil, yaml-cpp, spdlog, fmt, CLI11,
+# nlohmann-json, OpenMPI, GoogleTest, pcre2, utf8proc, pkg-config), so that
+# scripts/gpu_check.sh can unpack them there with `dpkg -x` into a prefix. Run it here, on the
+# Debian 12 development machine; carry `.gpu-deps` to the GPU machine. Installs nothing: it
+# only reads apt's package lists (apt-cache depends) and fetches .deb files (apt-get download).
 #
 #   scripts/gpu_deps.sh            # downloads what is missing, prints the total size
 #
@@ -24,7 +24,7 @@ out=${FLYWHEEL_GPU_DEPS_DIR:-$root/.gpu-deps}
 # pkg-config, which a minimal image may not have.
 roots=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev
+  libabsl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev
   libpcre2-dev libutf8proc-dev

@@ -1,56 +1,107 @@
 #include "flywheel/core/json.h"
 
 #include <cmath>
-#include <cstdlib>
+#include <cstddef>
+#include <cstring>
+#include <iterator>
+#include <optional>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "flywheel/core/utf8.h"
 #include "format_number.h"
+#include "nlohmann/json.hpp"
 
 namespace flywheel::core {
 
-Json::Json(int64_t v)
-    : type_(Type::kNumber), is_integer_(true), number_(static_cast<double>(v)), integer_(v) {}
+Json::Json(int64_t v) : value_(Number{static_cast<double>(v), v, true}) {}
 
-Json::Json(double v) : type_(Type::kNumber), number_(v) {
+Json::Json(double v) {
+  Number n{v, 0, false};
   if (v == std::trunc(v) && std::fabs(v) < 9.2e18) {
-    is_integer_ = true;
-    integer_ = static_cast<int64_t>(v);
+    n.is_integer = true;
+    n.integer = static_cast<int64_t>(v);
   }
+  value_ = n;
 }
 
 Json Json::array(Array items) {
   Json j;
-  j.type_ = Type::kArray;
-  j.array_ = std::move(items);
+  j.value_ = std::move(items);
   return j;
 }
 
 Json Json::object(Object members) {
   Json j;
-  j.type_ = Type::kObject;
-  j.object_ = std::move(members);
+  j.value_ = std::move(members);
   return j;
 }
 
+bool Json::is_integer() const {
+  const Number* n = std::get_if<Number>(&value_);
+  return n != nullptr && n->is_integer;
+}
+
+bool Json::as_bool() const {
+  const bool* b = std::get_if<bool>(&value_);
+  return b != nullptr && *b;
+}
+
+double Json::as_double() const {
+  const Number* n = std::get_if<Number>(&value_);
+  return n != nullptr ? n->value : 0;
+}
+
+int64_t Json::as_int() const {
+  const Number* n = std::get_if<Number>(&value_);
+  return n != nullptr ? n->integer : 0;
+}
+
+const std::string& Json::as_string() const {
+  static const std::string kEmpty;
+  const std::string* s = std::get_if<std::string>(&value_);
+  return s != nullptr ? *s : kEmpty;
+}
+
+const Json::Array& Json::as_array() const {
+  static const Array kEmpty;
+  const Array* a = std::get_if<Array>(&value_);
+  return a != nullptr ? *a : kEmpty;
+}
+
+const Json::Object& Json::as_object() const {
+  static const Object kEmpty;
+  const Object* o = std::get_if<Object>(&value_);
+  return o != nullptr ? *o : kEmpty;
+}
+
+Json::Array& Json::as_array() {
+  if (!is_array()) value_ = Array();
+  return std::get<Array>(value_);
+}
+
+Json::Object& Json::as_object() {
+  if (!is_object()) value_ = Object();
+  return std::get<Object>(value_);
+}
+
 const Json* Json::find(absl::string_view key) const {
-  if (type_ != Type::kObject) return nullptr;
-  for (const auto& [k, v] : object_) {
+  for (const auto& [k, v] : as_object()) {
     if (k == key) return &v;
   }
   return nullptr;
 }
 
 Json& Json::set(std::string key, Json value) {
-  for (auto& [k, v] : object_) {
+  Object& members = as_object();
+  for (auto& [k, v] : members) {
     if (k == key) {
       v = std::move(value);
       return v;
     }
   }
-  object_.emplace_back(std::move(key), std::move(value));
-  return object_.back().second;
+  members.emplace_back(std::move(key), std::move(value));
+  return members.back().second;
 }
 
 const char* Json::type_name(Type type) {
@@ -125,43 +176,47 @@ void append_json_string(absl::string_view s, std::string* out) {
 }
 
 void Json::dump_to(std::string* out) const {
-  switch (type_) {
+  switch (type()) {
     case Type::kNull:
       out->append("null");
       return;
     case Type::kBool:
-      out->append(bool_ ? "true" : "false");
+      out->append(as_bool() ? "true" : "false");
       return;
     case Type::kNumber:
-      if (is_integer_) {
-        absl::StrAppend(out, integer_);
-      } else if (std::isfinite(number_)) {
-        out->append(format_number(number_));
+      if (is_integer()) {
+        absl::StrAppend(out, as_int());
+      } else if (std::isfinite(as_double())) {
+        out->append(format_number(as_double()));
       } else {
         out->append("null");  // JSON has no NaN/Infinity
       }
       return;
     case Type::kString:
-      append_json_string(string_, out);
+      append_json_string(as_string(), out);
       return;
-    case Type::kArray:
+    case Type::kArray: {
+      const Array& items = as_array();
       out->push_back('[');
-      for (size_t i = 0; i < array_.size(); ++i) {
+      for (size_t i = 0; i < items.size(); ++i) {
         if (i) out->push_back(',');
-        array_[i].dump_to(out);
+        items[i].dump_to(out);
       }
       out->push_back(']');
       return;
-    case Type::kObject:
+    }
+    case Type::kObject: {
+      const Object& members = as_object();
       out->push_back('{');
-      for (size_t i = 0; i < object_.size(); ++i) {
+      for (size_t i = 0; i < members.size(); ++i) {
         if (i) out->push_back(',');
-        append_json_string(object_[i].first, out);
+        append_json_string(members[i].first, out);
         out->push_back(':');
-        object_[i].second.dump_to(out);
+        members[i].second.dump_to(out);
       }
       out->push_back('}');
       return;
+    }
   }
 }
 
@@ -172,293 +227,249 @@ std::string Json::dump() const {
 }
 
 // Recursive-descent parser over the whole text.
-class JsonParser {
- public:
-  JsonParser(absl::string_view text, int64_t max_values) : text_(text), max_values_(max_values) {}
+namespace {
 
-  absl::StatusOr<Json> parse_document() {
-    Json value;
-    if (!parse_value(&value, 0)) return error_status();
-    skip_whitespace();
-    if (pos_ != text_.size()) {
-      fail("unexpected text after the JSON value");
-      return error_status();
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// The code unit of the \uXXXX escape at text[i] (text[i] == '\\'), or -1.
+int escaped_unit(absl::string_view text, size_t i) {
+  if (i + 6 > text.size() || text[i + 1] != 'u') return -1;
+  int v = 0;
+  for (size_t k = i + 2; k < i + 6; ++k) {
+    const int d = hex_digit(text[k]);
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+// `text` with every lone UTF-16 surrogate escape replaced by \ufffd (same length, so error
+// positions stay), or nullopt when it has none. Backslashes only occur in strings in valid JSON,
+// so walking escape by escape finds them without tracking string boundaries.
+std::optional<std::string> without_lone_surrogates(absl::string_view text) {
+  std::optional<std::string> out;
+  size_t i = 0;
+  while (true) {
+    const void* hit = std::memchr(text.data() + i, '\\', text.size() - i);
+    if (hit == nullptr) return out;
+    i = static_cast<const char*>(hit) - text.data();
+    const int unit = escaped_unit(text, i);
+    if (unit < 0) {
+      i += 2;  // another escape (or a malformed one, which the parser reports)
+      continue;
     }
-    return value;
+    if (unit >= 0xD800 && unit <= 0xDBFF && i + 6 < text.size() && text[i + 6] == '\\') {
+      const int low = escaped_unit(text, i + 6);
+      if (low >= 0xDC00 && low <= 0xDFFF) {
+        i += 12;  // a pair
+        continue;
+      }
+    }
+    if (unit >= 0xD800 && unit <= 0xDFFF) {
+      if (!out) out.emplace(text);
+      out->replace(i, 6, "\\ufffd");
+    }
+    i += 6;
+  }
+}
+
+// A pointer into the text that records how far the parser has read (`*read`), so that errors
+// raised from a SAX event (depth, value count) can name a line and column.
+class TrackedChar {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+
+  TrackedChar(const char* p, const char** read) : p_(p), read_(read) {}
+  reference operator*() const { return *p_; }
+  TrackedChar& operator++() {
+    *read_ = ++p_;
+    return *this;
+  }
+  TrackedChar operator++(int) {
+    TrackedChar before = *this;
+    ++*this;
+    return before;
+  }
+  bool operator==(const TrackedChar& o) const { return p_ == o.p_; }
+  bool operator!=(const TrackedChar& o) const { return p_ != o.p_; }
+
+ private:
+  const char* p_;
+  const char** read_;
+};
+
+// "line L, column C" of byte `at` of `text`.
+std::string line_and_column(absl::string_view text, size_t at) {
+  int line = 1, column = 1;
+  for (size_t i = 0; i < at && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return absl::StrCat("line ", line, ", column ", column);
+}
+
+}  // namespace
+
+// Builds a Json tree from nlohmann's SAX events, bounding depth and value count.
+class JsonBuilder {
+ public:
+  using Sax = nlohmann::json;
+
+  // `read`: how far the parser has read (TrackedChar), for the position of errors raised here.
+  JsonBuilder(int64_t max_values, absl::string_view text, const char* const* read)
+      : max_values_(max_values), text_(text), read_(read) {}
+
+  bool null() { return add(Json()); }
+  bool boolean(bool b) { return add(Json(b)); }
+  bool number_integer(Sax::number_integer_t v) { return add(Json(static_cast<int64_t>(v))); }
+  bool number_unsigned(Sax::number_unsigned_t v) {
+    if (v <= static_cast<uint64_t>(INT64_MAX)) return add(Json(static_cast<int64_t>(v)));
+    Json j;
+    j.value_ = Json::Number{static_cast<double>(v), 0, false};
+    return add(std::move(j));
+  }
+  bool number_float(Sax::number_float_t v, const std::string& /*text*/) {
+    Json j;
+    j.value_ = Json::Number{v, 0, false};
+    return add(std::move(j));
+  }
+  bool string(std::string& s) { return add(Json(std::move(s))); }
+  bool binary(Sax::binary_t& /*unused*/) { return fail("binary values are not JSON"); }
+  bool start_object(std::size_t /*unknown*/) { return open(Json::object()); }
+  bool key(std::string& k) {
+    key_ = std::move(k);
+    return true;
+  }
+  bool end_object() { return close(); }
+  bool start_array(std::size_t /*unknown*/) { return open(Json::array()); }
+  bool end_array() { return close(); }
+  bool parse_error(std::size_t position, const std::string& /*last_token*/,
+                   const nlohmann::detail::exception& e) {
+    library_error_ = e.what();
+    error_position_ = position;
+    return false;
+  }
+
+  // The document, or the error at the position the parser stopped.
+  absl::StatusOr<Json> finish(absl::string_view text, bool ok) {
+    if (ok && error_.empty() && library_error_.empty()) return std::move(root_);
+    if (!error_.empty()) return absl::InvalidArgumentError(error_);
+    return absl::InvalidArgumentError(describe_library_error(text));
   }
 
  private:
-  static constexpr int kMaxDepth = 512;
+  static constexpr size_t kMaxDepth = 512;
 
   bool fail(std::string message) {
     if (error_.empty()) {
-      error_ = std::move(message);
-      error_pos_ = pos_;
+      const size_t at = static_cast<size_t>(*read_ - text_.data());
+      error_ = absl::StrCat(line_and_column(text_, at > 0 ? at - 1 : 0), ": ", message);
     }
     return false;
   }
 
-  absl::Status error_status() const {
-    int line = 1, column = 1;
-    for (size_t i = 0; i < error_pos_ && i < text_.size(); ++i) {
-      if (text_[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat("line ", line, ", column ", column, ": ", error_));
+  bool count() {
+    if (++values_ <= max_values_) return true;
+    return fail(absl::StrCat("more than ", max_values_,
+                             " values (each takes 40 bytes or more in memory); refusing the rest"));
   }
 
-  void skip_whitespace() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n' ||
-                                   text_[pos_] == '\r' || text_[pos_] == '\t')) {
-      ++pos_;
+  // Places `value` in the open container (or as the document), returning where it went.
+  Json* place(Json value) {
+    if (open_.empty()) {
+      root_ = std::move(value);
+      return &root_;
     }
+    Json* top = open_.back();
+    if (top->is_array()) {
+      Json::Array& items = std::get<Json::Array>(top->value_);
+      items.push_back(std::move(value));
+      return &items.back();
+    }
+    Json::Object& members = std::get<Json::Object>(top->value_);
+    members.emplace_back(std::move(key_), std::move(value));
+    return &members.back().second;
   }
 
-  bool consume_literal(absl::string_view literal) {
-    if (text_.substr(pos_, literal.size()) != literal) return fail("invalid literal");
-    pos_ += literal.size();
+  bool add(Json value) {
+    if (!count()) return false;
+    place(std::move(value));
     return true;
   }
 
-  bool parse_value(Json* out, int depth) {
-    if (depth > kMaxDepth) return fail("nesting deeper than 512 levels");
-    // A value costs ~100 bytes in memory whatever its text: bounded before it is made, so a
-    // file of a few bytes per value cannot take gigabytes.
-    if (++values_ > max_values_) {
-      return fail(absl::StrCat("more than ", max_values_,
-                               " values (each takes ~100 bytes in memory); refusing the rest"));
-    }
-    skip_whitespace();
-    if (pos_ >= text_.size()) return fail("unexpected end of input");
-    char c = text_[pos_];
-    switch (c) {
-      case '{':
-        return parse_object(out, depth);
-      case '[':
-        return parse_array(out, depth);
-      case '"':
-        out->type_ = Json::Type::kString;
-        return parse_string(&out->string_);
-      case 't':
-        *out = Json(true);
-        return consume_literal("true");
-      case 'f':
-        *out = Json(false);
-        return consume_literal("false");
-      case 'n':
-        *out = Json();
-        return consume_literal("null");
-      default:
-        if (c == '-' || (c >= '0' && c <= '9')) return parse_number(out);
-        return fail(absl::StrCat("unexpected character '", std::string(1, c), "'"));
-    }
-  }
-
-  bool parse_object(Json* out, int depth) {
-    out->type_ = Json::Type::kObject;
-    ++pos_;  // {
-    skip_whitespace();
-    if (pos_ < text_.size() && text_[pos_] == '}') {
-      ++pos_;
-      return true;
-    }
-    while (true) {
-      skip_whitespace();
-      if (pos_ >= text_.size() || text_[pos_] != '"') return fail("expected a string key");
-      std::string key;
-      if (!parse_string(&key)) return false;
-      skip_whitespace();
-      if (pos_ >= text_.size() || text_[pos_] != ':') return fail("expected ':'");
-      ++pos_;
-      out->object_.emplace_back(std::move(key), Json());
-      if (!parse_value(&out->object_.back().second, depth + 1)) return false;
-      skip_whitespace();
-      if (pos_ >= text_.size()) return fail("unexpected end of input in an object");
-      if (text_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (text_[pos_] == '}') {
-        ++pos_;
-        return true;
-      }
-      return fail("expected ',' or '}'");
-    }
-  }
-
-  bool parse_array(Json* out, int depth) {
-    out->type_ = Json::Type::kArray;
-    ++pos_;  // [
-    skip_whitespace();
-    if (pos_ < text_.size() && text_[pos_] == ']') {
-      ++pos_;
-      return true;
-    }
-    while (true) {
-      out->array_.emplace_back();
-      if (!parse_value(&out->array_.back(), depth + 1)) return false;
-      skip_whitespace();
-      if (pos_ >= text_.size()) return fail("unexpected end of input in an array");
-      if (text_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (text_[pos_] == ']') {
-        ++pos_;
-        return true;
-      }
-      return fail("expected ',' or ']'");
-    }
-  }
-
-  bool parse_hex4(uint32_t* out) {
-    if (pos_ + 4 > text_.size()) return fail("truncated \\u escape");
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      char h = text_[pos_ + i];
-      v <<= 4;
-      if (h >= '0' && h <= '9') {
-        v |= h - '0';
-      } else if (h >= 'a' && h <= 'f') {
-        v |= h - 'a' + 10;
-      } else if (h >= 'A' && h <= 'F') {
-        v |= h - 'A' + 10;
-      } else {
-        return fail("invalid \\u escape");
-      }
-    }
-    pos_ += 4;
-    *out = v;
+  // The element being filled is the last of its parent, which does not grow until it closes, so
+  // the pointers on open_ stay valid.
+  bool open(Json container) {
+    if (!count()) return false;
+    if (open_.size() >= kMaxDepth) return fail("nesting deeper than 512 levels");
+    open_.push_back(place(std::move(container)));
     return true;
   }
 
-  bool parse_string(std::string* out) {
-    ++pos_;  // opening quote
-    while (true) {
-      size_t start = pos_;
-      while (pos_ < text_.size() && text_[pos_] != '"' && text_[pos_] != '\\' &&
-             static_cast<unsigned char>(text_[pos_]) >= 0x20) {
-        ++pos_;
-      }
-      out->append(text_.data() + start, pos_ - start);
-      if (pos_ >= text_.size()) return fail("unterminated string");
-      char c = text_[pos_];
-      if (c == '"') {
-        ++pos_;
-        return true;
-      }
-      if (c != '\\') return fail("control character in string");
-      ++pos_;
-      if (pos_ >= text_.size()) return fail("unterminated escape");
-      char e = text_[pos_++];
-      switch (e) {
-        case '"':
-          out->push_back('"');
-          break;
-        case '\\':
-          out->push_back('\\');
-          break;
-        case '/':
-          out->push_back('/');
-          break;
-        case 'b':
-          out->push_back('\b');
-          break;
-        case 'f':
-          out->push_back('\f');
-          break;
-        case 'n':
-          out->push_back('\n');
-          break;
-        case 'r':
-          out->push_back('\r');
-          break;
-        case 't':
-          out->push_back('\t');
-          break;
-        case 'u': {
-          uint32_t code;
-          if (!parse_hex4(&code)) return false;
-          if (code >= 0xD800 && code <= 0xDBFF) {
-            uint32_t low;
-            if (text_.substr(pos_, 2) == "\\u") {
-              pos_ += 2;
-              if (!parse_hex4(&low)) return false;
-              if (low >= 0xDC00 && low <= 0xDFFF) {
-                code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
-              } else {
-                append_utf8(0xFFFD, out);  // lone high surrogate, then the next escape
-                code = low;
-              }
-            } else {
-              code = 0xFFFD;
-            }
-          }
-          if (code >= 0xD800 && code <= 0xDFFF) code = 0xFFFD;  // lone surrogate
-          append_utf8(code, out);
-          break;
-        }
-        default:
-          return fail("invalid escape");
-      }
-    }
-  }
-
-  bool parse_number(Json* out) {
-    size_t start = pos_;
-    bool integral = true;
-    if (text_[pos_] == '-') ++pos_;
-    if (pos_ >= text_.size() || !(text_[pos_] >= '0' && text_[pos_] <= '9')) {
-      return fail("invalid number");
-    }
-    if (text_[pos_] == '0' && pos_ + 1 < text_.size() && text_[pos_ + 1] >= '0' &&
-        text_[pos_ + 1] <= '9') {
-      return fail("leading zeros are not allowed");
-    }
-    while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
-    if (pos_ < text_.size() && text_[pos_] == '.') {
-      integral = false;
-      ++pos_;
-      if (pos_ >= text_.size() || !(text_[pos_] >= '0' && text_[pos_] <= '9')) {
-        return fail("invalid number");
-      }
-      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
-    }
-    if (pos_ < text_.size() && (text_[pos_] == 'e' || text_[pos_] == 'E')) {
-      integral = false;
-      ++pos_;
-      if (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-')) ++pos_;
-      if (pos_ >= text_.size() || !(text_[pos_] >= '0' && text_[pos_] <= '9')) {
-        return fail("invalid number");
-      }
-      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
-    }
-    std::string literal(text_.substr(start, pos_ - start));
-    out->type_ = Json::Type::kNumber;
-    out->number_ = std::strtod(literal.c_str(), nullptr);
-    int64_t integer;
-    if (integral && absl::SimpleAtoi(literal, &integer)) {
-      out->is_integer_ = true;
-      out->integer_ = integer;
-    }
+  bool close() {
+    open_.pop_back();
     return true;
   }
 
-  absl::string_view text_;
+  // "line L, column C: unexpected character 'x' (nlohmann's explanation)"; the character is the
+  // one the parser stopped at.
+  std::string describe_library_error(absl::string_view text) const {
+    const size_t at = error_position_ > 0 ? error_position_ - 1 : 0;
+    std::string what;
+    if (at >= text.size()) {
+      what = "unexpected end of input";
+    } else {
+      const unsigned char c = static_cast<unsigned char>(text[at]);
+      what = c < 0x20 || c >= 0x7f ? absl::StrFormat("unexpected byte 0x%02x", c)
+                                   : absl::StrCat("unexpected character '", std::string(1, c), "'");
+    }
+    // nlohmann: "[json.exception.parse_error.101] parse error at line 1, column 4: syntax error
+    // while parsing value - invalid literal; last read: 'tru'"; keep what follows " - ".
+    std::string detail = library_error_;
+    const size_t dash = detail.find(" - ");
+    if (dash != std::string::npos) detail = detail.substr(dash + 3);
+    return absl::StrCat(line_and_column(text, at), ": ", what, " (", detail, ")");
+  }
+
   int64_t max_values_;
+  absl::string_view text_;
+  const char* const* read_;
   int64_t values_ = 0;
-  size_t pos_ = 0;
+  Json root_;
+  std::vector<Json*> open_;
+  std::string key_;
   std::string error_;
-  size_t error_pos_ = 0;
+  std::string library_error_;
+  size_t error_position_ = 0;
 };
 
 absl::StatusOr<Json> Json::parse(absl::string_view text, int64_t max_values) {
-  return JsonParser(text, max_values).parse_document();
+  const std::optional<std::string> repaired = without_lone_surrogates(text);
+  const absl::string_view input = repaired ? absl::string_view(*repaired) : text;
+  const char* read = input.data();
+  JsonBuilder builder(max_values, input, &read);
+  bool ok = false;
+  try {
+    ok = nlohmann::json::sax_parse(TrackedChar(input.data(), &read),
+                                   TrackedChar(input.data() + input.size(), &read), &builder,
+                                   nlohmann::json::input_format_t::json, /*strict=*/true);
+  } catch (const std::exception& e) {  // the SAX parser reports through parse_error; be safe
+    return absl::InvalidArgumentError(absl::StrCat("JSON: ", e.what()));
+  }
+  return builder.finish(input, ok);
 }
 
 }  // namespace flywheel::core
