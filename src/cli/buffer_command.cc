@@ -40,18 +40,16 @@ absl::Status run(const BufferArgs& args) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  absl::StatusOr<JobSetup> job = set_up_job(args.config_path, args.overrides);
-  if (!job.ok()) return job.status();
-  const core::Config& c = job->loaded.config;
+  FLYWHEEL_ASSIGN_OR_RETURN(JobSetup job, set_up_job(args.config_path, args.overrides));
+  const core::Config& c = job.loaded.config;
   if (c.model.path.empty()) {
     return absl::InvalidArgumentError("model.path must be set: its vocab_size bounds token ids");
   }
-  absl::StatusOr<model::ModelConfig> model_config =
-      model::ModelConfig::from_file((fs::path(c.model.path) / "config.json").string());
-  if (!model_config.ok()) return model_config.status();
-  absl::StatusOr<ControllerSetup> setup =
-      prepare_controller(*job, model_config->vocab_size, "flywheel buffer");
-  if (!setup.ok()) return setup.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(
+      model::ModelConfig model_config,
+      model::ModelConfig::from_file((fs::path(c.model.path) / "config.json").string()));
+  FLYWHEEL_ASSIGN_OR_RETURN(ControllerSetup setup,
+                            prepare_controller(job, model_config.vocab_size, "flywheel buffer"));
 
   std::string snapshot;
   std::error_code ec;
@@ -59,21 +57,18 @@ absl::Status run(const BufferArgs& args) {
     // A snapshot holds every buffered group as JSON: far more than read_file's default limit.
     core::ReadFileOptions big;
     big.max_bytes = kMaxSnapshotBytes;
-    absl::StatusOr<std::string> text = core::read_file(args.snapshot, big);
-    if (!text.ok()) return text.status();
-    snapshot = std::move(*text);
+    FLYWHEEL_ASSIGN_OR_RETURN(std::string text, core::read_file(args.snapshot, big));
+    snapshot = std::move(text);
   }
-  absl::StatusOr<std::unique_ptr<buffer::ControllerCore>> controller =
-      make_controller_core(*setup, snapshot);
-  if (!controller.ok()) return controller.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<buffer::ControllerCore> controller,
+                            make_controller_core(setup, snapshot));
   if (!snapshot.empty()) {
     std::cerr << "flywheel buffer: restored " << args.snapshot << " (version "
-              << (*controller)->version() << ", " << (*controller)->buffered() << " buffered, "
-              << (*controller)->in_flight() << " leased)\n";
+              << controller->version() << ", " << controller->buffered() << " buffered, "
+              << controller->in_flight() << " leased)\n";
   }
-  auto server =
-      buffer::ControllerServer::start(controller->get(), setup->dataset.get(), setup->server,
-                                      &buffer::ControllerServer::monotonic_seconds);
+  auto server = buffer::ControllerServer::start(controller.get(), setup.dataset.get(), setup.server,
+                                                &buffer::ControllerServer::monotonic_seconds);
   if (!server.ok()) return server.status();
   const std::string host =
       c.buffer.server.bind_address.substr(0, c.buffer.server.bind_address.rfind(':'));
@@ -84,7 +79,7 @@ absl::Status run(const BufferArgs& args) {
   std::cerr << "flywheel buffer: stopping on signal " << signal_number << "\n";
   (*server)->shutdown();
   if (!args.snapshot.empty()) {
-    FLYWHEEL_RETURN_IF_ERROR(core::write_file_atomically(args.snapshot, (*controller)->snapshot()));
+    FLYWHEEL_RETURN_IF_ERROR(core::write_file_atomically(args.snapshot, controller->snapshot()));
     std::cerr << "flywheel buffer: wrote " << args.snapshot << "\n";
   }
   return absl::OkStatus();

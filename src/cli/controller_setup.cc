@@ -13,6 +13,7 @@
 #include "flywheel/algos/dapo.h"
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/logging.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/model/hf_checkpoint.h"
 
 namespace flywheel::cli {
@@ -35,10 +36,10 @@ absl::StatusOr<ControllerSetup> prepare_controller(const JobSetup& job, int64_t 
   const core::Config& c = job.loaded.config;
   if (c.data.train_path.empty()) return absl::InvalidArgumentError("data.train_path must be set");
   ControllerSetup setup;
-  absl::StatusOr<std::unique_ptr<buffer::PromptDataset>> data =
-      buffer::PromptDataset::load(c.data.train_path, c.data.prompt_key, c.data.messages_key);
-  if (!data.ok()) return data.status();
-  setup.dataset = std::move(*data);
+  FLYWHEEL_ASSIGN_OR_RETURN(
+      std::unique_ptr<buffer::PromptDataset> data,
+      buffer::PromptDataset::load(c.data.train_path, c.data.prompt_key, c.data.messages_key));
+  setup.dataset = std::move(data);
 
   buffer::ControllerOptions& o = setup.options;
   o.num_prompts = setup.dataset->size();
@@ -62,9 +63,8 @@ absl::StatusOr<ControllerSetup> prepare_controller(const JobSetup& job, int64_t 
   o.max_groups = c.trainer.total_steps * c.trainer.groups_per_step;
   o.limits.max_group_bytes = c.buffer.server.max_message_bytes;
   o.dataset_fingerprint = setup.dataset->fingerprint();
-  absl::StatusOr<bool> baseline = algos::needs_greedy_baseline(c, *job.registry);
-  if (!baseline.ok()) return baseline.status();
-  o.limits.require_baseline = *baseline;
+  FLYWHEEL_ASSIGN_OR_RETURN(bool baseline, algos::needs_greedy_baseline(c, *job.registry));
+  o.limits.require_baseline = baseline;
 
   if (!c.buffer.filter.empty()) {
     auto created = job.registry->get<algos::GroupFilter, const algos::GroupFilterParams&>().create(
@@ -97,9 +97,8 @@ absl::StatusOr<ControllerSetup> prepare_controller(const JobSetup& job, int64_t 
                            std::pair{&c.buffer.server.tls_key, &so.tls_key_pem},
                            std::pair{&c.buffer.server.tls_client_ca, &so.tls_client_ca_pem}}) {
     if (path->empty()) continue;
-    absl::StatusOr<std::string> text = core::read_file(*path);
-    if (!text.ok()) return text.status();
-    *pem = *text;
+    FLYWHEEL_ASSIGN_OR_RETURN(std::string text, core::read_file(*path));
+    *pem = text;
   }
   return setup;
 }
@@ -129,9 +128,8 @@ absl::StatusOr<buffer::ControllerClientOptions> controller_client_options(
     return token.status();
   }
   if (!server.tls_cert.empty()) {
-    absl::StatusOr<std::string> pem = core::read_file(server.tls_cert);
-    if (!pem.ok()) return pem.status();
-    o.tls_root_ca_pem = *pem;
+    FLYWHEEL_ASSIGN_OR_RETURN(std::string pem, core::read_file(server.tls_cert));
+    o.tls_root_ca_pem = pem;
   }
   return o;
 }
@@ -143,9 +141,9 @@ absl::StatusOr<std::unique_ptr<ControllerHost>> start_controller(const JobSetup&
                                                                  const std::string& snapshot) {
   const core::Config& c = job.loaded.config;
   auto host = std::make_unique<ControllerHost>();
-  absl::StatusOr<ControllerSetup> setup = prepare_controller(job, vocab_size, "flywheel learner");
-  if (!setup.ok()) return setup.status();
-  host->setup = std::move(*setup);
+  FLYWHEEL_ASSIGN_OR_RETURN(ControllerSetup setup,
+                            prepare_controller(job, vocab_size, "flywheel learner"));
+  host->setup = std::move(setup);
   host->setup.server.weights_dtype = model::dtype_name(weights_dtype);
   auto core = make_controller_core(host->setup, snapshot);
   if (!core.ok()) return core.status();

@@ -80,45 +80,40 @@ class ModelDir {
 
 absl::Status run(const EvalArgs& args) {
   std::vector<std::string> overrides = args.overrides;
-  absl::StatusOr<JobSetup> job = set_up_job(args.config_path, overrides);
-  if (!job.ok()) return job.status();
-  core::Config c = job->loaded.config;
+  FLYWHEEL_ASSIGN_OR_RETURN(JobSetup job, set_up_job(args.config_path, overrides));
+  core::Config c = job.loaded.config;
   absl::StatusOr<std::unique_ptr<comm::MpiRuntime>> mpi = comm::MpiRuntime::init(nullptr, nullptr);
   if (!mpi.ok()) return mpi.status();
   auto world = comm::MpiCommunicator::world(**mpi, {"eval", c.cluster.collective_timeout_s});
   if (!world.ok()) return world.status();
-  absl::StatusOr<at::ScalarType> dtype =
+  const at::ScalarType dtype =
       model::resolve_dtype(c.model.dtype, model::uses_cuda(c.model.device));
-  if (!dtype.ok()) return dtype.status();
-  absl::StatusOr<ModelDir> dir = ModelDir::open(args.model, *dtype, **world);
-  if (!dir.ok()) return dir.status();
-  c.model.path = dir->path();  // the tokenizer too, unless tokenizer.path names one
+  FLYWHEEL_ASSIGN_OR_RETURN(ModelDir dir, ModelDir::open(args.model, dtype, **world));
+  c.model.path = dir.path();  // the tokenizer too, unless tokenizer.path names one
   const std::string data = args.data.empty() ? c.data.eval_path : args.data;
   if (data.empty()) return absl::InvalidArgumentError("--data FILE (or data.eval_path) is needed");
 
-  absl::StatusOr<model::ModelConfig> model_config =
-      model::ModelConfig::from_file((fs::path(dir->path()) / "config.json").string());
-  if (!model_config.ok()) return model_config.status();
-  absl::StatusOr<model::TokenizerSetup> tokenizers =
-      model::load_tokenizer_setup(c.tokenizer, c.model.path);
-  if (!tokenizers.ok()) return tokenizers.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(
+      model::ModelConfig model_config,
+      model::ModelConfig::from_file((fs::path(dir.path()) / "config.json").string()));
+  FLYWHEEL_ASSIGN_OR_RETURN(model::TokenizerSetup tokenizers,
+                            model::load_tokenizer_setup(c.tokenizer, c.model.path));
   eval::HeldOutEvaluation evaluation;
   FLYWHEEL_RETURN_IF_ERROR(
-      evaluation.set_up(c, *job->registry, job->config_dir(), *model_config, *tokenizers, data));
-  absl::StatusOr<model::DecoderModel::TensorLookup> weights = model::open_hf_weights(dir->path());
-  if (!weights.ok()) return weights.status();
-  FLYWHEEL_RETURN_IF_ERROR(evaluation.evaluator->load(*weights));
-  absl::StatusOr<eval::HeldOutEvalResult> result =
-      evaluation.evaluator->evaluate_loaded(evaluation.data.records, **world);
-  if (!result.ok()) return result.status();
+      evaluation.set_up(c, *job.registry, job.config_dir(), model_config, tokenizers, data));
+  FLYWHEEL_ASSIGN_OR_RETURN(model::DecoderModel::TensorLookup weights,
+                            model::open_hf_weights(dir.path()));
+  FLYWHEEL_RETURN_IF_ERROR(evaluation.evaluator->load(weights));
+  FLYWHEEL_ASSIGN_OR_RETURN(eval::HeldOutEvalResult result, evaluation.evaluator->evaluate_loaded(
+                                                                evaluation.data.records, **world));
   if ((*world)->rank() == 0) {
     core::Json out = core::Json::object();
     out.set("model", args.model);
     out.set("data", data);
-    out.set("records", result->records);
+    out.set("records", result.records);
     out.set("judge", evaluation.scorer != nullptr ? "rewards" : "answer");
     // The names train logs, without "eval/".
-    eval::log_eval_result(*result, [&](const std::string& name, double value) {
+    eval::log_eval_result(result, [&](const std::string& name, double value) {
       out.set(name.substr(5), std::isnan(value) ? core::Json() : core::Json(value));
     });
     std::cout << out.dump() << std::endl;

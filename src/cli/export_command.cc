@@ -32,15 +32,15 @@ struct ExportArgs {
 
 // A learner or SFT checkpoint step directory (checkpoint.h), gathered from its rank files.
 absl::Status export_checkpoint(const ExportArgs& args) {
-  absl::StatusOr<at::ScalarType> dtype = model::resolve_dtype(args.model.dtype, /*on_cuda=*/false);
-  if (!dtype.ok()) return dtype.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(at::ScalarType dtype,
+                            model::resolve_dtype(args.model.dtype, /*on_cuda=*/false));
   model::SaveOptions save;
   save.max_shard_bytes = static_cast<int64_t>(args.shard_gib * (int64_t{1} << 30));
   absl::Status exported =
-      trainer::export_checkpoint(args.model.dir, args.which, args.out_dir, *dtype, save);
+      trainer::export_checkpoint(args.model.dir, args.which, args.out_dir, dtype, save);
   if (!exported.ok()) return exported;
   std::cout << "exported the " << args.which << " of checkpoint " << args.model.dir << " ("
-            << model::dtype_name(*dtype) << ") to " << args.out_dir << "\n";
+            << model::dtype_name(dtype) << ") to " << args.out_dir << "\n";
   return absl::OkStatus();
 }
 
@@ -75,8 +75,7 @@ absl::Status run(const ExportArgs& args) {
   if (fs::exists(fs::path(args.model.dir) / "trainer_state.json", ec)) {
     return export_checkpoint(args);
   }
-  absl::StatusOr<std::vector<std::string>> files = model::hf_side_files(args.model.dir);
-  if (!files.ok()) return files.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(std::vector<std::string> files, model::hf_side_files(args.model.dir));
   absl::StatusOr<std::unique_ptr<model::DecoderModel>> model = args.model.load();
   if (!model.ok()) return model.status();
   FLYWHEEL_RETURN_IF_ERROR(check_tokenizer(args.model.dir, (*model)->config()));
@@ -88,7 +87,7 @@ absl::Status run(const ExportArgs& args) {
     return model_exception_error((*model)->config(), args.out_dir, e);
   }
   int copied = 0;
-  for (const std::string& file : *files) {
+  for (const std::string& file : files) {
     const fs::path from(file);
     fs::copy_file(from, fs::path(args.out_dir) / from.filename(),
                   fs::copy_options::overwrite_existing, ec);

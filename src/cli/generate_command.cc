@@ -77,16 +77,14 @@ absl::StatusOr<std::vector<int64_t>> prompt_ids(const core::Json& record, const 
   model::EncodeOptions encode;
   if (messages != nullptr) {
     if (!*chat_template) {
-      absl::StatusOr<model::ChatTemplate> resolved =
-          model::ChatTemplate::resolve(args.chat_template, args.model.dir);
-      if (!resolved.ok()) return resolved.status();
-      *chat_template = *resolved;
+      FLYWHEEL_ASSIGN_OR_RETURN(model::ChatTemplate resolved,
+                                model::ChatTemplate::resolve(args.chat_template, args.model.dir));
+      *chat_template = resolved;
     }
-    absl::StatusOr<std::vector<model::ChatMessage>> chat = model::parse_messages(*messages, where);
-    if (!chat.ok()) return chat.status();
-    absl::StatusOr<std::string> rendered = (*chat_template)->render(*chat);
-    if (!rendered.ok()) return rendered.status();
-    text = *rendered;
+    FLYWHEEL_ASSIGN_OR_RETURN(std::vector<model::ChatMessage> chat,
+                              model::parse_messages(*messages, where));
+    FLYWHEEL_ASSIGN_OR_RETURN(std::string rendered, (*chat_template)->render(chat));
+    text = rendered;
     encode.add_special_tokens = false;
   } else {
     text = prompt->as_string();
@@ -96,15 +94,13 @@ absl::StatusOr<std::vector<int64_t>> prompt_ids(const core::Json& record, const 
 
 absl::Status run(const GenerateArgs& args) {
   model::ThreadLayout layout;
-  absl::StatusOr<std::unique_ptr<model::DecoderModel>> loaded = args.model.load(&layout);
-  if (!loaded.ok()) return loaded.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<model::DecoderModel> loaded, args.model.load(&layout));
   std::cerr << "flywheel generate: cpu: " << model::describe(model::detect_cpu_features()) << "; "
             << layout.to_string() << "\n";
-  std::shared_ptr<model::DecoderModel> model(loaded->release());
-  absl::StatusOr<std::unique_ptr<model::Tokenizer>> loaded_tokenizer =
-      model::load_tokenizer_if_present(args.model.dir);
-  if (!loaded_tokenizer.ok()) return loaded_tokenizer.status();
-  std::unique_ptr<model::Tokenizer> tokenizer = std::move(*loaded_tokenizer);
+  std::shared_ptr<model::DecoderModel> model(loaded.release());
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<model::Tokenizer> loaded_tokenizer,
+                            model::load_tokenizer_if_present(args.model.dir));
+  std::unique_ptr<model::Tokenizer> tokenizer = std::move(loaded_tokenizer);
   if (!tokenizer && !args.sampling.stop_strings.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--stop strings need a tokenizer (tokenizer.json or char_tokenizer.json) in ",
@@ -125,9 +121,8 @@ absl::Status run(const GenerateArgs& args) {
   rollout::EngineContext context;
   context.tokenizer = tokenizer.get();
   context.registry = &registry;
-  absl::StatusOr<std::unique_ptr<rollout::GenerationEngine>> engine =
-      rollout::GenerationEngine::create(model, options, context);
-  if (!engine.ok()) return engine.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<rollout::GenerationEngine> engine,
+                            rollout::GenerationEngine::create(model, options, context));
 
   // Every line is read and validated (submitted: queued, nothing generated yet) before any
   // generation, so that all bad lines are reported at once.
@@ -158,7 +153,7 @@ absl::Status run(const GenerateArgs& args) {
         request.sampling = sampling;
         request.sampling.seed = args.sampling.seed + lines.size();
         request.n = args.n;
-        submitted = (*engine)->submit(std::move(request));
+        submitted = engine->submit(std::move(request));
         core::Json list = core::Json::array();
         for (int64_t id : *ids) list.push_back(core::Json(id));
         line.record->set("prompt_ids", std::move(list));
@@ -185,9 +180,9 @@ absl::Status run(const GenerateArgs& args) {
   auto last_report = start;
   size_t done = 0;
   const size_t valid = lines.size() - invalid;
-  while (!(*engine)->idle()) {
-    (*engine)->step();
-    for (rollout::GroupResult& r : (*engine)->take_finished()) {
+  while (!engine->idle()) {
+    engine->step();
+    for (rollout::GroupResult& r : engine->take_finished()) {
       results[std::stoul(r.request_id)] = std::move(r);
       ++done;
     }
@@ -195,20 +190,20 @@ absl::Status run(const GenerateArgs& args) {
     if (now - last_report > std::chrono::seconds(5)) {
       double elapsed = std::chrono::duration<double>(now - start).count();
       std::cerr << absl::StrFormat("flywheel generate: %d/%d prompts, %d tokens, %.1f tokens/s\n",
-                                   done, valid, (*engine)->stats().generated_tokens,
-                                   (*engine)->stats().generated_tokens / elapsed);
+                                   done, valid, engine->stats().generated_tokens,
+                                   engine->stats().generated_tokens / elapsed);
       last_report = now;
     }
   }
 
-  absl::StatusOr<std::unique_ptr<core::JsonlWriter>> out = core::JsonlWriter::open(args.output);
-  if (!out.ok()) return out.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<core::JsonlWriter> out,
+                            core::JsonlWriter::open(args.output));
   for (size_t i = 0; i < lines.size(); ++i) {
     InputLine& line = lines[i];
     core::Json record = line.record ? std::move(*line.record) : core::Json::object();
     if (!line.error.empty()) {
       record.set("error", core::Json(absl::StrCat(line.where, ": ", line.error)));
-      (*out)->write(record);
+      out->write(record);
       continue;
     }
     core::Json completions = core::Json::array();
@@ -237,15 +232,15 @@ absl::Status run(const GenerateArgs& args) {
       completions.push_back(std::move(c));
     }
     record.set("completions", std::move(completions));
-    (*out)->write(record);
+    out->write(record);
   }
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cerr << absl::StrFormat(
       "flywheel generate: %d prompt(s), %d token(s) in %.2f s (%.1f tokens/s)%s\n", valid,
-      (*engine)->stats().generated_tokens, elapsed,
-      (*engine)->stats().generated_tokens / std::max(elapsed, 1e-9),
+      engine->stats().generated_tokens, elapsed,
+      engine->stats().generated_tokens / std::max(elapsed, 1e-9),
       invalid > 0 ? absl::StrCat("; ", invalid, " invalid line(s) skipped") : "");
-  return (*out)->close();
+  return out->close();
 }
 
 }  // namespace

@@ -27,8 +27,7 @@ struct InitArgs {
 absl::Status run(const InitArgs& args) {
   absl::StatusOr<model::ModelConfig> config = model::ModelConfig::from_file(args.config);
   if (!config.ok()) return config.status();
-  absl::StatusOr<at::ScalarType> dtype = model::parse_dtype(args.dtype);
-  if (!dtype.ok()) return dtype.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(at::ScalarType dtype, model::parse_dtype(args.dtype));
   if (args.char_tokenizer) {
     absl::StatusOr<std::unique_ptr<model::Tokenizer>> t =
         model::load_tokenizer("", "char");  // no char_tokenizer.json: the default alphabet
@@ -39,10 +38,10 @@ absl::Status run(const InitArgs& args) {
                        ", the config has ", config->vocab_size));
     }
   }
-  FLYWHEEL_RETURN_IF_ERROR(check_model_memory(*config, *dtype, args.config));
+  FLYWHEEL_RETURN_IF_ERROR(check_model_memory(*config, dtype, args.config));
   try {
     absl::StatusOr<std::unique_ptr<model::DecoderModel>> model =
-        model::DecoderModel::create(*config, model::DecoderOptions{*dtype, at::kCPU});
+        model::DecoderModel::create(*config, model::DecoderOptions{dtype, at::kCPU});
     if (!model.ok()) return model.status();
     (*model)->init_random(args.seed);
     FLYWHEEL_RETURN_IF_ERROR(model::save_hf_model(**model, args.out_dir));

@@ -66,41 +66,39 @@ absl::Status run(const LearnerArgs& args) {
 
 absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const core::StopSignal& stop) {
   const core::Config& c = job->loaded.config;
-  absl::StatusOr<comm::MpmdWorld> roles = comm::join_mpmd_world(mpi, comm::Role::kLearner, c);
-  if (!roles.ok()) return roles.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(comm::MpmdWorld roles,
+                            comm::join_mpmd_world(mpi, comm::Role::kLearner, c));
   // GPU learners train over NCCL (bootstrapped over MPI), CPU ones over MPI.
-  absl::StatusOr<std::unique_ptr<comm::Communicator>> nccl = comm::learner_nccl(*roles, c);
+  absl::StatusOr<std::unique_ptr<comm::Communicator>> nccl = comm::learner_nccl(roles, c);
   if (!nccl.ok()) return nccl.status();
-  comm::Communicator& learners = *nccl ? **nccl : *roles->role;
+  comm::Communicator& learners = *nccl ? **nccl : *roles.role;
   const int rank = learners.rank(), size = learners.size();
   core::set_log_prefix("learner", rank);
   at::set_num_threads(static_cast<int>(c.cluster.threads_per_process));
 
   if (c.model.path.empty()) return absl::InvalidArgumentError("model.path must be set");
   const std::string config_json = (fs::path(c.model.path) / "config.json").string();
-  absl::StatusOr<model::ModelConfig> model_config = model::ModelConfig::from_file(config_json);
-  if (!model_config.ok()) return model_config.status();
-  absl::StatusOr<model::TokenizerSetup> tokenizers =
-      model::load_tokenizer_setup(c.tokenizer, c.model.path);
-  if (!tokenizers.ok()) return tokenizers.status();
-  absl::StatusOr<at::ScalarType> rollout_dtype =
+  FLYWHEEL_ASSIGN_OR_RETURN(model::ModelConfig model_config,
+                            model::ModelConfig::from_file(config_json));
+  FLYWHEEL_ASSIGN_OR_RETURN(model::TokenizerSetup tokenizers,
+                            model::load_tokenizer_setup(c.tokenizer, c.model.path));
+  const at::ScalarType rollout_dtype =
       model::resolve_dtype(c.model.dtype, model::uses_cuda(c.model.device));
-  if (!rollout_dtype.ok()) return rollout_dtype.status();
 
   trainer::LearnerWeightSources sources;
   std::vector<std::string> weight_names;
   sources.policy = model::open_hf_weights(c.model.path, &weight_names);
   if (sources.policy.ok()) {
-    FLYWHEEL_RETURN_IF_ERROR(model::check_held_layers(*model_config, weight_names, config_json));
+    FLYWHEEL_RETURN_IF_ERROR(model::check_held_layers(model_config, weight_names, config_json));
   }
   sources.policy_path = c.model.path;
   sources.reference_path = c.model.reference_path.empty() ? c.model.path : c.model.reference_path;
   sources.critic_path = c.model.critic_path.empty() ? c.model.path : c.model.critic_path;
   sources.seed = static_cast<uint64_t>(c.trainer.seed);
-  auto learner = trainer::Learner::create(c, *model_config, &learners, *job->registry);
+  auto learner = trainer::Learner::create(c, model_config, &learners, *job->registry);
   if (!learner.ok()) return learner.status();
   FLYWHEEL_RETURN_IF_ERROR(
-      trainer::load_learner_weights(**learner, model_config->hidden_size, sources));
+      trainer::load_learner_weights(**learner, model_config.hidden_size, sources));
 
   // Resume: the learners' state, then (rank 0) the controller's from the same step directory.
   const std::string checkpoints = trainer::checkpoint_dir(c);
@@ -109,9 +107,9 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const core::StopS
   if (!resume_from.empty()) {
     FLYWHEEL_RETURN_IF_ERROR(trainer::load_checkpoint(**learner, resume_from));
     if (rank == 0) {
-      absl::StatusOr<trainer::ResumedState> state = trainer::read_resumed_state(resume_from);
-      if (!state.ok()) return state.status();
-      resumed = std::move(*state);
+      FLYWHEEL_ASSIGN_OR_RETURN(trainer::ResumedState state,
+                                trainer::read_resumed_state(resume_from));
+      resumed = std::move(state);
       FLYWHEEL_LOG_INFO("resumed from %s at version %d", resume_from, (*learner)->version());
     }
   }
@@ -120,7 +118,7 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const core::StopS
   // Rank 0: the controller service and the first published weights.
   std::unique_ptr<ControllerHost> host;
   if (rank == 0) {
-    auto started = start_controller(*job, model_config->vocab_size, *rollout_dtype,
+    auto started = start_controller(*job, model_config.vocab_size, rollout_dtype,
                                     (*learner)->version(), resumed.controller_snapshot);
     if (!started.ok()) return started.status();
     host = std::move(*started);
@@ -128,13 +126,13 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const core::StopS
         trainer::ControllerBatchSource::truncate_prompts_log(prompts_log, (*learner)->version()));
   }
   // The controller's address for the rollout ranks of an MPMD job (and the launcher's file).
-  const std::string address = comm::broadcast_string(*roles->world, host ? host->address : "");
+  const std::string address = comm::broadcast_string(*roles.world, host ? host->address : "");
   // weight_sync.transport mpi / nccl: rank 0 also broadcasts every version to the MPMD job's
   // rollout ranks (the controller keeps serving it over gRPC, and checks the workers' acks).
   comm::WeightGroup weight_group;
   if (core::weight_transport(c.weight_sync) != core::WeightTransport::kGrpc) {
     auto joined = comm::join_weight_group(
-        *roles, comm::Role::kLearner, c,
+        roles, comm::Role::kLearner, c,
         model::uses_cuda(c.model.device) ? comm::local_cuda_device(rank) : -1);
     if (!joined.ok()) return joined.status();
     weight_group = std::move(*joined);
@@ -147,7 +145,7 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const core::StopS
       controller->set_weights_version(v);
     };
   }
-  trainer::WeightPublisher publisher({*rollout_dtype, c.weight_sync.bucket_bytes},
+  trainer::WeightPublisher publisher({rollout_dtype, c.weight_sync.bucket_bytes},
                                      &(*learner)->policy(), std::move(targets));
   FLYWHEEL_RETURN_IF_ERROR(publisher.publish((*learner)->version()));
   if (host) {
@@ -162,8 +160,8 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const core::StopS
   // Held-out evaluation on the learners' full weights.
   eval::HeldOutEvaluation evaluation;
   if (!c.data.eval_path.empty()) {
-    FLYWHEEL_RETURN_IF_ERROR(evaluation.set_up(c, *job->registry, job->config_dir(), *model_config,
-                                               *tokenizers, c.data.eval_path));
+    FLYWHEEL_RETURN_IF_ERROR(evaluation.set_up(c, *job->registry, job->config_dir(), model_config,
+                                               tokenizers, c.data.eval_path));
   }
   std::unique_ptr<core::MetricsLogger> metrics;
   if (rank == 0) {
@@ -182,20 +180,20 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const core::StopS
   hooks.log = log;
   if (evaluation.evaluator) {
     hooks.evaluate = [&](int64_t step) -> absl::Status {
-      absl::StatusOr<eval::HeldOutEvalResult> r =
-          evaluation.evaluator->evaluate((*learner)->policy(), evaluation.data.records, learners);
-      if (!r.ok()) return r.status();
-      eval::log_eval_result(*r,
+      FLYWHEEL_ASSIGN_OR_RETURN(
+          eval::HeldOutEvalResult r,
+          evaluation.evaluator->evaluate((*learner)->policy(), evaluation.data.records, learners));
+      eval::log_eval_result(r,
                             [&](const std::string& name, double value) { log(name, value, step); });
-      if (std::isnan(evaluation.first_accuracy)) evaluation.first_accuracy = r->accuracy;
-      evaluation.last_accuracy = r->accuracy;
+      if (std::isnan(evaluation.first_accuracy)) evaluation.first_accuracy = r.accuracy;
+      evaluation.last_accuracy = r.accuracy;
       return absl::OkStatus();
     };
   }
   trainer::CheckpointSaveOptions save_options;
   save_options.keep_last = c.checkpoint.keep_last;
   absl::StatusOr<std::map<std::string, std::string>> side_files =
-      trainer::checkpoint_side_files(tokenizers->dir);
+      trainer::checkpoint_side_files(tokenizers.dir);
   if (!side_files.ok()) return side_files.status();
   save_options.extra_files = std::move(*side_files);
   hooks.save = [&](int64_t step, int64_t violations) {
@@ -253,7 +251,7 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const core::StopS
     exported = (fs::path(c.logging.run_dir) / "hf").string();
     FLYWHEEL_RETURN_IF_ERROR(
         trainer::export_checkpoint((fs::path(checkpoints) / absl::StrCat("step_", step)).string(),
-                                   "policy", exported, *rollout_dtype));
+                                   "policy", exported, rollout_dtype));
   }
   if (rank == 0) {
     const std::string& by = result->stopped_by;

@@ -52,11 +52,10 @@ void ModelArgs::add_to(CLI::App* command, const std::string& dir_flag) {
 
 absl::StatusOr<std::unique_ptr<model::DecoderModel>> ModelArgs::load(
     model::ThreadLayout* layout) const {
-  absl::StatusOr<at::ScalarType> type = model::resolve_dtype(dtype, /*on_cuda=*/false);
-  if (!type.ok()) return type.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(at::ScalarType type, model::resolve_dtype(dtype, /*on_cuda=*/false));
   model::ThreadLayoutOptions layout_options;
   layout_options.threads = threads;
-  layout_options.dtype = *type;
+  layout_options.dtype = type;
   if (!model::parse_thread_split(thread_split, &layout_options.split)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown --thread-split ", thread_split));
   }
@@ -64,13 +63,12 @@ absl::StatusOr<std::unique_ptr<model::DecoderModel>> ModelArgs::load(
   model::keep_freed_cpu_memory_for_reuse();
   if (layout != nullptr) *layout = applied;
   const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
-  absl::StatusOr<model::ModelConfig> config = model::ModelConfig::from_file(config_path);
-  if (!config.ok()) return config.status();
-  FLYWHEEL_RETURN_IF_ERROR(check_model_memory(*config, *type, config_path));
+  FLYWHEEL_ASSIGN_OR_RETURN(model::ModelConfig config, model::ModelConfig::from_file(config_path));
+  FLYWHEEL_RETURN_IF_ERROR(check_model_memory(config, type, config_path));
   try {
-    return model::load_hf_model(dir, model::DecoderOptions{*type, at::kCPU, applied.threads});
+    return model::load_hf_model(dir, model::DecoderOptions{type, at::kCPU, applied.threads});
   } catch (const std::exception& e) {
-    return model_exception_error(*config, config_path, e);
+    return model_exception_error(config, config_path, e);
   }
 }
 

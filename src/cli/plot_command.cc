@@ -20,6 +20,7 @@
 #include "commands.h"
 #include "flywheel/core/metrics_reader.h"
 #include "flywheel/core/registry.h"
+#include "flywheel/core/status_macros.h"
 
 extern char** environ;
 
@@ -59,17 +60,16 @@ absl::Status run_gnuplot(const std::string& script_path) {
 
 absl::Status plot(const PlotArgs& args) {
   std::string metrics_path = (fs::path(args.run_dir) / "metrics.jsonl").string();
-  absl::StatusOr<core::MetricsFile> file = core::read_metrics_jsonl(metrics_path);
-  if (!file.ok()) return file.status();
-  if (file->skipped_lines > 0) {
-    std::cerr << "flywheel plot: skipped " << file->skipped_lines
-              << " malformed line(s), first: " << file->first_skip_reason << "\n";
+  FLYWHEEL_ASSIGN_OR_RETURN(core::MetricsFile file, core::read_metrics_jsonl(metrics_path));
+  if (file.skipped_lines > 0) {
+    std::cerr << "flywheel plot: skipped " << file.skipped_lines
+              << " malformed line(s), first: " << file.first_skip_reason << "\n";
   }
   std::vector<std::string> available;
-  for (const auto& [name, series] : file->series) available.push_back(name);
+  for (const auto& [name, series] : file.series) available.push_back(name);
   std::vector<std::string> chosen = args.metrics.empty() ? available : args.metrics;
   for (const std::string& name : chosen) {
-    if (!file->series.count(name)) return core::unknown_name_error("metric", name, available);
+    if (!file.series.count(name)) return core::unknown_name_error("metric", name, available);
   }
   if (chosen.empty()) return absl::InvalidArgumentError("no numeric metrics to plot");
 
@@ -89,7 +89,7 @@ absl::Status plot(const PlotArgs& args) {
   for (size_t i = 0; i < chosen.size(); ++i) {
     std::string data_path = (work / absl::StrCat("series", i, ".dat")).string();
     std::ofstream data(data_path);
-    for (const auto& [step, value] : file->series.at(chosen[i]).points) {
+    for (const auto& [step, value] : file.series.at(chosen[i]).points) {
       data << step << " " << absl::StrCat(value) << "\n";
     }
     absl::StrAppend(&script, "set title ", gnuplot_quote(chosen[i]), " noenhanced\nplot ",

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "commands.h"
 #include "flywheel/core/jsonl_io.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/model/tokenizer/tokenizer.h"
 #include "flywheel/rewards/composite_reward.h"
 #include "flywheel/rewards/scoring_pool.h"
@@ -114,31 +115,29 @@ core::Json scored_record(const rewards::OwnedSample& sample, const rewards::Scor
 }
 
 absl::Status run(const RewardArgs& args) {
-  absl::StatusOr<JobSetup> job = set_up_job(args.config, args.overrides);
-  if (!job.ok()) return job.status();
-  const core::Config& config = job->loaded.config;
+  FLYWHEEL_ASSIGN_OR_RETURN(JobSetup job, set_up_job(args.config, args.overrides));
+  const core::Config& config = job.loaded.config;
   if (config.rewards.functions.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         args.config, ": rewards.functions is empty: nothing to score (docs/rewards.md)"));
   }
   const std::string config_dir = std::filesystem::absolute(args.config).parent_path().string();
-  auto composite = rewards::CompositeReward::create(config.rewards, *job->registry,
+  auto composite = rewards::CompositeReward::create(config.rewards, *job.registry,
                                                     config.rollout.max_new_tokens, config_dir);
   if (!composite.ok()) return composite.status();
   std::unique_ptr<model::Tokenizer> tokenizer;
   if (!args.tokenizer_dir.empty()) {
-    absl::StatusOr<std::unique_ptr<model::Tokenizer>> loaded =
-        model::load_tokenizer(args.tokenizer_dir, "auto");
-    if (!loaded.ok()) return loaded.status();
-    tokenizer = std::move(*loaded);
+    FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<model::Tokenizer> loaded,
+                              model::load_tokenizer(args.tokenizer_dir, "auto"));
+    tokenizer = std::move(loaded);
   }
   auto pool = rewards::ScoringPool::create(
       *composite, rewards::ScoringPoolOptions::from_config(config.rewards));
   if (!pool.ok()) return pool.status();
   absl::StatusOr<std::unique_ptr<core::JsonlReader>> in = core::JsonlReader::open(args.input);
   if (!in.ok()) return in.status();
-  absl::StatusOr<std::unique_ptr<core::JsonlWriter>> out = core::JsonlWriter::open(args.output);
-  if (!out.ok()) return out.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<core::JsonlWriter> out,
+                            core::JsonlWriter::open(args.output));
 
   Summary summary;
   const auto start = std::chrono::steady_clock::now();
@@ -178,11 +177,11 @@ absl::Status run(const RewardArgs& args) {
     size_t next_valid = 0, next_invalid = 0;
     for (size_t p = 0; p < position; ++p) {
       if (next_invalid < invalid.size() && invalid[next_invalid].first == p) {
-        (*out)->write(invalid[next_invalid++].second);
+        out->write(invalid[next_invalid++].second);
         continue;
       }
       summary.add(scored[next_valid]);
-      (*out)->write(scored_record(chunk[next_valid], scored[next_valid]));
+      out->write(scored_record(chunk[next_valid], scored[next_valid]));
       ++next_valid;
     }
     const auto now = std::chrono::steady_clock::now();
@@ -193,7 +192,7 @@ absl::Status run(const RewardArgs& args) {
                                    summary.records, summary.records / s);
     }
   }
-  absl::Status closed = (*out)->close();
+  absl::Status closed = out->close();
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const rewards::ScoringCounters counters = (*pool)->counters();

@@ -145,18 +145,16 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
   core::set_log_prefix(worker_id, roles ? roles->role->rank() : 0);
 
   if (c.model.path.empty()) return absl::InvalidArgumentError("model.path must be set");
-  absl::StatusOr<model::ModelConfig> model_config =
-      model::ModelConfig::from_file((fs::path(c.model.path) / "config.json").string());
-  if (!model_config.ok()) return model_config.status();
-  absl::StatusOr<model::TokenizerSetup> tokenizers =
-      model::load_tokenizer_setup(c.tokenizer, c.model.path);
-  if (!tokenizers.ok()) return tokenizers.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(
+      model::ModelConfig model_config,
+      model::ModelConfig::from_file((fs::path(c.model.path) / "config.json").string()));
+  FLYWHEEL_ASSIGN_OR_RETURN(model::TokenizerSetup tokenizers,
+                            model::load_tokenizer_setup(c.tokenizer, c.model.path));
   // The controller first: the learners decide the weights' dtype (model.dtype auto resolves by
   // their host's CPU or GPU), and this worker runs what they publish.
-  absl::StatusOr<buffer::ControllerClientOptions> client_options =
-      controller_client_options(c, address, worker_id);
-  if (!client_options.ok()) return client_options.status();
-  auto client = buffer::ControllerClient::connect(*client_options);
+  FLYWHEEL_ASSIGN_OR_RETURN(buffer::ControllerClientOptions client_options,
+                            controller_client_options(c, address, worker_id));
+  auto client = buffer::ControllerClient::connect(client_options);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::RegisterReply> registered = (*client)->register_worker();
   if (!registered.ok()) {
@@ -164,28 +162,26 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
                         absl::StrCat("cannot register with the controller at ", address, ": ",
                                      registered.status().message()));
   }
-  absl::StatusOr<at::ScalarType> dtype = weights_dtype(c, registered->weights_dtype());
-  if (!dtype.ok()) return dtype.status();
-  const model::ThreadLayout layout = apply_thread_layout(c.cluster, *dtype);
+  FLYWHEEL_ASSIGN_OR_RETURN(at::ScalarType dtype, weights_dtype(c, registered->weights_dtype()));
+  const model::ThreadLayout layout = apply_thread_layout(c.cluster, dtype);
   model::keep_freed_cpu_memory_for_reuse();
   FLYWHEEL_LOG_INFO("cpu: %s; %s", model::describe(model::detect_cpu_features()),
                     layout.to_string());
   model::DecoderOptions decoder_options;
-  decoder_options.dtype = *dtype;
+  decoder_options.dtype = dtype;
   decoder_options.threads = layout.threads;
   // Under mpirun, one GPU per process of the node (learners and workers alike) where there are
   // enough.
   const int cuda_device = std::max(0, comm::local_cuda_device(roles ? roles->world->rank() : 0));
   decoder_options.device = model::resolve_device(c.model.device, cuda_device);
   // The weights come from the controller (the learners' current version), not from model.path.
-  absl::StatusOr<std::unique_ptr<model::DecoderModel>> model =
-      model::DecoderModel::create(*model_config, decoder_options);
-  if (!model.ok()) return model.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<model::DecoderModel> model,
+                            model::DecoderModel::create(model_config, decoder_options));
   rollout::EngineContext context;
-  context.tokenizer = tokenizers->tokenizer.get();
+  context.tokenizer = tokenizers.tokenizer.get();
   context.registry = job->registry.get();
   context.initial_version = -1;  // nothing generated before the first weights arrive
-  auto engine = rollout::GenerationEngine::create(std::move(*model),
+  auto engine = rollout::GenerationEngine::create(std::move(model),
                                                   rollout::engine_options_from_config(c), context);
   if (!engine.ok()) return engine.status();
 
@@ -196,19 +192,18 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
       rewards::ScoringPool::create(*composite, rewards::ScoringPoolOptions::from_config(c.rewards));
   if (!pool.ok()) return pool.status();
 
-  absl::StatusOr<bool> greedy_baseline = algos::needs_greedy_baseline(c, *job->registry);
-  if (!greedy_baseline.ok()) return greedy_baseline.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(bool greedy_baseline, algos::needs_greedy_baseline(c, *job->registry));
 
-  rollout::PromptEncoder encoder(*tokenizers, c.data, model_config->vocab_size);
+  rollout::PromptEncoder encoder(tokenizers, c.data, model_config.vocab_size);
   rollout::RolloutWorkerOptions options;
   options.worker_id = worker_id;
   options.group_size = c.rollout.group_size;
   options.max_slots = c.rollout.max_slots;
   options.sampling = rollout::sampling_params_from_config(c);
-  options.sampling.stop_token_ids = model_config->eos_token_ids;
+  options.sampling.stop_token_ids = model_config.eos_token_ids;
   options.weight_timeout_s = c.weight_sync.timeout_s;
   options.drain_timeout_s = c.rewards.timeout_s + 5;
-  options.greedy_baseline = *greedy_baseline;
+  options.greedy_baseline = greedy_baseline;
   FLYWHEEL_LOG_INFO(
       "rollout worker %s: controller %s, %d slots, groups of %d, %d thread(s), weights over %s",
       worker_id, address, c.rollout.max_slots, c.rollout.group_size, c.cluster.threads_per_process,
@@ -228,7 +223,7 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
   parts.weights = weights;
   parts.engine = engine->get();
   parts.encoder = &encoder;
-  parts.tokenizer = tokenizers->tokenizer.get();
+  parts.tokenizer = tokenizers.tokenizer.get();
   parts.pool = pool->get();
   auto worker = std::make_unique<rollout::RolloutWorker>(options, parts);
   *serving = true;

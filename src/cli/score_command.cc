@@ -108,8 +108,8 @@ absl::Status run(const ScoreArgs& args) {
   std::unique_ptr<model::Tokenizer> tokenizer;  // loaded on the first {"text": ...} line
   absl::StatusOr<std::unique_ptr<core::JsonlReader>> in = core::JsonlReader::open(args.input);
   if (!in.ok()) return in.status();
-  absl::StatusOr<std::unique_ptr<core::JsonlWriter>> out = core::JsonlWriter::open(args.output);
-  if (!out.ok()) return out.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<core::JsonlWriter> out,
+                            core::JsonlWriter::open(args.output));
   std::vector<Pending> batch;
   int64_t scored = 0;
   while (true) {
@@ -129,10 +129,9 @@ absl::Status run(const ScoreArgs& args) {
       }
     } else if (text != nullptr && text->is_string()) {
       if (!tokenizer) {
-        absl::StatusOr<std::unique_ptr<model::Tokenizer>> loaded =
-            model::load_tokenizer(args.model.dir);
-        if (!loaded.ok()) return loaded.status();
-        tokenizer = std::move(*loaded);
+        FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<model::Tokenizer> loaded,
+                                  model::load_tokenizer(args.model.dir));
+        tokenizer = std::move(loaded);
       }
       absl::StatusOr<std::vector<int64_t>> encoded = tokenizer->encode(text->as_string());
       if (!encoded.ok())
@@ -163,16 +162,16 @@ absl::Status run(const ScoreArgs& args) {
     batch.push_back(std::move(p));
     if (static_cast<int>(batch.size()) == args.batch_size) {
       scored += batch.size();
-      absl::Status status = score_batch(**model, &batch, args.temperature, out->get());
+      absl::Status status = score_batch(**model, &batch, args.temperature, out.get());
       if (!status.ok()) return status;
     }
   }
   scored += batch.size();
   if (!batch.empty()) {
-    FLYWHEEL_RETURN_IF_ERROR(score_batch(**model, &batch, args.temperature, out->get()));
+    FLYWHEEL_RETURN_IF_ERROR(score_batch(**model, &batch, args.temperature, out.get()));
   }
   std::cerr << "flywheel score: " << scored << " sequence(s)\n";
-  return (*out)->close();
+  return out->close();
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "flywheel/comm/mpi_communicator.h"
 #include "flywheel/core/logging.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/core/stop_signal.h"
 #include "flywheel/eval/sft_job.h"
 #include "job_setup.h"
@@ -27,9 +28,8 @@ struct SftArgs {
 
 absl::Status run(const SftArgs& args) {
   core::StopSignal stop("flywheel sft");
-  absl::StatusOr<JobSetup> job = set_up_job(args.config_path, args.overrides);
-  if (!job.ok()) return job.status();
-  const core::Config& c = job->loaded.config;
+  FLYWHEEL_ASSIGN_OR_RETURN(JobSetup job, set_up_job(args.config_path, args.overrides));
+  const core::Config& c = job.loaded.config;
   absl::StatusOr<std::unique_ptr<comm::MpiRuntime>> mpi = comm::MpiRuntime::init(nullptr, nullptr);
   if (!mpi.ok()) return mpi.status();
   auto world = comm::MpiCommunicator::world(**mpi, {"learners", c.cluster.collective_timeout_s});
@@ -38,7 +38,7 @@ absl::Status run(const SftArgs& args) {
   at::set_num_threads(static_cast<int>(c.cluster.threads_per_process));
 
   absl::StatusOr<std::unique_ptr<eval::SftJob>> sft =
-      eval::SftJob::create(c, world->get(), *job->registry);
+      eval::SftJob::create(c, world->get(), *job.registry);
   if (!sft.ok()) return sft.status();
   absl::StatusOr<eval::SftSummary> done = (*sft)->run([&stop] { return stop.requested(); });
   if (!done.ok()) return done.status();

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "commands.h"
 #include "flywheel/core/jsonl_io.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/model/tokenizer/chat_messages.h"
 #include "flywheel/model/tokenizer/chat_template.h"
 #include "flywheel/model/tokenizer/tokenizer.h"
@@ -26,13 +27,12 @@ struct TokenizeArgs {
 };
 
 absl::Status run(const TokenizeArgs& args) {
-  absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
-      model::load_tokenizer(args.tokenizer_dir, args.type);
-  if (!tokenizer.ok()) return tokenizer.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<model::Tokenizer> tokenizer,
+                            model::load_tokenizer(args.tokenizer_dir, args.type));
   absl::StatusOr<std::unique_ptr<core::JsonlReader>> in = core::JsonlReader::open(args.input);
   if (!in.ok()) return in.status();
-  absl::StatusOr<std::unique_ptr<core::JsonlWriter>> out = core::JsonlWriter::open(args.output);
-  if (!out.ok()) return out.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<core::JsonlWriter> out,
+                            core::JsonlWriter::open(args.output));
   model::EncodeOptions encode_options;
   encode_options.add_special_tokens = !args.no_special_tokens;
   model::DecodeOptions decode_options;
@@ -56,7 +56,7 @@ absl::Status run(const TokenizeArgs& args) {
         }
         values.push_back(id.as_int());
       }
-      absl::StatusOr<std::string> text = (*tokenizer)->decode(values, decode_options);
+      absl::StatusOr<std::string> text = tokenizer->decode(values, decode_options);
       if (!text.ok())
         return absl::InvalidArgumentError(
             absl::StrCat((*in)->where(), ": ", text.status().message()));
@@ -70,15 +70,14 @@ absl::Status run(const TokenizeArgs& args) {
         input = text->as_string();
       } else if (messages != nullptr) {
         if (!chat_template) {
-          absl::StatusOr<model::ChatTemplate> resolved =
-              model::ChatTemplate::resolve(args.chat_template, args.tokenizer_dir);
-          if (!resolved.ok()) return resolved.status();
-          chat_template = *resolved;
+          FLYWHEEL_ASSIGN_OR_RETURN(
+              model::ChatTemplate resolved,
+              model::ChatTemplate::resolve(args.chat_template, args.tokenizer_dir));
+          chat_template = resolved;
         }
-        absl::StatusOr<std::vector<model::ChatMessage>> parsed =
-            model::parse_messages(*messages, (*in)->where());
-        if (!parsed.ok()) return parsed.status();
-        absl::StatusOr<std::string> prompt = chat_template->render(*parsed);
+        FLYWHEEL_ASSIGN_OR_RETURN(std::vector<model::ChatMessage> parsed,
+                                  model::parse_messages(*messages, (*in)->where()));
+        absl::StatusOr<std::string> prompt = chat_template->render(parsed);
         if (!prompt.ok())
           return absl::InvalidArgumentError(
               absl::StrCat((*in)->where(), ": ", prompt.status().message()));
@@ -89,7 +88,7 @@ absl::Status run(const TokenizeArgs& args) {
         return absl::InvalidArgumentError(
             absl::StrCat((*in)->where(), ": expected \"text\": \"...\" or \"messages\": [...]"));
       }
-      absl::StatusOr<std::vector<int64_t>> ids = (*tokenizer)->encode(input, options);
+      absl::StatusOr<std::vector<int64_t>> ids = tokenizer->encode(input, options);
       if (!ids.ok())
         return absl::InvalidArgumentError(
             absl::StrCat((*in)->where(), ": ", ids.status().message()));
@@ -97,9 +96,9 @@ absl::Status run(const TokenizeArgs& args) {
       for (int64_t id : *ids) list.push_back(core::Json(id));
       record.set("ids", std::move(list));
     }
-    (*out)->write(record);
+    out->write(record);
   }
-  return (*out)->close();
+  return out->close();
 }
 
 }  // namespace

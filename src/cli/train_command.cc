@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "commands.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/launcher/launcher.h"
 #include "job_setup.h"
 
@@ -37,9 +38,8 @@ int available_cores() {
 absl::Status run(const TrainArgs& args) {
   launcher::Launch launch;
   if (!args.resume.empty()) {
-    absl::StatusOr<launcher::Launch> previous = launcher::read_launch(args.resume);
-    if (!previous.ok()) return previous.status();
-    launch = *previous;
+    FLYWHEEL_ASSIGN_OR_RETURN(launcher::Launch previous, launcher::read_launch(args.resume));
+    launch = previous;
     for (const std::string& o : args.overrides) launch.overrides.push_back(o);
   } else {
     if (args.config_path.empty()) {
@@ -53,9 +53,8 @@ absl::Status run(const TrainArgs& args) {
     overrides.push_back("checkpoint.resume=auto");
     launch.overrides.push_back("checkpoint.resume=auto");
   }
-  absl::StatusOr<JobSetup> job = set_up_job(launch.config, overrides);
-  if (!job.ok()) return job.status();
-  const core::Config& c = job->loaded.config;
+  FLYWHEEL_ASSIGN_OR_RETURN(JobSetup job, set_up_job(launch.config, overrides));
+  const core::Config& c = job.loaded.config;
   if (!args.resume.empty() &&
       fs::weakly_canonical(c.logging.run_dir) != fs::weakly_canonical(args.resume)) {
     return absl::InvalidArgumentError(
@@ -79,7 +78,7 @@ absl::Status run(const TrainArgs& args) {
   const int cores = available_cores();
   const int processes = static_cast<int>(c.cluster.num_learners + c.rollout.num_workers);
   int threads = static_cast<int>(c.cluster.threads_per_process);
-  if (threads * processes > cores && !job->loaded.is_set("cluster.threads_per_process")) {
+  if (threads * processes > cores && !job.loaded.is_set("cluster.threads_per_process")) {
     threads = std::max(1, cores / processes);
   }
   std::cerr << absl::StrFormat(

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/crc32c.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::comm {
 namespace {
@@ -113,18 +114,17 @@ std::string WeightChannel::encode_header(const core::PublishedWeights& weights) 
 
 absl::StatusOr<uint64_t> WeightChannel::decode_header(const std::string& bytes,
                                                       core::PublishedWeights* out) {
-  absl::StatusOr<Prefix> p = decode_prefix(bytes);
-  if (!p.ok()) return p.status();
-  if (p->kind != kKindWeights) return absl::InvalidArgumentError("weight channel: not weights");
+  FLYWHEEL_ASSIGN_OR_RETURN(Prefix p, decode_prefix(bytes));
+  if (p.kind != kKindWeights) return absl::InvalidArgumentError("weight channel: not weights");
   Reader reader(bytes);
   Prefix skipped;
   reader.get(&skipped);
-  out->version = p->version;
-  out->bucket_bytes = p->bucket_bytes;
-  out->crc32c = p->crc32c;
+  out->version = p.version;
+  out->bucket_bytes = p.bucket_bytes;
+  out->crc32c = p.crc32c;
   out->bucket_crc32c.clear();
   out->tensors.clear();
-  for (uint32_t i = 0; i < p->tensors; ++i) {
+  for (uint32_t i = 0; i < p.tensors; ++i) {
     core::WeightTensor t;
     uint32_t dims = 0;
     bool ok = reader.get_string(&t.name) && reader.get_string(&t.dtype) && reader.get(&dims) &&
@@ -136,15 +136,15 @@ absl::StatusOr<uint64_t> WeightChannel::decode_header(const std::string& bytes,
     }
     if (!(ok && reader.get(&t.offset) && reader.get(&t.size))) {
       return absl::InvalidArgumentError(
-          absl::StrCat("weights v", p->version, ": manifest entry ", i, " is malformed"));
+          absl::StrCat("weights v", p.version, ": manifest entry ", i, " is malformed"));
     }
     out->tensors.push_back(std::move(t));
   }
   if (!reader.done()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("weights v", p->version, ": bytes after the manifest"));
+        absl::StrCat("weights v", p.version, ": bytes after the manifest"));
   }
-  return p->payload_bytes;
+  return p.payload_bytes;
 }
 
 void WeightChannel::move_payload(char* data, uint64_t bytes, uint64_t bucket_bytes) {
@@ -208,8 +208,7 @@ absl::StatusOr<WeightChannel::Received> WeightChannel::receive(core::PublishedWe
   // The payload first, whatever the manifest says: the root broadcasts every bucket.
   into->payload.resize(prefix->payload_bytes);
   move_payload(into->payload.data(), prefix->payload_bytes, prefix->bucket_bytes);
-  absl::StatusOr<uint64_t> decoded = decode_header(*header, into);
-  if (!decoded.ok()) return decoded.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(uint64_t decoded, decode_header(*header, into));
   absl::Status valid = core::validate_tensors(into->tensors, into->payload.size());
   if (!valid.ok()) {
     return absl::InvalidArgumentError(

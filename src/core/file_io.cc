@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::core {
 
@@ -77,9 +78,8 @@ absl::StatusOr<Json> read_json_file(const std::string& path) {
 }
 
 absl::StatusOr<Json> read_json_file(const std::string& path, const ReadFileOptions& options) {
-  absl::StatusOr<std::string> text = read_file(path, options);
-  if (!text.ok()) return text.status();
-  absl::StatusOr<Json> json = Json::parse(*text);
+  FLYWHEEL_ASSIGN_OR_RETURN(std::string text, read_file(path, options));
+  absl::StatusOr<Json> json = Json::parse(text);
   if (!json.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", json.status().message()));
   }

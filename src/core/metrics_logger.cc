@@ -4,6 +4,7 @@
 
 #include "flywheel/core/logging.h"
 #include "flywheel/core/plugin_registry.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::core {
 namespace {
@@ -20,10 +21,9 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::create(
   auto& sinks_registry = registry.get<MetricsSink, const MetricsSinkOptions&>();
   std::vector<std::unique_ptr<MetricsSink>> sinks;
   for (const std::string& name : options.sinks) {
-    absl::StatusOr<std::unique_ptr<MetricsSink>> sink =
-        sinks_registry.create(name, options.sink_options);
-    if (!sink.ok()) return sink.status();
-    sinks.push_back(std::move(*sink));
+    FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<MetricsSink> sink,
+                              sinks_registry.create(name, options.sink_options));
+    sinks.push_back(std::move(sink));
   }
   auto clock = options.clock ? options.clock : std::function<double()>(&system_seconds);
   return std::unique_ptr<MetricsLogger>(new MetricsLogger(std::move(sinks), std::move(clock)));

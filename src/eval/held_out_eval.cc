@@ -10,6 +10,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/rewards/composite_reward.h"
 
 namespace flywheel::eval {
@@ -260,10 +261,9 @@ absl::Status HeldOutEvaluation::set_up(const core::Config& config, core::PluginR
                                        const model::TokenizerSetup& tokenizers,
                                        const std::string& path) {
   const core::Config& c = config;
-  absl::StatusOr<trainer::SftData> loaded =
-      load_eval_data(c, tokenizers, model_config.vocab_size, path);
-  if (!loaded.ok()) return loaded.status();
-  data = std::move(*loaded);
+  FLYWHEEL_ASSIGN_OR_RETURN(trainer::SftData loaded,
+                            load_eval_data(c, tokenizers, model_config.vocab_size, path));
+  data = std::move(loaded);
   auto made = make_eval_scorer(c, registry, config_dir);
   if (!made.ok()) return made.status();
   scorer = std::move(*made);

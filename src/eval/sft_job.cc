@@ -66,29 +66,28 @@ absl::StatusOr<std::unique_ptr<SftJob>> SftJob::create(const core::Config& confi
 }
 
 absl::Status SftJob::load_data() {
-  absl::StatusOr<model::ModelConfig> model_config =
-      model::ModelConfig::from_file((fs::path(c_.model.path) / "config.json").string());
-  if (!model_config.ok()) return model_config.status();
-  model_config_ = std::move(*model_config);
-  absl::StatusOr<model::TokenizerSetup> tokenizers =
-      model::load_tokenizer_setup(c_.tokenizer, c_.model.path);
-  if (!tokenizers.ok()) return tokenizers.status();
-  tokenizers_ = std::move(*tokenizers);
+  FLYWHEEL_ASSIGN_OR_RETURN(
+      model::ModelConfig model_config,
+      model::ModelConfig::from_file((fs::path(c_.model.path) / "config.json").string()));
+  model_config_ = std::move(model_config);
+  FLYWHEEL_ASSIGN_OR_RETURN(model::TokenizerSetup tokenizers,
+                            model::load_tokenizer_setup(c_.tokenizer, c_.model.path));
+  tokenizers_ = std::move(tokenizers);
   const model::Tokenizer& tokenizer = *tokenizers_->tokenizer;
   trainer::SftDataOptions data_options =
       trainer::SftDataOptions::from_config(c_, model_config_->vocab_size);
   data_options.eos_id = model_config_->eos_token_ids.empty() ? -1 : model_config_->eos_token_ids[0];
   const model::ChatTemplate* chat =
       tokenizers_->chat_template ? &*tokenizers_->chat_template : nullptr;
-  absl::StatusOr<trainer::SftData> train =
-      trainer::load_sft_data(c_.data.train_path, data_options, tokenizer, chat);
-  if (!train.ok()) return train.status();
-  train_ = std::move(*train);
+  FLYWHEEL_ASSIGN_OR_RETURN(
+      trainer::SftData train,
+      trainer::load_sft_data(c_.data.train_path, data_options, tokenizer, chat));
+  train_ = std::move(train);
   if (!c_.data.eval_path.empty()) {
-    absl::StatusOr<trainer::SftData> loaded =
-        trainer::load_sft_data(c_.data.eval_path, data_options, tokenizer, chat);
-    if (!loaded.ok()) return loaded.status();
-    eval_data_ = std::move(*loaded);
+    FLYWHEEL_ASSIGN_OR_RETURN(
+        trainer::SftData loaded,
+        trainer::load_sft_data(c_.data.eval_path, data_options, tokenizer, chat));
+    eval_data_ = std::move(loaded);
   }
   if (world_->rank() == 0) {
     FLYWHEEL_LOG_INFO(
@@ -147,10 +146,9 @@ absl::StatusOr<SftEvalResult> SftJob::evaluate(int64_t step) {
   r.loss = *loss;
   log("eval/loss", r.loss, step);
   if (evaluator_) {
-    absl::StatusOr<HeldOutEvalResult> greedy =
-        evaluator_->evaluate(sft_->model(), eval_data_->records, *world_);
-    if (!greedy.ok()) return greedy.status();
-    r.accuracy = greedy->accuracy;
+    FLYWHEEL_ASSIGN_OR_RETURN(HeldOutEvalResult greedy,
+                              evaluator_->evaluate(sft_->model(), eval_data_->records, *world_));
+    r.accuracy = greedy.accuracy;
     log("eval/accuracy", r.accuracy, step);
   }
   return r;
@@ -161,9 +159,8 @@ absl::StatusOr<SftSummary> SftJob::run(const std::function<bool()>& stop) {
   const trainer::SftBatchOptions batch{s.batch_size, c_.data.shuffle,
                                        static_cast<uint64_t>(c_.data.seed)};
   SftSummary summary;
-  absl::StatusOr<SftEvalResult> first = evaluate(sft_->steps());
-  if (!first.ok()) return first.status();
-  summary.first = summary.last = *first;
+  FLYWHEEL_ASSIGN_OR_RETURN(SftEvalResult first, evaluate(sft_->steps()));
+  summary.first = summary.last = first;
   int64_t last_eval_step = sft_->steps();
   const auto start = std::chrono::steady_clock::now();
   double tokens = 0;
@@ -182,9 +179,8 @@ absl::StatusOr<SftSummary> SftJob::run(const std::function<bool()>& stop) {
                            summary.last.accuracy >= s.stop_at_accuracy / 2;
     const int64_t every = near_stop ? s.eval_every_near_stop : s.eval_every;
     if (every > 0 && step % every == 0) {
-      absl::StatusOr<SftEvalResult> r = evaluate(step);
-      if (!r.ok()) return r.status();
-      summary.last = *r;
+      FLYWHEEL_ASSIGN_OR_RETURN(SftEvalResult r, evaluate(step));
+      summary.last = r;
       last_eval_step = step;
       if (s.stop_at_accuracy > 0 && summary.last.accuracy >= s.stop_at_accuracy) {
         summary.stopped_by = absl::StrFormat("held-out accuracy %.3f reached sft.stop_at_accuracy",
@@ -202,9 +198,8 @@ absl::StatusOr<SftSummary> SftJob::run(const std::function<bool()>& stop) {
   }
   summary.steps = sft_->steps();
   if (last_eval_step != summary.steps) {
-    absl::StatusOr<SftEvalResult> r = evaluate(summary.steps);
-    if (!r.ok()) return r.status();
-    summary.last = *r;
+    FLYWHEEL_ASSIGN_OR_RETURN(SftEvalResult r, evaluate(summary.steps));
+    summary.last = r;
   }
   FLYWHEEL_RETURN_IF_ERROR(save(summary.steps));
   if (metrics_) FLYWHEEL_RETURN_IF_ERROR(metrics_->flush());

@@ -290,9 +290,8 @@ absl::Status Launcher::run() {
                                    static_cast<int>(torch::cuda::device_count()));
     request.mpmd = mpmd_;
     request.nccl_weights = core::weight_transport(c_.weight_sync) == core::WeightTransport::kNccl;
-    absl::StatusOr<GpuPlacement> placed = place_on_gpus(request);
-    if (!placed.ok()) return placed.status();
-    gpus_ = std::move(*placed);
+    FLYWHEEL_ASSIGN_OR_RETURN(GpuPlacement placed, place_on_gpus(request));
+    gpus_ = std::move(placed);
     std::cerr << "flywheel train: learners on GPU(s) " << gpus_.learners
               << (gpus_.workers.empty()
                       ? ""

@@ -98,9 +98,8 @@ absl::StatusOr<DecoderModel::TensorLookup> open_hf_weights(const std::string& di
   fs::path index_path = root / "model.safetensors.index.json";
   std::error_code ec;
   if (fs::exists(index_path, ec)) {
-    absl::StatusOr<core::Json> index = core::read_json_file(index_path.string());
-    if (!index.ok()) return index.status();
-    const core::Json* weight_map = index->find("weight_map");
+    FLYWHEEL_ASSIGN_OR_RETURN(core::Json index, core::read_json_file(index_path.string()));
+    const core::Json* weight_map = index.find("weight_map");
     if (weight_map == nullptr || !weight_map->is_object()) {
       return absl::InvalidArgumentError(absl::StrCat(index_path.string(), ": no weight_map"));
     }
@@ -111,18 +110,16 @@ absl::StatusOr<DecoderModel::TensorLookup> open_hf_weights(const std::string& di
       }
       auto& shard = files[file.as_string()];
       if (!shard) {
-        absl::StatusOr<std::unique_ptr<SafetensorsFile>> opened =
-            SafetensorsFile::open((root / file.as_string()).string());
-        if (!opened.ok()) return opened.status();
-        shard = std::move(*opened);
+        FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> opened,
+                                  SafetensorsFile::open((root / file.as_string()).string()));
+        shard = std::move(opened);
       }
       (*by_name)[name] = shard;
     }
   } else {
-    absl::StatusOr<std::unique_ptr<SafetensorsFile>> opened =
-        SafetensorsFile::open((root / "model.safetensors").string());
-    if (!opened.ok()) return opened.status();
-    std::shared_ptr<SafetensorsFile> file = std::move(*opened);
+    FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> opened,
+                              SafetensorsFile::open((root / "model.safetensors").string()));
+    std::shared_ptr<SafetensorsFile> file = std::move(opened);
     for (const auto& entry : file->entries()) (*by_name)[entry.name] = file;
   }
   if (names != nullptr) {
@@ -142,12 +139,11 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> load_hf_model(const std::string& d
   absl::StatusOr<ModelConfig> config = ModelConfig::from_file((root / "config.json").string());
   if (!config.ok()) return config.status();
   std::vector<std::string> names;
-  absl::StatusOr<DecoderModel::TensorLookup> weights = open_hf_weights(dir, &names);
-  if (!weights.ok()) return weights.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(DecoderModel::TensorLookup weights, open_hf_weights(dir, &names));
   FLYWHEEL_RETURN_IF_ERROR(check_held_layers(*config, names, (root / "config.json").string()));
   absl::StatusOr<std::unique_ptr<DecoderModel>> model = DecoderModel::create(*config, options);
   if (!model.ok()) return model.status();
-  absl::Status loaded = (*model)->load(*weights);
+  absl::Status loaded = (*model)->load(weights);
   if (!loaded.ok()) {
     return absl::Status(loaded.code(), absl::StrCat(dir, ": ", loaded.message()));
   }
@@ -234,13 +230,12 @@ absl::Status HfWriter::finish() {
 
 absl::Status save_hf_model(const DecoderModel& model, const std::string& dir,
                            const SaveOptions& options) {
-  absl::StatusOr<std::unique_ptr<HfWriter>> writer =
-      HfWriter::create(dir, model.config(), model.options().dtype, options);
-  if (!writer.ok()) return writer.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<HfWriter> writer,
+                            HfWriter::create(dir, model.config(), model.options().dtype, options));
   for (const auto& [name, tensor] : model.named_parameters()) {
-    FLYWHEEL_RETURN_IF_ERROR((*writer)->add(name, tensor));
+    FLYWHEEL_RETURN_IF_ERROR(writer->add(name, tensor));
   }
-  return (*writer)->finish();
+  return writer->finish();
 }
 
 std::vector<int64_t> generation_eos_ids(const ModelConfig& model_config, const std::string& dir) {

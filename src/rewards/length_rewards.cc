@@ -34,10 +34,9 @@ class OverlongPenalty : public RewardFunction {
   OverlongPenalty(int64_t max_len, int64_t buffer_len, double factor)
       : max_len_(max_len), buffer_len_(buffer_len), factor_(factor) {}
   absl::StatusOr<RewardOutput> score(const RewardInput& input) const override {
-    absl::StatusOr<int64_t> n = token_count(input, "overlong_penalty");
-    if (!n.ok()) return n.status();
+    FLYWHEEL_ASSIGN_OR_RETURN(int64_t n, token_count(input, "overlong_penalty"));
     RewardOutput out;
-    out.score = core::overlong_penalty(*n, max_len_, buffer_len_, factor_);
+    out.score = core::overlong_penalty(n, max_len_, buffer_len_, factor_);
     return out;
   }
 
@@ -51,11 +50,10 @@ class LengthPenalty : public RewardFunction {
   LengthPenalty(int64_t free_tokens, double per_token, double max_penalty)
       : free_tokens_(free_tokens), per_token_(per_token), max_penalty_(max_penalty) {}
   absl::StatusOr<RewardOutput> score(const RewardInput& input) const override {
-    absl::StatusOr<int64_t> n = token_count(input, "length_penalty");
-    if (!n.ok()) return n.status();
+    FLYWHEEL_ASSIGN_OR_RETURN(int64_t n, token_count(input, "length_penalty"));
     RewardOutput out;
-    out.score = -std::min(
-        max_penalty_, per_token_ * static_cast<double>(std::max<int64_t>(0, *n - free_tokens_)));
+    out.score = -std::min(max_penalty_,
+                          per_token_ * static_cast<double>(std::max<int64_t>(0, n - free_tokens_)));
     return out;
   }
 
@@ -83,8 +81,7 @@ class RepetitionPenalty : public RewardFunction {
   RepetitionPenalty(int64_t n, bool words, double factor) : n_(n), words_(words), factor_(factor) {}
   absl::StatusOr<RewardOutput> score(const RewardInput& input) const override {
     if (!words_) {
-      absl::StatusOr<int64_t> count = token_count(input, "repetition_penalty");
-      if (!count.ok()) return count.status();
+      FLYWHEEL_ASSIGN_OR_RETURN(int64_t count, token_count(input, "repetition_penalty"));
     }
     const std::vector<int64_t> u = units(input, words_);
     RewardOutput out;

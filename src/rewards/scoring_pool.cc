@@ -27,9 +27,9 @@ RewardInput OwnedSample::view() const {
 
 struct ScoringPool::Batch {
   std::vector<OwnedSample> samples;
-  std::mutex mu;
-  std::vector<std::vector<PartResult>> results;  // [sample][part], guarded by mu
-  int64_t remaining = 0;                         // calls not recorded, guarded by mu
+  absl::Mutex mu;
+  std::vector<std::vector<PartResult>> results ABSL_GUARDED_BY(mu);  // [sample][part]
+  int64_t remaining ABSL_GUARDED_BY(mu) = 0;                         // calls not recorded
   Done done;
   // `done` only fulfils a promise (score()): called where the batch completes, so that score()
   // works from inside a callback running on the completion thread.
@@ -42,13 +42,15 @@ struct ScoringPool::Call {
   size_t part = 0;
   int64_t sample = -1;
   std::shared_ptr<const RewardFunction> function;
-  std::mutex mu;
-  bool claimed = false;  // by the worker that finished it or by the watchdog that timed it out
+  absl::Mutex mu;
+  // By the worker that finished it or by the watchdog that timed it out.
+  bool claimed ABSL_GUARDED_BY(mu) = false;
 };
 
+// Guarded by the pool's mu_ (the pool's map owns it).
 struct ScoringPool::Worker {
   std::thread thread;
-  std::shared_ptr<Call> call;  // running; guarded by the pool's mu_
+  std::shared_ptr<Call> call;  // running
   Clock::time_point deadline;  // of `call`; max() once the worker finished it
 };
 
@@ -101,7 +103,7 @@ absl::StatusOr<std::unique_ptr<ScoringPool>> ScoringPool::create(
 ScoringPool::ScoringPool(std::shared_ptr<const CompositeReward> reward,
                          const ScoringPoolOptions& options)
     : reward_(std::move(reward)), options_(options) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (int64_t i = 0; i < options_.workers; ++i) start_worker();
   watchdog_ = std::thread(&ScoringPool::watch, this);
   completer_ = std::thread(&ScoringPool::complete, this);
@@ -110,26 +112,34 @@ ScoringPool::ScoringPool(std::shared_ptr<const CompositeReward> reward,
 ScoringPool::~ScoringPool() {
   std::map<Worker*, std::unique_ptr<Worker>> workers;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopping_ = true;
-    work_ready_.notify_all();
-    space_ready_.notify_all();
-    watch_wake_.notify_all();
+  }
+  if (options_.on_stopping_for_test) options_.on_stopping_for_test();
+  {
+    absl::MutexLock lock(&mu_);
     // Queued calls are still scored (stuck ones timed out by the watchdog), blocked submitters
     // finish, and every callback runs.
-    idle_.wait(lock, [&] {
-      return running_ == 0 && queue_.empty() && submitters_ == 0 && completed_.empty() &&
-             !completing_;
-    });
+    mu_.Await(absl::Condition(this, &ScoringPool::is_idle));
     shutdown_ = true;
     workers.swap(workers_);
   }
-  work_ready_.notify_all();
-  watch_wake_.notify_all();
-  completed_ready_.notify_all();
   watchdog_.join();
   completer_.join();
   for (auto& [ptr, worker] : workers) worker->thread.join();
+}
+
+bool ScoringPool::has_work() const { return stopping_ || !queue_.empty(); }
+
+bool ScoringPool::has_space() const {
+  return stopping_ || workers_.empty() || queue_.empty() ||
+         static_cast<int64_t>(queue_.size()) < options_.queue_size;
+}
+
+bool ScoringPool::has_completed() const { return shutdown_ || !completed_.empty(); }
+
+bool ScoringPool::is_idle() const {
+  return running_ == 0 && queue_.empty() && submitters_ == 0 && completed_.empty() && !completing_;
 }
 
 void ScoringPool::start_worker() {
@@ -149,7 +159,6 @@ void ScoringPool::enqueue(std::vector<OwnedSample> samples, Done done, bool dire
   batch->samples = std::move(samples);
   const size_t n = batch->samples.size();
   const std::vector<WeightedReward>& parts = reward_->parts();
-  batch->results.assign(n, std::vector<PartResult>(parts.size()));
   batch->done = std::move(done);
   std::vector<std::shared_ptr<Call>> calls;
   for (size_t p = 0; p < parts.size() && n > 0; ++p) {
@@ -163,41 +172,41 @@ void ScoringPool::enqueue(std::vector<OwnedSample> samples, Done done, bool dire
       calls.push_back(std::move(call));
     }
   }
-  batch->remaining = static_cast<int64_t>(calls.size());
-  if (calls.empty()) {  // nothing to call: every sample is the empty sum
-    std::vector<ScoredSample> out;
-    for (size_t s = 0; s < n; ++s) out.push_back(reward_->combine(batch->results[s]));
+  std::vector<ScoredSample> empty_sums;  // nothing to call: every sample is the empty sum
+  {
+    absl::MutexLock lock(&batch->mu);
+    batch->results.assign(n, std::vector<PartResult>(parts.size()));
+    batch->remaining = static_cast<int64_t>(calls.size());
+    if (calls.empty()) {
+      for (size_t s = 0; s < n; ++s) empty_sums.push_back(reward_->combine(batch->results[s]));
+    }
+  }
+  if (calls.empty()) {
     if (direct) {
-      batch->done(std::move(out));
+      batch->done(std::move(empty_sums));
       return;
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    completed_.emplace_back(std::move(batch->done), std::move(out));
-    completed_ready_.notify_one();
+    absl::MutexLock lock(&mu_);
+    completed_.emplace_back(std::move(batch->done), std::move(empty_sums));
     return;
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ++submitters_;
   for (std::shared_ptr<Call>& call : calls) {
-    space_ready_.wait(lock, [&] {
-      return stopping_ || workers_.empty() || queue_.empty() ||
-             static_cast<int64_t>(queue_.size()) < options_.queue_size;
-    });
+    mu_.Await(absl::Condition(this, &ScoringPool::has_space));
     if (stopping_ || workers_.empty()) {
       const char* why =
           stopping_ ? "the scoring pool stopped" : "no scoring thread could be started";
-      lock.unlock();
+      mu_.Unlock();
       std::vector<PartResult> results(call->sample >= 0 ? 1 : n);
       for (PartResult& r : results) r.output = absl::CancelledError(why);
       finish(call, std::move(results), false);
-      lock.lock();
+      mu_.Lock();
       continue;
     }
     queue_.push_back(std::move(call));
-    work_ready_.notify_one();
   }
   --submitters_;
-  idle_.notify_all();
 }
 
 std::vector<ScoredSample> ScoringPool::score(std::vector<OwnedSample> samples) {
@@ -211,52 +220,49 @@ std::vector<ScoredSample> ScoringPool::score(std::vector<OwnedSample> samples) {
 }
 
 ScoringCounters ScoringPool::counters() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return counters_;
 }
 
 bool ScoringPool::claim(Call* call) {
-  std::lock_guard<std::mutex> lock(call->mu);
+  absl::MutexLock lock(&call->mu);
   if (call->claimed) return false;
   call->claimed = true;
   return true;
 }
 
 void ScoringPool::work(Worker* self) {
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   while (true) {
-    work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping
+    mu_.Await(absl::Condition(this, &ScoringPool::has_work));
+    if (queue_.empty()) break;  // stopping
     std::shared_ptr<Call> call = std::move(queue_.front());
     queue_.pop_front();
-    space_ready_.notify_one();
-    if (queue_.empty()) idle_.notify_all();  // the destructor waits for an empty queue
     self->call = call;
     self->deadline = Clock::now() +
                      std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(std::min(options_.timeout_s, kMaxTimeoutS)));
     ++running_;
-    watch_wake_.notify_all();
-    lock.unlock();
+    ++watch_epoch_;
+    mu_.Unlock();
     std::vector<PartResult> results = run_call(*call->function, call->batch->samples, call->sample);
     // Lost to the watchdog: this thread was replaced and detached; it must not touch the pool.
     if (!claim(call.get())) return;
-    lock.lock();
+    mu_.Lock();
     self->deadline = Clock::time_point::max();  // finished: not the watchdog's any more
-    lock.unlock();
+    mu_.Unlock();
     finish(call, std::move(results), /*timed_out=*/false);
-    lock.lock();
+    mu_.Lock();
     self->call.reset();
     --running_;
-    watch_wake_.notify_all();
-    idle_.notify_all();
+    ++watch_epoch_;
   }
+  mu_.Unlock();
 }
 
 void ScoringPool::watch() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (true) {
-    if (shutdown_) return;
+  absl::MutexLock lock(&mu_);
+  while (!shutdown_) {
     Worker* expired = nullptr;
     Clock::time_point earliest = Clock::time_point::max();
     for (auto& [ptr, worker] : workers_) {
@@ -266,10 +272,15 @@ void ScoringPool::watch() {
       }
     }
     if (expired == nullptr || Clock::now() < earliest) {
+      // Until a call starts or ends, the pool shuts down, or the earliest deadline passes.
+      const int64_t seen = watch_epoch_;
+      auto changed = [this, seen]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return shutdown_ || watch_epoch_ != seen;
+      };
       if (expired == nullptr) {
-        watch_wake_.wait(lock);
+        mu_.Await(absl::Condition(&changed));
       } else {
-        watch_wake_.wait_until(lock, earliest);
+        mu_.AwaitWithTimeout(absl::Condition(&changed), absl::FromChrono(earliest - Clock::now()));
       }
       continue;
     }
@@ -288,17 +299,16 @@ void ScoringPool::watch() {
       } catch (const std::exception& e) {  // e.g. out of threads after many abandoned ones
         ++counters_.thread_start_failures;
         if (workers_.empty()) {
-          fail_queued(lock, absl::ResourceExhaustedError(
-                                absl::StrCat("no scoring thread could be started: ", e.what())));
+          fail_queued(absl::ResourceExhaustedError(
+              absl::StrCat("no scoring thread could be started: ", e.what())));
         }
       }
     }
-    lock.unlock();
+    mu_.Unlock();
     const size_t n = call->sample >= 0 ? 1 : call->batch->samples.size();
     finish(call, std::vector<PartResult>(n), /*timed_out=*/true);
-    lock.lock();
+    mu_.Lock();
     --running_;  // only now: the destructor waits until every running call is recorded
-    idle_.notify_all();
   }
 }
 
@@ -311,14 +321,14 @@ void ScoringPool::finish(const std::shared_ptr<Call>& call, std::vector<PartResu
     if (!timed_out && !r.output.ok()) ++errors;
   }
   {  // counted before the batch can complete, so a caller woken by `done` sees every call
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ++counters_.calls;
     counters_.errors += errors;
     counters_.timeouts += timed_out ? 1 : 0;
   }
-  bool complete = false;
+  std::vector<ScoredSample> out;
   {
-    std::lock_guard<std::mutex> lock(batch.mu);
+    absl::MutexLock lock(&batch.mu);
     if (call->sample >= 0) {
       batch.results[call->sample][call->part] = std::move(results[0]);
     } else {
@@ -326,53 +336,49 @@ void ScoringPool::finish(const std::shared_ptr<Call>& call, std::vector<PartResu
         batch.results[s][call->part] = std::move(results[s]);
       }
     }
-    complete = --batch.remaining == 0;
+    if (--batch.remaining != 0) return;
+    out.reserve(batch.samples.size());
+    for (const std::vector<PartResult>& r : batch.results) out.push_back(reward_->combine(r));
   }
-  if (!complete) return;
-  std::vector<ScoredSample> out;
-  out.reserve(batch.samples.size());
-  for (const std::vector<PartResult>& r : batch.results) out.push_back(reward_->combine(r));
-  std::unique_lock<std::mutex> lock(mu_);
-  counters_.samples += static_cast<int64_t>(batch.samples.size());
-  if (batch.direct) {
-    lock.unlock();
-    batch.done(std::move(out));
-    return;
+  {
+    absl::MutexLock lock(&mu_);
+    counters_.samples += static_cast<int64_t>(batch.samples.size());
+    if (!batch.direct) {
+      completed_.emplace_back(std::move(batch.done), std::move(out));
+      return;
+    }
   }
-  completed_.emplace_back(std::move(batch.done), std::move(out));
-  completed_ready_.notify_one();
+  batch.done(std::move(out));
 }
 
 void ScoringPool::complete() {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   while (true) {
-    completed_ready_.wait(lock, [&] { return shutdown_ || !completed_.empty(); });
+    mu_.Await(absl::Condition(this, &ScoringPool::has_completed));
     if (completed_.empty()) return;  // shut down
     std::pair<Done, std::vector<ScoredSample>> item = std::move(completed_.front());
     completed_.pop_front();
     completing_ = true;
-    lock.unlock();
+    mu_.Unlock();
     try {
       item.first(std::move(item.second));
     } catch (...) {  // a callback's exception is its own bug; it must not end the pool
     }
-    lock.lock();
+    mu_.Lock();
     completing_ = false;
-    idle_.notify_all();
   }
 }
 
-void ScoringPool::fail_queued(std::unique_lock<std::mutex>& lock, const absl::Status& why) {
+void ScoringPool::fail_queued(const absl::Status& why) {
   std::deque<std::shared_ptr<Call>> queued;
   queued.swap(queue_);
-  space_ready_.notify_all();
-  lock.unlock();
+  mu_.Unlock();
   for (const std::shared_ptr<Call>& call : queued) {
     std::vector<PartResult> results(call->sample >= 0 ? 1 : call->batch->samples.size());
     for (PartResult& r : results) r.output = why;
     finish(call, std::move(results), /*timed_out=*/false);
   }
-  lock.lock();
+  mu_.Lock();
 }
 
 }  // namespace flywheel::rewards

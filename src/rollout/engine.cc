@@ -73,10 +73,9 @@ absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::create(
   FLYWHEEL_RETURN_IF_ERROR(options.validate());
   std::unique_ptr<GenerationEngine> engine(
       new GenerationEngine(std::move(model), options, context));
-  absl::StatusOr<std::unique_ptr<model::KvCache>> cache =
-      engine->model_->make_cache(options.max_slots, options.max_seq_len);
-  if (!cache.ok()) return cache.status();
-  engine->cache_ = std::move(*cache);
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<model::KvCache> cache,
+                            engine->model_->make_cache(options.max_slots, options.max_seq_len));
+  engine->cache_ = std::move(cache);
   return engine;
 }
 

@@ -271,12 +271,11 @@ absl::StatusOr<std::map<std::string, double>> load_checkpoint(const TrainingStat
       scalars[name] = value.as_double();
     }
     const std::string file = (fs::path(step_dir) / rank_file(comm.rank(), comm.size())).string();
-    absl::StatusOr<std::unique_ptr<model::SafetensorsFile>> shards =
-        model::SafetensorsFile::open(file);
-    if (!shards.ok()) return shards.status();
+    FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<model::SafetensorsFile> shards,
+                              model::SafetensorsFile::open(file));
     auto tensor = [&](const std::string& name,
                       const at::Tensor& like) -> absl::StatusOr<at::Tensor> {
-      absl::StatusOr<at::Tensor> t = (*shards)->tensor(name);
+      absl::StatusOr<at::Tensor> t = shards->tensor(name);
       if (!t.ok()) return absl::NotFoundError(absl::StrCat(file, ": no tensor '", name, "'"));
       if (t->scalar_type() != at::kFloat || t->sizes() != like.sizes()) {
         return absl::InvalidArgumentError(
@@ -288,18 +287,16 @@ absl::StatusOr<std::map<std::string, double>> load_checkpoint(const TrainingStat
     at::NoGradGuard no_grad;
     for (auto& [prefix, model] : state.models) {
       for (FlatUnit& unit : model->units()) {
-        absl::StatusOr<at::Tensor> t = tensor(prefix + "/" + unit.name(), unit.shard());
-        if (!t.ok()) return t.status();
-        unit.shard().detach().copy_(*t);
+        FLYWHEEL_ASSIGN_OR_RETURN(at::Tensor t, tensor(prefix + "/" + unit.name(), unit.shard()));
+        unit.shard().detach().copy_(t);
       }
     }
     const Json* steps = saved->find("optimizer_steps");
     for (auto& [prefix, optimizer] : state.optimizers) {
       std::map<std::string, at::Tensor> moments;
       for (const auto& [name, like] : optimizer->state()) {
-        absl::StatusOr<at::Tensor> t = tensor(prefix + "_optimizer/" + name, like);
-        if (!t.ok()) return t.status();
-        moments[name] = *t;
+        FLYWHEEL_ASSIGN_OR_RETURN(at::Tensor t, tensor(prefix + "_optimizer/" + name, like));
+        moments[name] = t;
       }
       const Json* n = steps != nullptr ? steps->find(prefix) : nullptr;
       if (n == nullptr || !n->is_integer()) {
@@ -323,11 +320,10 @@ absl::Status export_checkpoint(const std::string& step_dir, const std::string& m
         step_dir, " is not a complete flywheel checkpoint (no ", kComplete, " marker)"));
   }
   const std::string state_path = (fs::path(step_dir) / kState).string();
-  absl::StatusOr<Json> saved = core::read_json_file(state_path);
-  if (!saved.ok()) return saved.status();
-  const Json* world = saved->find("world_size");
-  const Json* config_json = saved->find("model_config");
-  const Json* models = saved->find("models");
+  FLYWHEEL_ASSIGN_OR_RETURN(Json saved, core::read_json_file(state_path));
+  const Json* world = saved.find("world_size");
+  const Json* config_json = saved.find("model_config");
+  const Json* models = saved.find("models");
   if (!world || !world->is_integer() || world->as_int() < 1 || !config_json || !models ||
       !models->is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(state_path, ": malformed"));
@@ -338,21 +334,19 @@ absl::Status export_checkpoint(const std::string& step_dir, const std::string& m
     return absl::NotFoundError(
         absl::StrCat(step_dir, " holds no model '", model_name, "'; it holds:", held));
   }
-  absl::StatusOr<model::ModelConfig> config =
-      model::ModelConfig::from_json(*config_json, state_path);
-  if (!config.ok()) return config.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(model::ModelConfig config,
+                            model::ModelConfig::from_json(*config_json, state_path));
   const int W = static_cast<int>(world->as_int());
   std::vector<std::unique_ptr<model::SafetensorsFile>> files;
   for (int r = 0; r < W; ++r) {
-    absl::StatusOr<std::unique_ptr<model::SafetensorsFile>> f =
-        model::SafetensorsFile::open((fs::path(step_dir) / rank_file(r, W)).string());
-    if (!f.ok()) return f.status();
-    files.push_back(std::move(*f));
+    FLYWHEEL_ASSIGN_OR_RETURN(
+        std::unique_ptr<model::SafetensorsFile> f,
+        model::SafetensorsFile::open((fs::path(step_dir) / rank_file(r, W)).string()));
+    files.push_back(std::move(f));
   }
-  absl::StatusOr<std::unique_ptr<model::HfWriter>> writer =
-      model::HfWriter::create(out_dir, *config, dtype, save);
-  if (!writer.ok()) return writer.status();
-  for (const auto& [unit, specs] : decoder_units(*config, model_name == "critic")) {
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<model::HfWriter> writer,
+                            model::HfWriter::create(out_dir, config, dtype, save));
+  for (const auto& [unit, specs] : decoder_units(config, model_name == "critic")) {
     std::vector<at::Tensor> shards;
     for (int r = 0; r < W; ++r) {
       absl::StatusOr<at::Tensor> t = files[r]->tensor(model_name + "/" + unit);
@@ -373,14 +367,13 @@ absl::Status export_checkpoint(const std::string& step_dir, const std::string& m
             "parameters need: the checkpoint does not match its model_config"));
       }
       FLYWHEEL_RETURN_IF_ERROR(
-          (*writer)->add(spec.name, full.narrow(0, offset, numel).view(spec.shape)));
+          writer->add(spec.name, full.narrow(0, offset, numel).view(spec.shape)));
       offset += numel;
     }
   }
-  FLYWHEEL_RETURN_IF_ERROR((*writer)->finish());
-  absl::StatusOr<std::vector<std::string>> side = model::hf_side_files(step_dir);
-  if (!side.ok()) return side.status();
-  for (const std::string& file : *side) {
+  FLYWHEEL_RETURN_IF_ERROR(writer->finish());
+  FLYWHEEL_ASSIGN_OR_RETURN(std::vector<std::string> side, model::hf_side_files(step_dir));
+  for (const std::string& file : side) {
     fs::copy_file(file, fs::path(out_dir) / fs::path(file).filename(),
                   fs::copy_options::overwrite_existing, ec);
     if (ec) return absl::UnavailableError(absl::StrCat("cannot copy ", file, ": ", ec.message()));

@@ -106,10 +106,9 @@ absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const core::Config& con
                                                          comm::Communicator* comm,
                                                          core::PluginRegistry& registry) {
   LearnerOptions options = LearnerOptions::from_config(config);
-  absl::StatusOr<algos::Algorithm> algorithm = algos::Algorithm::create(config, registry);
-  if (!algorithm.ok()) return algorithm.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(algos::Algorithm algorithm, algos::Algorithm::create(config, registry));
   options.sharding.device = comm->device();  // NCCL learners train on their GPU
-  return create(options, std::move(*algorithm), model_config, comm);
+  return create(options, std::move(algorithm), model_config, comm);
 }
 
 absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const LearnerOptions& options,
@@ -127,9 +126,8 @@ absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const LearnerOptions& o
   if (!policy.ok()) return policy.status();
   learner->policy_ = std::move(*policy);
   learner->optimizer_ = ShardedAdamW::for_model(*learner->policy_, options.adamw);
-  absl::StatusOr<LrSchedule> schedule = LrSchedule::create(options.lr);
-  if (!schedule.ok()) return schedule.status();
-  learner->schedule_ = *schedule;
+  FLYWHEEL_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::create(options.lr));
+  learner->schedule_ = schedule;
   if (options.kl_coef > 0) {
     auto reference = ShardedDecoder::create(model_config, comm, policy_options);
     if (!reference.ok()) return reference.status();
@@ -147,9 +145,8 @@ absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const LearnerOptions& o
     learner->critic_optimizer_ = ShardedAdamW::for_model(*learner->critic_, options.adamw);
     LrScheduleOptions critic_lr = options.lr;
     critic_lr.lr = options.critic_lr;
-    absl::StatusOr<LrSchedule> critic_schedule = LrSchedule::create(critic_lr);
-    if (!critic_schedule.ok()) return critic_schedule.status();
-    learner->critic_schedule_ = *critic_schedule;
+    FLYWHEEL_ASSIGN_OR_RETURN(LrSchedule critic_schedule, LrSchedule::create(critic_lr));
+    learner->critic_schedule_ = critic_schedule;
   }
   return learner;
 }
@@ -205,19 +202,18 @@ absl::Status Learner::update(const Batch& batch, bool critic, Metrics* metrics) 
       comm_->all_reduce_host(counts, comm::ReduceOp::kSum);
       algos::AggCounts global{counts[0].item<double>(), counts[1].item<double>(),
                               counts[2].item<double>()};
-      absl::StatusOr<BalancedMicroBatches> packed =
-          pack_rows(batch.sequences, batch.mine, rows, options_.micro_batch_tokens,
-                    batch.max_response, *comm_);
-      if (!packed.ok()) return packed.status();
+      FLYWHEEL_ASSIGN_OR_RETURN(BalancedMicroBatches packed,
+                                pack_rows(batch.sequences, batch.mine, rows,
+                                          options_.micro_batch_tokens, batch.max_response, *comm_));
       double loss_sum = 0;
-      sums.add_mean(prefix + "micro_batches", static_cast<double>(packed->micro_batches.size()), 1);
-      for (const MicroBatch& mb : packed->micro_batches) {
+      sums.add_mean(prefix + "micro_batches", static_cast<double>(packed.micro_batches.size()), 1);
+      for (const MicroBatch& mb : packed.micro_batches) {
         TokenOutputs out = model.forward(mb.batch, head);
         at::Tensor loss;
         if (mb.sequences.empty()) {  // no sequence: only the collectives of its backward
           loss = (critic ? out.values : out.logprobs).sum() * 0;
         } else {
-          at::Tensor r = packed->rows_of(mb);
+          at::Tensor r = packed.rows_of(mb);
           // This micro-batch's rows of the step's per-token tensors, on the model's device.
           auto rows_of = [&](const at::Tensor& t) {
             return t.index_select(0, r).to(model.options().device);
@@ -266,10 +262,9 @@ absl::Status Learner::update(const Batch& batch, bool critic, Metrics* metrics) 
               in.kl_coef = options_.kl_coef;
               in.kl_estimator = algorithm_.kl_estimator;
             }
-            absl::StatusOr<algos::LossResult> computed =
-                algos::actor_loss(*algorithm_.policy_loss, in);
-            if (!computed.ok()) return computed.status();
-            result = std::move(*computed);
+            FLYWHEEL_ASSIGN_OR_RETURN(algos::LossResult computed,
+                                      algos::actor_loss(*algorithm_.policy_loss, in));
+            result = std::move(computed);
           }
           loss = result.loss;
           for (const auto& [name, value] : result.diagnostics) {
@@ -390,9 +385,9 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
   {
     std::vector<int64_t> all(batch.mine.size());
     for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-    absl::StatusOr<BalancedMicroBatches> packed =
-        pack_rows(batch.sequences, batch.mine, all, options_.micro_batch_tokens, R, *comm_);
-    if (!packed.ok()) return packed.status();
+    FLYWHEEL_ASSIGN_OR_RETURN(
+        BalancedMicroBatches packed,
+        pack_rows(batch.sequences, batch.mine, all, options_.micro_batch_tokens, R, *comm_));
   }
 
   // 1. Proximal, reference and critic passes.
@@ -436,13 +431,12 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
     if (kl_controller_) kl_controller_->update(current, static_cast<double>(S));
   }
   (*metrics)["critic/rewards/mean"] = rewards.mean().item<double>();
-  absl::StatusOr<algos::AdvantageResult> advantages = algorithm_.estimator->compute(in);
-  if (!advantages.ok()) return advantages.status();
-  batch.all_advantages = advantages->advantages;
-  batch.advantages = advantages->advantages.index_select(0, mine);
-  batch.returns = advantages->returns.index_select(0, mine);
+  FLYWHEEL_ASSIGN_OR_RETURN(algos::AdvantageResult advantages, algorithm_.estimator->compute(in));
+  batch.all_advantages = advantages.advantages;
+  batch.advantages = advantages.advantages.index_select(0, mine);
+  batch.returns = advantages.returns.index_select(0, mine);
   for (const auto& [name, value] :
-       algos::advantage_diagnostics(advantages->advantages, batch.mask, batch.group_ids)) {
+       algos::advantage_diagnostics(advantages.advantages, batch.mask, batch.group_ids)) {
     (*metrics)["critic/" + name] = value;
   }
   return absl::OkStatus();

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/json.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/trainer/checkpoint.h"
 
@@ -42,12 +43,11 @@ std::string resume_path(const core::Config& config, comm::Communicator& comm) {
 absl::StatusOr<std::map<std::string, std::string>> checkpoint_side_files(
     const std::string& tokenizer_dir) {
   std::map<std::string, std::string> files;
-  absl::StatusOr<std::vector<std::string>> side_files = model::hf_side_files(tokenizer_dir);
-  if (!side_files.ok()) return side_files.status();
-  for (const std::string& file : *side_files) {
-    absl::StatusOr<std::string> text = core::read_file(file);
-    if (!text.ok()) return text.status();
-    files[fs::path(file).filename().string()] = *text;
+  FLYWHEEL_ASSIGN_OR_RETURN(std::vector<std::string> side_files,
+                            model::hf_side_files(tokenizer_dir));
+  for (const std::string& file : side_files) {
+    FLYWHEEL_ASSIGN_OR_RETURN(std::string text, core::read_file(file));
+    files[fs::path(file).filename().string()] = text;
   }
   return files;
 }
@@ -66,9 +66,8 @@ absl::StatusOr<std::unique_ptr<core::MetricsLogger>> make_metrics_logger(
 
 absl::StatusOr<ResumedState> read_resumed_state(const std::string& step_dir) {
   ResumedState out;
-  absl::StatusOr<std::string> snapshot = read_checkpoint_file(step_dir, kControllerFile);
-  if (!snapshot.ok()) return snapshot.status();
-  out.controller_snapshot = std::move(*snapshot);
+  FLYWHEEL_ASSIGN_OR_RETURN(std::string snapshot, read_checkpoint_file(step_dir, kControllerFile));
+  out.controller_snapshot = std::move(snapshot);
   // Checkpoints from before the file existed start the count again.
   absl::StatusOr<std::string> state = read_checkpoint_file(step_dir, kLearnerStateFile);
   if (state.ok()) {

@@ -98,8 +98,7 @@ absl::StatusOr<RlLoopResult> RlLoop::run(BatchSource& source, const StopRequeste
     violations_ += stats.violations;
 
     const auto update_start = Clock::now();
-    absl::StatusOr<Metrics> m = policy_->step(batch->groups);
-    if (!m.ok()) return m.status();
+    FLYWHEEL_ASSIGN_OR_RETURN(Metrics m, policy_->step(batch->groups));
     const double update_s = seconds_since(update_start);
     const int64_t step = policy_->version();
 
@@ -113,7 +112,7 @@ absl::StatusOr<RlLoopResult> RlLoop::run(BatchSource& source, const StopRequeste
     if (hooks_.stepped) hooks_.stepped(step);  // after publishing: a grant at `step` finds them
 
     const double step_s = seconds_since(step_start);
-    for (const auto& [name, value] : *m) log(name, value, step);
+    for (const auto& [name, value] : m) log(name, value, step);
     for (const auto& [name, value] : stats.reward_parts) log("reward/" + name, value, step);
     log("response_length/max", stats.length_max, step);
     log("response_length/clip_ratio", stats.clip_ratio, step);

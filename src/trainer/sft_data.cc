@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/jsonl_io.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/model/tokenizer/chat_messages.h"
 
 namespace flywheel::trainer {
@@ -16,10 +17,9 @@ absl::StatusOr<std::vector<int32_t>> encode(const model::Tokenizer& tokenizer,
                                             int64_t vocab_size) {
   model::EncodeOptions options;
   options.add_special_tokens = special;
-  absl::StatusOr<std::vector<int64_t>> ids = tokenizer.encode(text, options);
-  if (!ids.ok()) return ids.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(std::vector<int64_t> ids, tokenizer.encode(text, options));
   std::vector<int32_t> out;
-  for (int64_t id : *ids) {
+  for (int64_t id : ids) {
     if (id < 0 || id >= vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the tokenizer gives id ", id, ", outside the model's vocabulary [0, ", vocab_size, ")"));
@@ -45,15 +45,14 @@ SftDataOptions SftDataOptions::from_config(const core::Config& config, int64_t v
 absl::StatusOr<SftData> load_sft_data(const std::string& path, const SftDataOptions& options,
                                       const model::Tokenizer& tokenizer,
                                       const model::ChatTemplate* chat_template) {
-  absl::StatusOr<std::unique_ptr<core::JsonlReader>> in = core::JsonlReader::open(path);
-  if (!in.ok()) return in.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<core::JsonlReader> in, core::JsonlReader::open(path));
   SftData data;
   while (true) {
-    absl::StatusOr<std::optional<core::Json>> line = (*in)->next();
+    absl::StatusOr<std::optional<core::Json>> line = in->next();
     if (!line.ok()) return line.status();
     if (!line->has_value()) break;
     const core::Json& record = **line;
-    const std::string where = (*in)->where();
+    const std::string where = in->where();
     auto bad = [&](absl::string_view why) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": ", why));
     };
@@ -61,15 +60,14 @@ absl::StatusOr<SftData> load_sft_data(const std::string& path, const SftDataOpti
     bool chat = false;
     if (const core::Json* messages = record.find(options.messages_key)) {
       if (chat_template == nullptr) return bad("chat records need a chat template");
-      absl::StatusOr<std::vector<model::ChatMessage>> parsed =
-          model::parse_messages(*messages, where);
-      if (!parsed.ok()) return parsed.status();
-      if (parsed->size() < 2 || parsed->back().role != "assistant") {
+      FLYWHEEL_ASSIGN_OR_RETURN(std::vector<model::ChatMessage> parsed,
+                                model::parse_messages(*messages, where));
+      if (parsed.size() < 2 || parsed.back().role != "assistant") {
         return bad("a chat record must end with the assistant's message (the response)");
       }
-      response_text = parsed->back().content;
-      parsed->pop_back();
-      absl::StatusOr<std::string> rendered = chat_template->render(*parsed, true);
+      response_text = parsed.back().content;
+      parsed.pop_back();
+      absl::StatusOr<std::string> rendered = chat_template->render(parsed, true);
       if (!rendered.ok()) return bad(rendered.status().message());
       prompt_text = *rendered;
       chat = true;

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/trainer/micro_batch.h"
 
 namespace flywheel::trainer {
@@ -22,9 +23,8 @@ absl::StatusOr<std::unique_ptr<SftTrainer>> SftTrainer::create(const SftOptions&
   if (!model.ok()) return model.status();
   sft->model_ = std::move(*model);
   sft->optimizer_ = ShardedAdamW::for_model(*sft->model_, options.adamw);
-  absl::StatusOr<LrSchedule> schedule = LrSchedule::create(options.lr);
-  if (!schedule.ok()) return schedule.status();
-  sft->schedule_ = *schedule;
+  FLYWHEEL_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::create(options.lr));
+  sft->schedule_ = schedule;
   return sft;
 }
 
@@ -43,13 +43,12 @@ absl::StatusOr<std::pair<double, double>> SftTrainer::run(
     tokens.push_back({&examples[i]->prompt, &examples[i]->response});
     ids.push_back(static_cast<int64_t>(i));
   }
-  absl::StatusOr<BalancedMicroBatches> packed =
-      pack_balanced(tokens, ids, options_.micro_batch_tokens, R, *comm_);
-  if (!packed.ok()) return packed.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(BalancedMicroBatches packed,
+                            pack_balanced(tokens, ids, options_.micro_batch_tokens, R, *comm_));
   std::unique_ptr<at::NoGradGuard> no_grad;
   if (!train) no_grad = std::make_unique<at::NoGradGuard>();
   double logprob_sum = 0, count = 0;
-  for (const MicroBatch& mb : packed->micro_batches) {
+  for (const MicroBatch& mb : packed.micro_batches) {
     TokenOutputs out = model_->forward(mb.batch);
     at::Tensor lp = unpack(mb, out.logprobs);
     at::Tensor sum = lp.sum();  // unpack() zeroed the positions past each response

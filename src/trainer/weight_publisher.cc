@@ -41,11 +41,11 @@ absl::StatusOr<core::PublishedWeights> gather_weights(ShardedDecoder& model, at:
 }
 
 absl::Status WeightPublisher::publish(int64_t version) {
-  absl::StatusOr<core::PublishedWeights> weights =
-      gather_weights(*policy_, options_.dtype, version, options_.bucket_bytes);
-  if (!weights.ok()) return weights.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(
+      core::PublishedWeights weights,
+      gather_weights(*policy_, options_.dtype, version, options_.bucket_bytes));
   if (targets_.store != nullptr) {
-    FLYWHEEL_RETURN_IF_ERROR(targets_.store->publish(std::move(*weights)));
+    FLYWHEEL_RETURN_IF_ERROR(targets_.store->publish(std::move(weights)));
     if (targets_.channel != nullptr) targets_.channel->send(*targets_.store->latest());
   }
   if (targets_.published) targets_.published(version);

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -341,20 +342,50 @@ TEST(ControllerServiceTest, UnreachableControllerIsRetriedWithBackoffThenUnavail
   EXPECT_EQ(client->reconnects(), 3);
 }
 
+// The server's clock in a test: seconds that move only when the test says, and how often the
+// server read them (once per RPC).
+struct FakeClock {
+  std::atomic<double> now{0};
+  std::atomic<int64_t> reads{0};
+  std::function<double()> function() {
+    return [this] {
+      ++reads;
+      return now.load();
+    };
+  }
+  // Moves to `t`, then waits until two more RPCs read the clock: with heartbeats the only RPCs
+  // in flight, sent one by one, the first of them was recorded at `t`. False after 60 s.
+  bool advance_past_heartbeat(double t) {
+    now = t;
+    const int64_t seen = reads.load();
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (reads.load() < seen + 2) {
+      if (std::chrono::steady_clock::now() > give_up) return false;
+      std::this_thread::yield();
+    }
+    return true;
+  }
+};
+
 TEST(ControllerServiceTest, HeartbeatsKeepLeasesAlive) {
   ControllerOptions o = core_options(20);
   o.worker_timeout_s = 1.0;
-  Fixture f(o);
+  FakeClock clock;
+  Fixture f(o, {}, clock.function());
   ControllerClientOptions co;
+  co.worker_id = "silent";
+  ASSERT_TRUE(f.local_client(co)->acquire_work(2).ok());  // at 0, and never heard again
   co.worker_id = "beating";
   auto client = f.local_client(co);
   ASSERT_TRUE(client->acquire_work(2).ok());
-  client->start_heartbeats(0.05);
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // 2.5 worker timeouts
-  double now =
-      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  f.core->expire(now);
-  EXPECT_EQ(f.core->in_flight(), 2);
+  client->start_heartbeats(0.01);
+  // 2.5 worker timeouts on the server's clock, heard every half timeout.
+  for (double t : {0.5, 1.0, 1.5, 2.0, 2.5}) {
+    ASSERT_TRUE(clock.advance_past_heartbeat(t)) << "no heartbeat heard at " << t;
+  }
+  f.core->expire(2.5);
+  EXPECT_EQ(f.core->in_flight(), 2);         // the beating worker's
+  EXPECT_EQ(f.core->counters().expired, 2);  // the silent one's
 }
 
 TEST(ControllerServiceTest, WeightRpcsSayNotImplemented) {

@@ -2,6 +2,7 @@
 // core and dataset, and valid groups for its leases.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,10 +51,13 @@ inline TrajectoryGroup group_for(uint64_t lease_id, int64_t version, const std::
 struct Fixture {
   explicit Fixture(ControllerServerOptions server_options = {}, int64_t prompts = 40)
       : Fixture(core_options(prompts), server_options) {}
-  explicit Fixture(const ControllerOptions& options, ControllerServerOptions server_options = {}) {
+  // `clock`: the server's (default: its monotonic clock).
+  explicit Fixture(const ControllerOptions& options, ControllerServerOptions server_options = {},
+                   std::function<double()> clock = nullptr) {
     core = std::move(*ControllerCore::create(options));
     data = dataset(options.num_prompts);
-    auto started = ControllerServer::start(core.get(), data.get(), server_options);
+    auto started =
+        ControllerServer::start(core.get(), data.get(), server_options, std::move(clock));
     EXPECT_TRUE(started.ok()) << started.status();
     server = std::move(*started);
   }

@@ -177,7 +177,7 @@ TEST(WeightSyncTest, FetchIsByteIdenticalAcrossBucketsAndNothingNewerIsNullopt) 
   EXPECT_FALSE(same->has_value());
 }
 
-TEST(WeightSyncTest, NothingPublishedIsNulloptAtOnce) {
+TEST(WeightSyncTest, WallClockNothingPublishedIsNulloptAtOnce) {
   WeightsFixture f;
   const auto start = std::chrono::steady_clock::now();
   auto fetched = f.client()->fetch_weights(-1, 10);
@@ -398,7 +398,7 @@ TEST(WeightSyncTest, TheWeightRpcsNeedTheToken) {
   EXPECT_TRUE(client->ack_weights(1, (*fetched)->crc32c).ok());
 }
 
-TEST(WeightSyncTest, ASlowTransferEndsWithDeadlineExceeded) {
+TEST(WeightSyncTest, WallClockASlowTransferEndsWithDeadlineExceeded) {
   WeightsFixture f;
   ASSERT_TRUE(f.store.publish(flat_weights(1, 1 << 20, 16 << 10)).ok());  // 64 buckets
   ControllerClientOptions o;

@@ -8,18 +8,18 @@
 // callback may submit more work (and may block) without stopping scoring or timeouts.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "flywheel/core/options/rewards_options.h"
 #include "flywheel/rewards/composite_reward.h"
 
@@ -41,10 +41,12 @@ struct ScoringPoolOptions {
   int64_t workers = 2;
   int64_t queue_size = 4096;  // calls
   double timeout_s = 10.0;    // per call; values over 1e7 s (115 days) mean 1e7 s
+  // Tests: called by the destructor once it refuses new calls, before it waits for the rest.
+  std::function<void()> on_stopping_for_test;
 
   // rewards.workers, rewards.queue_size and rewards.timeout_s.
   static ScoringPoolOptions from_config(const core::RewardsOptions& rewards) {
-    return {rewards.workers, rewards.queue_size, rewards.timeout_s};
+    return {rewards.workers, rewards.queue_size, rewards.timeout_s, nullptr};
   }
 };
 
@@ -85,36 +87,40 @@ class ScoringPool {
 
   ScoringPool(std::shared_ptr<const CompositeReward> reward, const ScoringPoolOptions& options);
   void enqueue(std::vector<OwnedSample> samples, Done done, bool direct);
-  void start_worker();  // requires mu_
+  void start_worker() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void work(Worker* self);
   void watch();
   void complete();  // the completion thread
-  // Fails every queued call (no thread can run it); requires mu_, releases it meanwhile.
-  void fail_queued(std::unique_lock<std::mutex>& lock, const absl::Status& why);
+  // Fails every queued call (no thread can run it); releases mu_ meanwhile.
+  void fail_queued(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Who records a call's outcome: the worker that ran it or the watchdog that timed it out,
   // whichever claims it first.
   static bool claim(Call* call);
   // Records a claimed call's outcome; the last call of a batch queues it for its callback.
-  void finish(const std::shared_ptr<Call>& call, std::vector<PartResult> results, bool timed_out);
+  void finish(const std::shared_ptr<Call>& call, std::vector<PartResult> results, bool timed_out)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // What the threads wait for (absl::Condition re-evaluates them whenever mu_ is released).
+  bool has_work() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);       // a call queued, or stopping
+  bool has_space() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);      // the queue has room
+  bool has_completed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // a callback to run, or shut down
+  bool is_idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);        // all the destructor waits for
 
   std::shared_ptr<const CompositeReward> reward_;
   ScoringPoolOptions options_;
 
-  mutable std::mutex mu_;
-  std::condition_variable work_ready_;   // a call was queued, or stopping
-  std::condition_variable space_ready_;  // the queue has room
-  std::condition_variable watch_wake_;   // a call started or ended, or stopping
-  std::condition_variable idle_;         // something the destructor waits for ended
-  std::condition_variable completed_ready_;
-  std::deque<std::shared_ptr<Call>> queue_;
-  std::map<Worker*, std::unique_ptr<Worker>> workers_;
-  std::deque<std::pair<Done, std::vector<ScoredSample>>> completed_;  // waiting for callbacks
-  ScoringCounters counters_;
-  int64_t running_ = 0;      // calls on a worker
-  int64_t submitters_ = 0;   // submit() calls in progress
-  bool completing_ = false;  // a callback is running
-  bool stopping_ = false;    // the destructor started: no new calls are queued
-  bool shutdown_ = false;    // everything is done: the watchdog and completion thread exit
+  mutable absl::Mutex mu_;
+  std::deque<std::shared_ptr<Call>> queue_ ABSL_GUARDED_BY(mu_);
+  std::map<Worker*, std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);
+  // Waiting for their callbacks.
+  std::deque<std::pair<Done, std::vector<ScoredSample>>> completed_ ABSL_GUARDED_BY(mu_);
+  ScoringCounters counters_ ABSL_GUARDED_BY(mu_);
+  int64_t running_ ABSL_GUARDED_BY(mu_) = 0;      // calls on a worker
+  int64_t submitters_ ABSL_GUARDED_BY(mu_) = 0;   // submit() calls in progress
+  int64_t watch_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // bumped when a call starts or ends: the watchdog
+  bool completing_ ABSL_GUARDED_BY(mu_) = false;  // a callback is running
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;    // the destructor started: no new calls queued
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;    // all done: the watchdog and completer exit
   std::thread watchdog_;
   std::thread completer_;
 };

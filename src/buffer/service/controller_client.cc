@@ -16,6 +16,7 @@
 #include "client_weights_call.h"
 #include "flywheel/buffer/controller_core.h"
 #include "flywheel/core/crc32c.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/v1/controller.grpc.pb.h"
 #include "transport_args.h"
 #include "weight_wire.h"
@@ -212,9 +213,8 @@ absl::StatusOr<std::vector<v1::PushAck>> ControllerClient::push_groups(
 absl::StatusOr<std::optional<core::PublishedWeights>> ControllerClient::fetch_weights(
     int64_t newer_than, double timeout_s) {
   core::PublishedWeights weights;
-  absl::StatusOr<bool> fetched = fetch_weights_into(newer_than, timeout_s, &weights);
-  if (!fetched.ok()) return fetched.status();
-  if (!*fetched) return std::nullopt;
+  FLYWHEEL_ASSIGN_OR_RETURN(bool fetched, fetch_weights_into(newer_than, timeout_s, &weights));
+  if (!fetched) return std::nullopt;
   return std::optional<core::PublishedWeights>(std::move(weights));
 }
 

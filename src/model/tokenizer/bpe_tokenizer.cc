@@ -275,10 +275,9 @@ absl::Status BpeTokenizer::read_pre_tokenizer(const core::Json& p, const std::st
       stage.byte_level = true;
       stage.add_prefix_space = flag(*m, "add_prefix_space");
       if (flag(*m, "use_regex", true)) {
-        absl::StatusOr<std::unique_ptr<PretokenizerRegex>> regex =
-            PretokenizerRegex::compile(kGpt2Pattern);
-        if (!regex.ok()) return regex.status();
-        stage.regex = std::move(*regex);
+        FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<PretokenizerRegex> regex,
+                                  PretokenizerRegex::compile(kGpt2Pattern));
+        stage.regex = std::move(regex);
       }
       stages_.push_back(std::move(stage));
     } else {
@@ -459,9 +458,8 @@ void BpeTokenizer::bpe_word(absl::string_view word_view, std::vector<int64_t>* o
 absl::Status BpeTokenizer::encode_piece(absl::string_view piece, std::vector<int64_t>* out) const {
   std::string text(piece);
   if (nfc_) {
-    absl::StatusOr<std::string> normalized = nfc(text);
-    if (!normalized.ok()) return normalized.status();
-    text = std::move(*normalized);
+    FLYWHEEL_ASSIGN_OR_RETURN(std::string normalized, nfc(text));
+    text = std::move(normalized);
   }
   return pre_tokenize(text, 0, out);
 }

@@ -6,6 +6,7 @@
 #include "bpe_tokenizer.h"
 #include "char_tokenizer.h"
 #include "flywheel/core/file_io.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::model {
 namespace {
@@ -20,9 +21,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_hf_tokenizer_json(absl::string_v
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", parsed.status().message()));
   }
-  absl::StatusOr<std::unique_ptr<BpeTokenizer>> t = BpeTokenizer::from_json(*parsed, source);
-  if (!t.ok()) return t.status();
-  return std::unique_ptr<Tokenizer>(std::move(*t));
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<BpeTokenizer> t,
+                            BpeTokenizer::from_json(*parsed, source));
+  return std::unique_ptr<Tokenizer>(std::move(t));
 }
 
 absl::Status save_default_char_tokenizer(const std::string& dir) {
@@ -51,17 +52,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir
   if (type == core::TokenizerType::kHf) {
     core::ReadFileOptions options;
     options.max_bytes = kMaxTokenizerFileBytes;
-    absl::StatusOr<std::string> text = core::read_file(hf.string(), options);
-    if (!text.ok()) return text.status();
-    return load_hf_tokenizer_json(*text, hf.string());
+    FLYWHEEL_ASSIGN_OR_RETURN(std::string text, core::read_file(hf.string(), options));
+    return load_hf_tokenizer_json(text, hf.string());
   }
   if (!fs::exists(chr, ec)) return std::unique_ptr<Tokenizer>(CharTokenizer::make_default());
-  absl::StatusOr<core::Json> parsed = core::read_json_file(chr.string());
-  if (!parsed.ok()) return parsed.status();
-  absl::StatusOr<std::unique_ptr<CharTokenizer>> t =
-      CharTokenizer::from_json(*parsed, chr.string());
-  if (!t.ok()) return t.status();
-  return std::unique_ptr<Tokenizer>(std::move(*t));
+  FLYWHEEL_ASSIGN_OR_RETURN(core::Json parsed, core::read_json_file(chr.string()));
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<CharTokenizer> t,
+                            CharTokenizer::from_json(parsed, chr.string()));
+  return std::unique_ptr<Tokenizer>(std::move(t));
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer_if_present(const std::string& dir) {

@@ -1,4 +1,5 @@
 #include "flywheel/model/tokenizer/tokenizer_setup.h"
+#include "flywheel/core/status_macros.h"
 
 #include <utility>
 
@@ -8,9 +9,9 @@ absl::StatusOr<TokenizerSetup> load_tokenizer_setup(const core::TokenizerOptions
                                                     const std::string& model_path) {
   TokenizerSetup setup;
   setup.dir = options.path.empty() ? model_path : options.path;
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = load_tokenizer(setup.dir, options.type);
-  if (!tokenizer.ok()) return tokenizer.status();
-  setup.tokenizer = std::move(*tokenizer);
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                            load_tokenizer(setup.dir, options.type));
+  setup.tokenizer = std::move(tokenizer);
   if (options.chat_template != core::ChatTemplateChoice::kNone) {
     absl::StatusOr<ChatTemplate> resolved =
         ChatTemplate::resolve(std::string(core::choice_name(options.chat_template)), setup.dir);

@@ -107,9 +107,9 @@ absl::StatusOr<RewardOutput> MathReward::score(const RewardInput& input) const {
 }  // namespace math
 
 RewardPtr make_math_reward(const RewardSpec& spec) {
-  absl::StatusOr<std::unique_ptr<math::MathReward>> reward = math::MathReward::create(spec);
-  if (!reward.ok()) return reward.status();
-  return std::unique_ptr<RewardFunction>(std::move(*reward));
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<math::MathReward> reward,
+                            math::MathReward::create(spec));
+  return std::unique_ptr<RewardFunction>(std::move(reward));
 }
 
 }  // namespace flywheel::rewards

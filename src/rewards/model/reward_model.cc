@@ -51,9 +51,8 @@ absl::StatusOr<std::optional<model::ChatTemplate>> resolve_template(const std::s
   if (named.ok()) return *named;
   std::error_code ec;
   if (fs::is_directory(name, ec)) {
-    absl::StatusOr<model::ChatTemplate> detected = model::ChatTemplate::detect(name);
-    if (!detected.ok()) return detected.status();
-    return *detected;
+    FLYWHEEL_ASSIGN_OR_RETURN(model::ChatTemplate detected, model::ChatTemplate::detect(name));
+    return detected;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("reward '", kName, "': chat_template '", name,
@@ -165,8 +164,7 @@ absl::StatusOr<std::unique_ptr<RewardModel>> RewardModel::create(
   FLYWHEEL_RETURN_IF_ERROR(options.validate());
   auto state = std::make_unique<State>();
   state->options = options;
-  absl::StatusOr<at::ScalarType> dtype = model::parse_dtype(options.dtype);
-  if (!dtype.ok()) return dtype.status();
+  FLYWHEEL_ASSIGN_OR_RETURN(at::ScalarType dtype, model::parse_dtype(options.dtype));
   std::optional<at::Device> device;
   try {
     device = at::Device(options.device);
@@ -181,7 +179,7 @@ absl::StatusOr<std::unique_ptr<RewardModel>> RewardModel::create(
   }
   try {
     absl::StatusOr<std::unique_ptr<SequenceClassifier>> classifier =
-        SequenceClassifier::load(options.path, model::DecoderOptions{*dtype, *device});
+        SequenceClassifier::load(options.path, model::DecoderOptions{dtype, *device});
     if (!classifier.ok()) return classifier.status();
     state->classifier = std::move(*classifier);
   } catch (const std::exception& e) {
@@ -235,10 +233,9 @@ absl::StatusOr<std::vector<int64_t>> RewardModel::tokenize(const RewardInput& in
   std::string text;
   model::EncodeOptions encode;
   if (s.chat_template) {
-    absl::StatusOr<std::vector<model::ChatMessage>> messages = conversation(input);
-    if (!messages.ok()) return messages.status();
+    FLYWHEEL_ASSIGN_OR_RETURN(std::vector<model::ChatMessage> messages, conversation(input));
     absl::StatusOr<std::string> rendered =
-        s.chat_template->render(*messages, /*add_generation_prompt=*/false);
+        s.chat_template->render(messages, /*add_generation_prompt=*/false);
     if (!rendered.ok()) return bad(rendered.status().message());
     text = std::move(*rendered);
     encode.add_special_tokens = false;  // the template holds them, as in transformers
@@ -342,11 +339,9 @@ std::vector<absl::StatusOr<RewardOutput>> RewardModel::score_batch(
 }
 
 absl::StatusOr<std::unique_ptr<RewardFunction>> make_reward_model(const RewardSpec& spec) {
-  absl::StatusOr<RewardModelOptions> options = parse_reward_model_options(spec);
-  if (!options.ok()) return options.status();
-  absl::StatusOr<std::unique_ptr<RewardModel>> model = RewardModel::create(*options);
-  if (!model.ok()) return model.status();
-  return std::unique_ptr<RewardFunction>(std::move(*model));
+  FLYWHEEL_ASSIGN_OR_RETURN(RewardModelOptions options, parse_reward_model_options(spec));
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<RewardModel> model, RewardModel::create(options));
+  return std::unique_ptr<RewardFunction>(std::move(model));
 }
 
 absl::Status register_reward_model(core::PluginRegistry& registry) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "flywheel/core/file_io.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/model/hf_checkpoint.h"
 
 namespace flywheel::rewards {
@@ -42,10 +43,8 @@ absl::StatusOr<std::unique_ptr<SequenceClassifier>> SequenceClassifier::load(
                                             "' is not a directory (a Hugging Face "
                                             "sequence-classification checkpoint)"));
   }
-  absl::StatusOr<core::Json> json = core::read_json_file(config_path);
-  if (!json.ok()) return json.status();
-  if (const core::Json* archs = json->find("architectures");
-      archs != nullptr && archs->is_array()) {
+  FLYWHEEL_ASSIGN_OR_RETURN(core::Json json, core::read_json_file(config_path));
+  if (const core::Json* archs = json.find("architectures"); archs != nullptr && archs->is_array()) {
     std::vector<std::string> names;
     bool classifier = false;
     for (const core::Json& a : archs->as_array()) {
@@ -61,18 +60,18 @@ absl::StatusOr<std::unique_ptr<SequenceClassifier>> SequenceClassifier::load(
                        "LlamaForSequenceClassification with num_labels 1)"));
     }
   }
-  if (std::optional<int64_t> labels = declared_labels(*json); labels && *labels != 1) {
+  if (std::optional<int64_t> labels = declared_labels(json); labels && *labels != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(config_path, ": num_labels is ", *labels,
                      "; reward_model needs num_labels 1 (one scalar score)"));
   }
-  absl::StatusOr<model::ModelConfig> config = model::ModelConfig::from_json(*json, config_path);
+  absl::StatusOr<model::ModelConfig> config = model::ModelConfig::from_json(json, config_path);
   if (!config.ok()) return config.status();
   // The classifier has no lm_head: tie it to the embedding so that the decoder asks for none.
   config->tie_word_embeddings = true;
 
   std::unique_ptr<SequenceClassifier> c(new SequenceClassifier());
-  if (const core::Json* pad = json->find("pad_token_id"); pad != nullptr && pad->is_integer()) {
+  if (const core::Json* pad = json.find("pad_token_id"); pad != nullptr && pad->is_integer()) {
     c->pad_token_id_ = pad->as_int();
   }
   absl::StatusOr<std::unique_ptr<model::DecoderModel>> decoder =
@@ -82,12 +81,11 @@ absl::StatusOr<std::unique_ptr<SequenceClassifier>> SequenceClassifier::load(
                         absl::StrCat(config_path, ": ", decoder.status().message()));
   }
   c->decoder_ = std::move(*decoder);
-  absl::StatusOr<model::DecoderModel::TensorLookup> weights = model::open_hf_weights(dir);
-  if (!weights.ok()) return weights.status();
-  absl::Status loaded = c->decoder_->load(*weights);
+  FLYWHEEL_ASSIGN_OR_RETURN(model::DecoderModel::TensorLookup weights, model::open_hf_weights(dir));
+  absl::Status loaded = c->decoder_->load(weights);
   if (!loaded.ok()) return absl::Status(loaded.code(), absl::StrCat(dir, ": ", loaded.message()));
 
-  absl::StatusOr<at::Tensor> score = (*weights)("score.weight");
+  absl::StatusOr<at::Tensor> score = (weights)("score.weight");
   if (!score.ok()) {
     if (!absl::IsNotFound(score.status())) return score.status();
     return absl::NotFoundError(
@@ -106,7 +104,7 @@ absl::StatusOr<std::unique_ptr<SequenceClassifier>> SequenceClassifier::load(
         absl::StrCat(dir, ": tensor 'score.weight' has ", score->size(0),
                      " rows (labels); reward_model needs num_labels 1 (one scalar score)"));
   }
-  if ((*weights)("score.bias").ok()) {
+  if ((weights)("score.bias").ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(dir,
                      ": the checkpoint has 'score.bias'; a Hugging Face sequence-"

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::rewards {
 namespace {
@@ -199,12 +200,11 @@ absl::StatusOr<PyCheck> isclose_check(absl::string_view args, absl::string_view 
     if (eq == absl::string_view::npos)
       return unsupported(statement, "passes isclose a third positional argument");
     const absl::string_view name = absl::StripAsciiWhitespace(kw.substr(0, eq));
-    absl::StatusOr<double> value = literal_number(kw.substr(eq + 1), statement);
-    if (!value.ok()) return value.status();
+    FLYWHEEL_ASSIGN_OR_RETURN(double value, literal_number(kw.substr(eq + 1), statement));
     if (name == "rel_tol") {
-      check.tolerance = *value;
+      check.tolerance = value;
     } else if (name == "abs_tol") {
-      check.abs_tol = *value;
+      check.abs_tol = value;
     } else {
       return unsupported(statement, absl::StrCat("passes isclose '", name, "'"));
     }
@@ -284,10 +284,9 @@ absl::StatusOr<PyCheck> plan_assert(absl::string_view statement) {
       const TopToken& m = minus.back();
       absl::StatusOr<PyValue> a = parse_python_literal(inner.substr(m.end));
       absl::StatusOr<PyValue> b = parse_python_literal(inner.substr(0, m.begin));
-      absl::StatusOr<double> tolerance = literal_number(right, statement);
-      if (!tolerance.ok()) return tolerance.status();
+      FLYWHEEL_ASSIGN_OR_RETURN(double tolerance, literal_number(right, statement));
       check.kind = PyCheck::Kind::kApprox;
-      check.tolerance = *tolerance;
+      check.tolerance = tolerance;
       check.inclusive = op.text == "<=";
       if (a.ok() && a->is_number()) {
         check.expression = std::string(absl::StripAsciiWhitespace(inner.substr(0, m.begin)));
@@ -355,10 +354,9 @@ absl::StatusOr<std::vector<PyStep>> plan_python_test(absl::string_view test) {
     absl::string_view s = absl::StripLeadingAsciiWhitespace(statement);
     PyStep step;
     if (starts_with_word(s, "assert")) {
-      absl::StatusOr<PyCheck> check = plan_assert(statement);
-      if (!check.ok()) return check.status();
+      FLYWHEEL_ASSIGN_OR_RETURN(PyCheck check, plan_assert(statement));
       step.is_check = true;
-      step.check = std::move(*check);
+      step.check = std::move(check);
     } else {
       bool nested_assert = false;
       std::string body(s);

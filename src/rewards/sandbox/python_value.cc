@@ -546,9 +546,8 @@ absl::StatusOr<std::vector<PyValue>> python_values_from_text(absl::string_view t
   }
   TokenReader reader(text);
   for (size_t i = 0; i < count; ++i) {
-    absl::StatusOr<PyValue> v = reader.value(0);
-    if (!v.ok()) return v.status();
-    out.push_back(std::move(*v));
+    FLYWHEEL_ASSIGN_OR_RETURN(PyValue v, reader.value(0));
+    out.push_back(std::move(v));
   }
   if (!reader.at_end()) return value_error("more values than expected");
   return out;

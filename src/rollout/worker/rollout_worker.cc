@@ -26,6 +26,15 @@ std::vector<int32_t> to_int32(const std::vector<int64_t>& v) {
 
 constexpr char kBaselineSuffix[] = "/greedy";  // request id of a lease's greedy baseline
 
+// Waits on `cv` (under `mu`, held) until `ready()` or `deadline`; returns ready().
+template <typename Ready>
+bool wait_until(absl::CondVar* cv, absl::Mutex* mu, absl::Time deadline, const Ready& ready) {
+  while (!ready()) {
+    if (cv->WaitWithDeadline(mu, deadline)) return ready();
+  }
+  return true;
+}
+
 }  // namespace
 
 struct RolloutWorker::Pending {
@@ -50,15 +59,20 @@ RolloutWorker::RolloutWorker(const RolloutWorkerOptions& options, const RolloutW
       pool_(parts.pool) {}
 
 RolloutWorker::~RolloutWorker() {
-  stopping_.store(true);
-  fetch_cv_.notify_all();
-  push_cv_.notify_all();
+  {
+    // Under both mutexes, so that no waiter checks stopping_ and then misses the signal.
+    absl::MutexLock fetch_lock(&fetch_mu_);
+    absl::MutexLock push_lock(&push_mu_);
+    stopping_.store(true);
+  }
+  fetch_cv_.SignalAll();
+  push_cv_.SignalAll();
   if (fetcher_.joinable()) fetcher_.join();
   if (pusher_.joinable()) pusher_.join();
 }
 
 RolloutWorkerStats RolloutWorker::stats() const {
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  absl::MutexLock lock(&stats_mu_);
   return stats_;
 }
 
@@ -69,14 +83,14 @@ void RolloutWorker::fetch_loop() {
     // large model costs seconds of page faults.
     std::shared_ptr<core::PublishedWeights> into;
     {
-      std::lock_guard<std::mutex> lock(fetch_mu_);
+      absl::MutexLock lock(&fetch_mu_);
       into = spare_ ? std::move(spare_) : std::make_shared<core::PublishedWeights>();
       if (forget_fetched_) known = -1;
       forget_fetched_ = false;
     }
     absl::StatusOr<bool> got = weights_->fetch_into(known, options_.weight_timeout_s, into.get());
     {
-      std::lock_guard<std::mutex> lock(fetch_mu_);
+      absl::MutexLock lock(&fetch_mu_);
       if (forget_fetched_) {
         // A restart began during this fetch: what it got may be of the old controller.
         if (!spare_) spare_ = std::move(into);
@@ -88,27 +102,25 @@ void RolloutWorker::fetch_loop() {
         spare_ = std::move(into);
       }
       if (!got.ok()) fetch_error_ = got.status();
-      ++fetch_rounds_;
     }
     weights_finished_.store(weights_->finished());
-    fetch_cv_.notify_all();
-    std::unique_lock<std::mutex> lock(fetch_mu_);
-    fetch_cv_.wait_for(lock, std::chrono::duration<double>(options_.poll_interval_s),
-                       [this] { return stopping_.load(); });
+    fetch_cv_.SignalAll();
+    absl::MutexLock lock(&fetch_mu_);
+    wait_until(&fetch_cv_, &fetch_mu_, absl::Now() + absl::Seconds(options_.poll_interval_s),
+               [this] { return stopping_.load(); });
   }
 }
 
 absl::Status RolloutWorker::apply_weights(int64_t min_version) {
   std::shared_ptr<core::PublishedWeights> weights;
   {
-    std::unique_lock<std::mutex> lock(fetch_mu_);
+    absl::MutexLock lock(&fetch_mu_);
     if (min_version > applied_version_ && fetched_version_ < min_version) {
       // The controller grants at versions it has published: wait until they arrive (or the
-      // controller turns out to be another start, which publishes other versions).
-      const auto deadline =
-          Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                             std::chrono::duration<double>(options_.weight_timeout_s));
-      const bool ready = fetch_cv_.wait_until(lock, deadline, [&] {
+      // controller turns out to be another start, which publishes other versions). The fetcher
+      // signals after every round, so the stop request is asked at least once per poll.
+      const absl::Time deadline = absl::Now() + absl::Seconds(options_.weight_timeout_s);
+      const bool ready = wait_until(&fetch_cv_, &fetch_mu_, deadline, [&] {
         return fetched_version_ >= min_version || client_->controller_restarted() ||
                stopping_.load() || (stop_ && stop_());
       });
@@ -138,10 +150,10 @@ absl::Status RolloutWorker::apply_weights(int64_t min_version) {
   applied_version_ = weights->version;
   applied_manifest_ = weights->tensors;
   {
-    std::lock_guard<std::mutex> lock(fetch_mu_);
+    absl::MutexLock lock(&fetch_mu_);
     spare_ = std::move(weights);  // staged (copied): the fetcher may reuse its memory
   }
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  absl::MutexLock lock(&stats_mu_);
   ++stats_.weight_updates;
   stats_.weight_stage_s += seconds_since(start);
   return absl::OkStatus();
@@ -173,13 +185,12 @@ absl::Status RolloutWorker::acquire(bool* done) {
                              engine_->queued_requests() * options_.group_size;
   const int64_t wanted = free_slots / per_group - static_cast<int64_t>(pending_.size());
   if (wanted < 1) return absl::OkStatus();
-  absl::StatusOr<v1::AcquireWorkReply> reply = client_->acquire_work(wanted);
-  if (!reply.ok()) return reply.status();
-  if (reply->kind() == v1::AcquireWorkReply::DONE) {
+  FLYWHEEL_ASSIGN_OR_RETURN(v1::AcquireWorkReply reply, client_->acquire_work(wanted));
+  if (reply.kind() == v1::AcquireWorkReply::DONE) {
     *done = true;
     return absl::OkStatus();
   }
-  for (const v1::PromptLease& lease : reply->leases()) {
+  for (const v1::PromptLease& lease : reply.leases()) {
     const std::string where = absl::StrCat("prompt ", lease.prompt_index());
     absl::StatusOr<EncodedPrompt> prompt = encoder_->encode(lease.prompt_json(), where);
     if (!prompt.ok()) {
@@ -187,14 +198,14 @@ absl::Status RolloutWorker::acquire(bool* done) {
       // re-issuing it to the next worker forever.
       FLYWHEEL_LOG_ERROR("%s; dropping it", prompt.status().message());
       (void)client_->release_lease(lease.lease_id(), /*drop=*/true);
-      std::lock_guard<std::mutex> lock(stats_mu_);
+      absl::MutexLock lock(&stats_mu_);
       ++stats_.leases_released;
       continue;
     }
     auto pending = std::make_unique<Pending>();
     pending->lease = lease;
     pending->prompt = std::move(*prompt);
-    pending->grant_version = reply->version();
+    pending->grant_version = reply.version();
     pending_.push_back(std::move(pending));
   }
   return absl::OkStatus();
@@ -230,7 +241,7 @@ absl::Status RolloutWorker::submit_ready() {
       // E.g. a prompt too long for the context: the controller drops it (counted).
       FLYWHEEL_LOG_ERROR("prompt %d: %s; dropping it", next.lease.prompt_index(), s.message());
       (void)client_->release_lease(next.lease.lease_id(), /*drop=*/true);
-      std::lock_guard<std::mutex> lock(stats_mu_);
+      absl::MutexLock lock(&stats_mu_);
       ++stats_.leases_released;
     } else {
       auto active = std::make_unique<Active>();
@@ -295,7 +306,7 @@ void RolloutWorker::collect_finished() {
       samples.push_back(std::move(owned));
     }
     {
-      std::lock_guard<std::mutex> lock(stats_mu_);
+      absl::MutexLock lock(&stats_mu_);
       for (const Sample& sample : result.samples) {
         stats_.generated_tokens += static_cast<int64_t>(sample.token_ids.size());
       }
@@ -335,10 +346,10 @@ void RolloutWorker::collect_finished() {
         t.sample_index = static_cast<int64_t>(i);
         group.trajectories.push_back(std::move(t));
       }
-      std::lock_guard<std::mutex> lock(push_mu_);
+      absl::MutexLock lock(&push_mu_);
       to_push_.push_back(std::move(group));
       --scoring_;
-      push_cv_.notify_all();
+      push_cv_.SignalAll();
     });
   }
 }
@@ -347,8 +358,8 @@ void RolloutWorker::push_loop() {
   while (true) {
     std::vector<buffer::TrajectoryGroup> batch;
     {
-      std::unique_lock<std::mutex> lock(push_mu_);
-      push_cv_.wait(lock, [this] { return stopping_.load() || !to_push_.empty(); });
+      absl::MutexLock lock(&push_mu_);
+      while (!stopping_.load() && to_push_.empty()) push_cv_.Wait(&push_mu_);
       if (to_push_.empty()) return;  // stopping
       const uint64_t tag = lease_tag_.load();
       int64_t dropped = 0;
@@ -362,12 +373,12 @@ void RolloutWorker::push_loop() {
       }
       pushing_ = static_cast<int64_t>(batch.size());
       if (dropped > 0) {
-        std::lock_guard<std::mutex> stats_lock(stats_mu_);
+        absl::MutexLock stats_lock(&stats_mu_);
         stats_.groups_dropped += dropped;
       }
       if (batch.empty()) {
         pushing_ = 0;
-        push_cv_.notify_all();
+        push_cv_.SignalAll();
         continue;
       }
     }
@@ -376,7 +387,7 @@ void RolloutWorker::push_loop() {
     if (acks.ok()) {
       for (size_t i = 0; i < acks->size() && i < batch.size(); ++i) {
         const v1::PushAck& ack = (*acks)[i];
-        std::lock_guard<std::mutex> stats_lock(stats_mu_);
+        absl::MutexLock stats_lock(&stats_mu_);
         ++stats_.groups_pushed;
         if (ack.code() == 0) {
           if (ack.outcome() == "accepted" || ack.outcome() == "duplicate") ++stats_.groups_accepted;
@@ -396,15 +407,15 @@ void RolloutWorker::push_loop() {
       }
     }
     if (!retry.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    std::lock_guard<std::mutex> lock(push_mu_);
+    absl::MutexLock lock(&push_mu_);
     pushing_ = 0;
     if (!acks.ok()) {
       push_error_ = acks.status();
-      push_cv_.notify_all();
+      push_cv_.SignalAll();
       return;
     }
     for (auto it = retry.rbegin(); it != retry.rend(); ++it) to_push_.push_front(std::move(*it));
-    push_cv_.notify_all();
+    push_cv_.SignalAll();
   }
 }
 
@@ -413,7 +424,7 @@ void RolloutWorker::give_back_leases() {
   (void)engine_->take_finished();
   for (const auto& [id, active] : active_) (void)client_->release_lease(active->lease.lease_id());
   for (const auto& pending : pending_) (void)client_->release_lease(pending->lease.lease_id());
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  absl::MutexLock lock(&stats_mu_);
   stats_.leases_released += static_cast<int64_t>(active_.size() + pending_.size());
   active_.clear();
   pending_.clear();
@@ -426,9 +437,9 @@ absl::Status RolloutWorker::reset_for_restart() {
   active_.clear();
   pending_.clear();
   {
-    std::lock_guard<std::mutex> lock(push_mu_);
+    absl::MutexLock lock(&push_mu_);
     {
-      std::lock_guard<std::mutex> stats_lock(stats_mu_);
+      absl::MutexLock stats_lock(&stats_mu_);
       stats_.groups_dropped += static_cast<int64_t>(to_push_.size());
       ++stats_.controller_restarts;
     }
@@ -437,7 +448,7 @@ absl::Status RolloutWorker::reset_for_restart() {
   }
   FLYWHEEL_RETURN_IF_ERROR(engine_->reset_version(-1));
   {
-    std::lock_guard<std::mutex> lock(fetch_mu_);
+    absl::MutexLock lock(&fetch_mu_);
     if (fetched_ && !spare_) spare_ = std::move(fetched_);
     fetched_.reset();
     fetched_version_ = -1;
@@ -470,14 +481,14 @@ absl::Status RolloutWorker::run(const StopRequested& stop) {
   }
   // Groups still being scored are pushed (when the controller is there) before returning: the
   // scoring pool's callbacks use this worker.
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(options_.drain_timeout_s));
-  std::unique_lock<std::mutex> lock(push_mu_);
-  push_cv_.wait_until(lock, deadline, [&] {
-    return scoring_.load() == 0 &&
-           ((to_push_.empty() && pushing_ == 0) || !push_error_.ok() || !reachable);
-  });
-  lock.unlock();
+  const absl::Time deadline = absl::Now() + absl::Seconds(options_.drain_timeout_s);
+  {
+    absl::MutexLock lock(&push_mu_);
+    wait_until(&push_cv_, &push_mu_, deadline, [&] {
+      return scoring_.load() == 0 &&
+             ((to_push_.empty() && pushing_ == 0) || !push_error_.ok() || !reachable);
+    });
+  }
   if (!reachable && client_->controller_done()) {
     // Told that training is over: a controller that has shut down since is no failure.
     FLYWHEEL_LOG_INFO("done; the controller has shut down (%s)", s.message());
@@ -495,15 +506,14 @@ absl::Status RolloutWorker::run(const StopRequested& stop) {
 }
 
 absl::Status RolloutWorker::loop() {
-  absl::StatusOr<v1::RegisterReply> registered = client_->register_worker();
-  if (!registered.ok()) return registered.status();
-  if (registered->group_size() != options_.group_size) {
+  FLYWHEEL_ASSIGN_OR_RETURN(v1::RegisterReply registered, client_->register_worker());
+  if (registered.group_size() != options_.group_size) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the controller expects groups of ", registered->group_size(),
+        absl::StrCat("the controller expects groups of ", registered.group_size(),
                      " but rollout.group_size is ", options_.group_size));
   }
-  lease_tag_.store(registered->incarnation());
-  client_->start_heartbeats(std::max(0.05, registered->heartbeat_interval_s()));
+  lease_tag_.store(registered.incarnation());
+  client_->start_heartbeats(std::max(0.05, registered.heartbeat_interval_s()));
 
   // The first weights, before anything is generated.
   absl::Status s = apply_weights(0);
@@ -512,7 +522,7 @@ absl::Status RolloutWorker::loop() {
   auto next_acquire = Clock::now();
   while (!stop_()) {
     {
-      std::lock_guard<std::mutex> lock(push_mu_);
+      absl::MutexLock lock(&push_mu_);
       if (!push_error_.ok()) return push_error_;
     }
     if (!done && client_->controller_done()) {
@@ -544,7 +554,7 @@ absl::Status RolloutWorker::loop() {
     maybe_acknowledge();
     collect_finished();
     if (done && engine_->idle() && pending_.empty() && scoring_.load() == 0) {
-      std::lock_guard<std::mutex> lock(push_mu_);
+      absl::MutexLock lock(&push_mu_);
       if (to_push_.empty() && pushing_ == 0) break;
     }
   }

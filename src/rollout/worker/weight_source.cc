@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/crc32c.h"
 #include "flywheel/core/logging.h"
+#include "flywheel/core/status_macros.h"
 #include "flywheel/model/safetensors.h"
 
 namespace flywheel::rollout {
@@ -37,19 +38,18 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> payload_tensors(
     const core::PublishedWeights& weights) {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const core::WeightTensor& entry : weights.tensors) {
-    absl::StatusOr<at::ScalarType> dtype = model::safetensors_dtype(entry.dtype);
-    if (!dtype.ok()) return dtype.status();
+    FLYWHEEL_ASSIGN_OR_RETURN(at::ScalarType dtype, model::safetensors_dtype(entry.dtype));
     int64_t numel = 1;
     for (int64_t d : entry.shape) numel *= d;
     if (entry.offset + entry.size > weights.payload.size() ||
-        static_cast<uint64_t>(numel) * at::elementSize(*dtype) != entry.size) {
+        static_cast<uint64_t>(numel) * at::elementSize(dtype) != entry.size) {
       return absl::InvalidArgumentError(
           absl::StrCat("weights v", weights.version, ": tensor '", entry.name,
                        "' does not match its byte range in the payload"));
     }
     // from_blob does not take ownership; the engine copies what it stages.
     void* data = const_cast<char*>(weights.payload.data() + entry.offset);
-    out.emplace_back(entry.name, at::from_blob(data, entry.shape, at::TensorOptions(*dtype)));
+    out.emplace_back(entry.name, at::from_blob(data, entry.shape, at::TensorOptions(dtype)));
   }
   return out;
 }
@@ -64,9 +64,8 @@ absl::StatusOr<uint32_t> parameters_crc32c(const model::DecoderModel& model,
     if (it == params.end()) {
       return absl::NotFoundError(absl::StrCat("the model has no parameter '", entry.name, "'"));
     }
-    absl::StatusOr<at::ScalarType> dtype = model::safetensors_dtype(entry.dtype);
-    if (!dtype.ok()) return dtype.status();
-    at::Tensor host = it->second.detach().to(at::kCPU, *dtype).contiguous();
+    FLYWHEEL_ASSIGN_OR_RETURN(at::ScalarType dtype, model::safetensors_dtype(entry.dtype));
+    at::Tensor host = it->second.detach().to(at::kCPU, dtype).contiguous();
     crc = core::crc32c_extend(crc, host.data_ptr(), host.numel() * host.element_size());
   }
   return crc;

@@ -106,7 +106,7 @@ TEST(CodeExecRewardTest, ScoresTheFractionOfTestsPassed) {
   }
 }
 
-TEST(CodeExecRewardTest, CountsTimeoutsAndStopsEarlyWhenAsked) {
+TEST(CodeExecRewardTest, WallClockCountsTimeoutsAndStopsEarlyWhenAsked) {
   auto reward = make_reward({{"timeout_s", "0.5"}, {"stop_on_first_failure", "true"}});
   ASSERT_NE(reward, nullptr);
   const auto start = std::chrono::steady_clock::now();

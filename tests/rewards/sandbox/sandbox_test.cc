@@ -139,7 +139,7 @@ TEST(SandboxTest, KeepsReadingPastTheOutputCapWithoutHoldingIt) {
   EXPECT_EQ(r.stderr_data, "done\n");
 }
 
-TEST(SandboxTest, KillsAtTheOutputCapWhenAsked) {
+TEST(SandboxTest, WallClockKillsAtTheOutputCapWhenAsked) {
   SandboxOptions options;
   options.max_stdout_bytes = 1000;
   options.kill_on_stdout_overflow = true;

@@ -22,18 +22,18 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "flywheel/buffer/service/controller_client.h"
 #include "flywheel/rewards/scoring_pool.h"
 #include "flywheel/rollout/engine.h"
@@ -129,30 +129,33 @@ class RolloutWorker {
   static constexpr uint64_t kNoLeases = ~uint64_t{0};
   std::atomic<uint64_t> lease_tag_{kNoLeases};
 
-  // Fetcher thread.
-  mutable std::mutex fetch_mu_;
-  std::condition_variable fetch_cv_;
-  std::shared_ptr<core::PublishedWeights> fetched_;  // newest, not yet taken
-  std::shared_ptr<core::PublishedWeights> spare_;    // applied; its memory is reused
-  int64_t fetched_version_ = -1;
-  int64_t fetch_rounds_ = 0;     // completed polls
-  bool forget_fetched_ = false;  // the fetcher forgets the version it knows (restart)
-  absl::Status fetch_error_;
+  // Fetcher thread. Waits on the condition variables also end on stopping_ (set under both
+  // mutexes) and on the stop request (asked at each fetch round).
+  mutable absl::Mutex fetch_mu_;
+  absl::CondVar fetch_cv_;  // a fetch round ended, or stopping
+  std::shared_ptr<core::PublishedWeights> fetched_ ABSL_GUARDED_BY(fetch_mu_);  // newest, untaken
+  // Applied; its memory is reused.
+  std::shared_ptr<core::PublishedWeights> spare_ ABSL_GUARDED_BY(fetch_mu_);
+  int64_t fetched_version_ ABSL_GUARDED_BY(fetch_mu_) = -1;
+  // The fetcher forgets the version it knows (restart).
+  bool forget_fetched_ ABSL_GUARDED_BY(fetch_mu_) = false;
+  absl::Status fetch_error_ ABSL_GUARDED_BY(fetch_mu_);
   std::thread fetcher_;
 
   // Pusher thread.
-  mutable std::mutex push_mu_;
-  std::condition_variable push_cv_;
-  std::deque<buffer::TrajectoryGroup> to_push_;
-  int64_t pushing_ = 0;  // groups taken by the pusher, not yet acknowledged
-  absl::Status push_error_;
+  mutable absl::Mutex push_mu_;
+  absl::CondVar push_cv_;  // to_push_ or pushing_ changed, or stopping
+  std::deque<buffer::TrajectoryGroup> to_push_ ABSL_GUARDED_BY(push_mu_);
+  // Groups taken by the pusher, not yet acknowledged.
+  int64_t pushing_ ABSL_GUARDED_BY(push_mu_) = 0;
+  absl::Status push_error_ ABSL_GUARDED_BY(push_mu_);
   std::thread pusher_;
 
   std::atomic<bool> weights_finished_{false};  // the fetcher's weights_->finished()
   std::atomic<int64_t> scoring_{0};            // groups in the scoring pool
   std::atomic<bool> stopping_{false};
-  mutable std::mutex stats_mu_;
-  RolloutWorkerStats stats_;
+  mutable absl::Mutex stats_mu_;
+  RolloutWorkerStats stats_ ABSL_GUARDED_BY(stats_mu_);
 };
 
 }  // namespace flywheel::rollout
