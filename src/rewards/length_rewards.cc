@@ -80,9 +80,7 @@ class RepetitionPenalty : public RewardFunction {
  public:
   RepetitionPenalty(int64_t n, bool words, double factor) : n_(n), words_(words), factor_(factor) {}
   absl::StatusOr<RewardOutput> score(const RewardInput& input) const override {
-    if (!words_) {
-      FLYWHEEL_ASSIGN_OR_RETURN(int64_t count, token_count(input, "repetition_penalty"));
-    }
+    if (!words_) FLYWHEEL_RETURN_IF_ERROR(token_count(input, "repetition_penalty").status());
     const std::vector<int64_t> u = units(input, words_);
     RewardOutput out;
     const int64_t total = static_cast<int64_t>(u.size()) - n_ + 1;

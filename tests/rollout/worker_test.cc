@@ -125,7 +125,7 @@ class Worker {
     auto reward = std::make_shared<const rewards::CompositeReward>(
         std::vector<rewards::WeightedReward>{{"parity", 1.0, std::make_shared<ParityReward>()}},
         0.0);
-    pool_ = std::move(*rewards::ScoringPool::create(reward, {1, 64, 10}));
+    pool_ = std::move(*rewards::ScoringPool::create(reward, {1, 64, 10, nullptr}));
     buffer::ControllerClientOptions co;
     co.address = "127.0.0.1:" + std::to_string(port);
     co.worker_id = "w0";
