@@ -80,6 +80,13 @@ std::vector<ConfigIssue> collect_config_issues(const Config& config) {
                       "model.max_seq_len (",
                       config.model.max_seq_len, ") tokens; raise it or lower model.max_seq_len")});
   }
+  // The environments exist (the `environment` registry); the episode runner that would use
+  // them in the rollout worker does not yet. Refused rather than silently single-turn.
+  if (!config.environment.name.empty()) {
+    issues.push_back({"environment.name",
+                      "multi-turn episodes are not implemented yet: rollout workers generate "
+                      "single-turn groups only; leave it empty"});
+  }
   for (size_t i = 0; i < config.plugins.size(); ++i) {
     if (config.plugins[i].empty()) {
       issues.push_back({absl::StrCat("plugins[", i, "]"), "must not be empty"});

@@ -1,4 +1,4 @@
-#include "flywheel/rewards/param_reader.h"
+#include "flywheel/core/param_reader.h"
 
 #include <cerrno>
 #include <cmath>
@@ -10,12 +10,11 @@
 #include "absl/strings/str_join.h"
 #include "flywheel/core/registry.h"
 
-namespace flywheel::rewards {
+namespace flywheel::core {
 
 void ParamReader::fail(const std::string& key, const std::string& problem) {
   if (error_.ok()) {
-    error_ = absl::InvalidArgumentError(
-        absl::StrCat("reward '", name_, "': option '", key, "' ", problem));
+    error_ = absl::InvalidArgumentError(absl::StrCat(owner_, ": option '", key, "' ", problem));
   }
 }
 
@@ -90,10 +89,10 @@ absl::Status ParamReader::finish() const {
   std::vector<std::string> known(read_.begin(), read_.end());
   for (const auto& [key, value] : params_) {
     if (read_.count(key)) continue;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "reward '", name_, "': ", core::unknown_name_error("option", key, known).message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(owner_, ": ", unknown_name_error("option", key, known).message()));
   }
   return absl::OkStatus();
 }
 
-}  // namespace flywheel::rewards
+}  // namespace flywheel::core

@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine_state.h"
 #include "flywheel/core/plugin_registry.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/model/tokenizer/tokenizer.h"
@@ -36,24 +37,6 @@ absl::Status EngineOptions::validate() const {
   if (max_prefill_tokens < 1) return absl::InvalidArgumentError("max_prefill_tokens must be >= 1");
   return absl::OkStatus();
 }
-
-struct GenerationEngine::Group {
-  GenerationRequest request;
-  std::vector<Sample> samples;
-  std::vector<std::unique_ptr<LogitsProcessor>> processors;
-  int64_t unfinished = 0;
-  bool admitted = false;
-};
-
-struct GenerationEngine::Sequence {
-  Group* group = nullptr;
-  int64_t index = 0;  // sample index in the group
-  int64_t slot = 0;
-  std::vector<int64_t> tokens;  // prompt + generated
-  int64_t cached = 0;           // tokens[0, cached) are in the slot's KV cache
-  uint64_t seed = 0;  // sample_seed(request seed, index): its draws are sample_uniform(seed, i)
-  Sample& sample() { return group->samples[index]; }
-};
 
 GenerationEngine::GenerationEngine(std::shared_ptr<model::DecoderModel> model,
                                    const EngineOptions& options, const EngineContext& context)
@@ -101,6 +84,7 @@ absl::Status GenerationEngine::submit(GenerationRequest request) {
                               ", outside the vocabulary [0, ", vocab, ")"));
     }
   }
+  if (request.turn_max_new_tokens < 0) return bad("turn_max_new_tokens must be >= 0");
   if (request.n < 1 || request.n > options_.max_slots) {
     return bad(
         absl::StrCat("n must be in [1, ", options_.max_slots, "] (max_slots), got ", request.n));
@@ -168,6 +152,7 @@ void GenerationEngine::apply_pending_update() {
     }
     model_->forward(batch, cache_.get());
     stats_.prefill_tokens += B * longest;
+    for (Sequence* seq : rows) stats_.computed_tokens += seq->cached;
   } catch (const std::exception& e) {
     fail_active(absl::StrCat("recomputing the KV cache after a weight update failed: ", e.what()));
   }
@@ -250,6 +235,7 @@ void GenerationEngine::admit() {
     return;
   }
   stats_.prefill_tokens += G * longest;
+  for (Group* g : admitted) stats_.computed_tokens += g->request.prompt_ids.size();
   // Share each prompt's KV with the group's other slots, then sample every first token.
   std::vector<Sequence*> sequences;
   std::vector<int64_t> logit_rows;
@@ -270,7 +256,9 @@ void GenerationEngine::admit() {
 void GenerationEngine::decode() {
   std::vector<Sequence*> rows;
   for (auto& seq : slots_) {
-    if (seq && static_cast<int64_t>(seq->tokens.size()) > seq->cached) rows.push_back(seq.get());
+    if (seq && !seq->waiting && static_cast<int64_t>(seq->tokens.size()) == seq->cached + 1) {
+      rows.push_back(seq.get());
+    }
   }
   if (rows.empty()) return;
   const int64_t B = rows.size();
@@ -293,6 +281,7 @@ void GenerationEngine::decode() {
     return;
   }
   ++stats_.decode_steps;
+  stats_.computed_tokens += B;
   for (Sequence* seq : rows) ++seq->cached;
   sample_and_append(logits, rows);
 }
@@ -425,14 +414,27 @@ void GenerationEngine::append_token(Sequence& seq, int64_t token, float logprob)
   sample.token_ids.push_back(token);
   sample.logprobs.push_back(logprob);
   sample.versions.push_back(version_);
+  const GenerationRequest& request = seq.group->request;
+  if (request.multi_turn) sample.from_model.push_back(1);
   ++stats_.generated_tokens;
-  const SamplingParams& params = seq.group->request.sampling;
+  const SamplingParams& params = request.sampling;
   const auto& stops = params.stop_token_ids;
-  if (std::find(stops.begin(), stops.end(), token) != stops.end() || hit_stop_string(seq)) {
-    finish(seq, FinishReason::kStop);
-  } else if (static_cast<int64_t>(sample.token_ids.size()) >= params.max_new_tokens ||
-             static_cast<int64_t>(seq.tokens.size()) >= options_.max_seq_len) {
-    finish(seq, FinishReason::kLength);
+  const bool stop =
+      std::find(stops.begin(), stops.end(), token) != stops.end() || hit_stop_string(seq);
+  if (static_cast<int64_t>(sample.token_ids.size()) >= params.max_new_tokens ||
+      static_cast<int64_t>(seq.tokens.size()) >= options_.max_seq_len) {
+    // No room for another token: the episode (or the single turn) is over either way.
+    finish(seq, stop ? FinishReason::kStop : FinishReason::kLength);
+  } else if (stop) {
+    if (request.multi_turn) {
+      end_turn(seq, FinishReason::kStop);
+    } else {
+      finish(seq, FinishReason::kStop);
+    }
+  } else if (request.multi_turn && request.turn_max_new_tokens > 0 &&
+             static_cast<int64_t>(sample.token_ids.size()) - seq.turn_start >=
+                 request.turn_max_new_tokens) {
+    end_turn(seq, FinishReason::kLength);
   }
 }
 
@@ -442,8 +444,10 @@ bool GenerationEngine::hit_stop_string(const Sequence& seq) const {
   size_t longest = 0;
   for (const std::string& s : stops) longest = std::max(longest, s.size());
   // Decode a tail long enough to hold any stop string ending in the newest token.
+  // A stop string ends in the current turn (multi-turn: not in an observation).
   const auto& generated = seq.group->samples[seq.index].token_ids;
-  const size_t window = std::min(generated.size(), longest + 8);
+  const size_t window =
+      std::min(generated.size() - static_cast<size_t>(seq.turn_start), longest + 8);
   std::vector<int64_t> tail(generated.end() - window, generated.end());
   absl::StatusOr<std::string> text = context_.tokenizer->decode(tail);
   if (!text.ok()) return false;
@@ -493,6 +497,7 @@ void GenerationEngine::step() {
 void GenerationEngine::run_step() {
   apply_pending_update();
   admit();
+  extend();
   decode();
 }
 

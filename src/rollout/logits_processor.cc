@@ -5,6 +5,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/plugin_registry.h"
+#include "flywheel/core/status_macros.h"
+#include "flywheel/rollout/environment.h"
 
 namespace flywheel::rollout {
 
@@ -34,7 +36,8 @@ void RepetitionPenalty::apply(at::Tensor& logits, const std::vector<int64_t>& to
 
 absl::Status register_rollout_builtins(core::PluginRegistry& registry) {
   auto& processors = registry.get<LogitsProcessor, const LogitsProcessorParams&>();
-  return processors.add("repetition_penalty", &RepetitionPenalty::create);
+  FLYWHEEL_RETURN_IF_ERROR(processors.add("repetition_penalty", &RepetitionPenalty::create));
+  return register_environment_builtins(registry);
 }
 
 }  // namespace flywheel::rollout

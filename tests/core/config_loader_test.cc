@@ -372,6 +372,18 @@ TEST(ConfigValidateTest, ProgrammaticConfigIsCheckedToo) {
                               "got 'auto'")));
 }
 
+// Issue 28: environments exist, the episode runner does not yet: a run that names one is
+// refused instead of training single-turn without a word.
+TEST(ConfigValidateTest, AnEnvironmentIsRefusedUntilEpisodesAreImplemented) {
+  Config config;
+  EXPECT_TRUE(config.validate().ok());
+  config.environment.name = "calculator";
+  absl::Status status = config.validate();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("environment.name: multi-turn episodes are not implemented yet"));
+}
+
 // Issue 26, items 8 and 11: combinations that abort a learner job or crash-loop workers are
 // refused before anything starts.
 TEST(ConfigValidateTest, CombinationsThatWouldFailMidRunAreRefused) {

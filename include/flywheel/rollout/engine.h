@@ -50,6 +50,12 @@ struct GenerationRequest {
   std::vector<int64_t> prompt_ids;  // non-empty, ids < vocab_size
   SamplingParams sampling;
   int64_t n = 1;  // samples of this prompt (the group); 1 <= n <= max_slots
+  // Multi-turn episodes: a sample whose turn ends (at a stop, or after turn_max_new_tokens)
+  // keeps its slot and its KV cache and waits (take_turn_ends()) for continue_sample() or
+  // end_sample() instead of finishing. sampling.max_new_tokens then bounds all the tokens after
+  // the prompt, the environment's included.
+  bool multi_turn = false;
+  int64_t turn_max_new_tokens = 0;  // multi_turn: tokens per turn; 0 = no bound of its own
 };
 
 // One generated sequence. token_ids, logprobs and versions have one entry per generated token.
@@ -59,6 +65,18 @@ struct Sample {
   std::vector<int64_t> versions;  // policy version that produced each token
   FinishReason finish_reason = FinishReason::kLength;
   std::string error;  // set when finish_reason == kError
+  // Multi-turn requests: 1 for a token the model sampled, 0 for one the environment added (log-prob
+  // 0, version -1), one per token_ids entry. Empty for single-turn requests (all the model's).
+  std::vector<uint8_t> from_model;
+};
+
+// A turn of a multi-turn sample that ended; the sample waits in its slot for continue_sample()
+// or end_sample().
+struct TurnEnd {
+  std::string request_id;
+  int64_t sample = 0;              // index in the group
+  std::vector<int64_t> token_ids;  // the turn's tokens, exactly as sampled, the stop included
+  FinishReason reason = FinishReason::kStop;  // kStop: a stop; kLength: turn_max_new_tokens
 };
 
 struct GroupResult {
@@ -90,7 +108,8 @@ struct EngineContext {
 struct EngineStats {
   int64_t steps = 0;
   int64_t decode_steps = 0;
-  int64_t prefill_tokens = 0;
+  int64_t prefill_tokens = 0;   // tokens of prefill forwards, padding included
+  int64_t computed_tokens = 0;  // tokens through the model, padding excluded
   int64_t generated_tokens = 0;
   int64_t weight_updates = 0;
 };
@@ -147,6 +166,20 @@ class GenerationEngine {
   // queued or active.
   absl::Status abort(const std::string& request_id);
   void abort_all();
+
+  // Turns of multi-turn samples that ended since the last call, in order. A turn end of a
+  // request aborted since may be among them; continue_sample() then answers NotFound.
+  std::vector<TurnEnd> take_turn_ends();
+  // Appends `observation` (the environment's token ids: computed in the next step, together with
+  // the turn's last token, never sampled) to a waiting sample, which then generates its next
+  // turn. NotFound when no such sample waits; InvalidArgument for an id outside the vocabulary;
+  // OutOfRange when the ids leave no room for a token (max_seq_len, or the request's
+  // max_new_tokens). On error the sample keeps waiting.
+  absl::Status continue_sample(const std::string& request_id, int64_t sample,
+                               const std::vector<int64_t>& observation);
+  // Finishes a waiting sample with `reason` (its episode is over) and frees its slot. NotFound
+  // when no such sample waits.
+  absl::Status end_sample(const std::string& request_id, int64_t sample, FinishReason reason);
   // Forgets the version of the weights held and any staged update, so that the next update may
   // carry any version above `version` (a restarted controller publishes older versions than
   // the engine saw). The weights themselves stay until that update. FailedPrecondition unless
@@ -173,6 +206,11 @@ class GenerationEngine {
   // contribute exactly nothing to attention, and 0 x NaN is NaN.
   void clear_slot(int64_t slot, int64_t from);
   void decode();
+  // One forward for the sequences with several tokens to compute (an observation after a turn),
+  // then their next tokens.
+  void extend();
+  void end_turn(Sequence& seq, FinishReason reason);
+  Sequence* waiting_sequence(const std::string& request_id, int64_t sample);
   // Samples one token per row of `logits` ([rows, vocab] float32) for `sequences`, every row at
   // once (logits processors alone run row by row), with one transfer of the sampled ids and
   // log-probs to the host. A row that cannot be sampled ends its sequence with an error.
@@ -202,6 +240,7 @@ class GenerationEngine {
   std::map<std::string, std::unique_ptr<Group>> groups_;  // queued and active, by request id
   std::deque<Group*> queue_;
   std::vector<GroupResult> finished_;
+  std::vector<TurnEnd> turn_ends_;
   struct StagedWeights {
     int64_t version = 0;
     bool committed = false;

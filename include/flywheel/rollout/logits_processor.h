@@ -43,7 +43,8 @@ class RepetitionPenalty : public LogitsProcessor {
   double penalty_;
 };
 
-// The rollout component's built-ins: logits processor repetition_penalty.
+// The rollout component's built-ins: logits processor repetition_penalty and the environments
+// of register_environment_builtins().
 absl::Status register_rollout_builtins(core::PluginRegistry& registry);
 
 }  // namespace flywheel::rollout
