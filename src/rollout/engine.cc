@@ -210,7 +210,6 @@ void GenerationEngine::admit() {
   model::ForwardBatch batch;
   batch.tokens = at::zeros({G, longest}, at::kLong);
   batch.positions = at::zeros({G, longest}, at::kLong);
-  at::Tensor last = at::empty({G}, at::kLong);
   for (int64_t g = 0; g < G; ++g) {
     const auto& prompt = admitted[g]->request.prompt_ids;
     const int64_t n = prompt.size();
@@ -218,14 +217,10 @@ void GenerationEngine::admit() {
     batch.positions[g].narrow(0, 0, n).copy_(at::arange(n, at::kLong));
     batch.slots.push_back(first_slots[g]);
     batch.lengths.push_back(n);
-    last[g] = n - 1;
   }
   at::Tensor logits;
   try {
-    at::NoGradGuard no_grad;
-    at::Tensor hidden = model_->forward(batch, cache_.get());
-    at::Tensor rows = hidden.index({at::arange(G, at::kLong), last.to(hidden.device())});
-    logits = model_->logits(rows);  // stays on the model's device: sampled there
+    logits = last_logits(batch);
   } catch (const std::exception& e) {
     for (auto& seq : slots_) {
       if (seq && !seq->group->samples.empty() && seq->cached == 0) {
@@ -251,6 +246,17 @@ void GenerationEngine::admit() {
   }
   sample_and_append(logits.index_select(0, at::tensor(logit_rows, at::kLong).to(logits.device())),
                     sequences);
+}
+
+at::Tensor GenerationEngine::last_logits(const model::ForwardBatch& batch) {
+  at::NoGradGuard no_grad;
+  at::Tensor hidden = model_->forward(batch, cache_.get());
+  std::vector<int64_t> last;
+  for (int64_t length : batch.lengths) last.push_back(length - 1);
+  const int64_t B = static_cast<int64_t>(last.size());
+  // Stays on the model's device: sampled there.
+  return model_->logits(
+      hidden.index({at::arange(B, at::kLong), at::tensor(last, at::kLong).to(hidden.device())}));
 }
 
 void GenerationEngine::decode() {

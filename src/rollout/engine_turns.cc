@@ -27,7 +27,6 @@ void GenerationEngine::extend() {
   model::ForwardBatch batch;
   batch.tokens = at::zeros({B, longest}, at::kLong);
   batch.positions = at::zeros({B, longest}, at::kLong);
-  at::Tensor last = at::empty({B}, at::kLong);
   for (int64_t b = 0; b < B; ++b) {
     Sequence& seq = *rows[b];
     const int64_t todo = static_cast<int64_t>(seq.tokens.size()) - seq.cached;
@@ -38,13 +37,10 @@ void GenerationEngine::extend() {
         .copy_(at::arange(seq.cached, seq.cached + todo, at::kLong));
     batch.slots.push_back(seq.slot);
     batch.lengths.push_back(todo);
-    last[b] = todo - 1;
   }
   at::Tensor logits;
   try {
-    at::NoGradGuard no_grad;
-    at::Tensor hidden = model_->forward(batch, cache_.get());
-    logits = model_->logits(hidden.index({at::arange(B, at::kLong), last.to(hidden.device())}));
+    logits = last_logits(batch);
   } catch (const std::exception& e) {
     for (Sequence* seq : rows) {
       finish(*seq, FinishReason::kError,

@@ -23,7 +23,7 @@
 #include "flywheel/core/registry.h"
 
 // Bumped whenever a change to a public header breaks plugins built against the previous one.
-#define FLYWHEEL_PLUGIN_ABI_VERSION 1
+#define FLYWHEEL_PLUGIN_ABI_VERSION 2  // 2: issue 27 moved headers; rewards::ParamReader
 
 namespace flywheel::core {
 

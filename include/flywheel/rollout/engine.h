@@ -206,6 +206,9 @@ class GenerationEngine {
   // contribute exactly nothing to attention, and 0 x NaN is NaN.
   void clear_slot(int64_t slot, int64_t from);
   void decode();
+  // One forward of `batch` through the cache; the logits of each row's last token
+  // (lengths[b] - 1), [B, vocab]. Throws what the forward throws.
+  at::Tensor last_logits(const model::ForwardBatch& batch);
   // One forward for the sequences with several tokens to compute (an observation after a turn),
   // then their next tokens.
   void extend();
