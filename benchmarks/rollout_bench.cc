@@ -9,8 +9,9 @@
 //
 // After the table (unless --no-extras), for the 100M model: batch 1 on one thread against the
 // whole budget beside each one's memory bandwidth, on a CPU with native bf16 bfloat16 against
-// float32 at batch 64 (alternated), the engine's pause for a weight update, and sampled against
-// greedy decode at batch 64.
+// float32 at batch 64 (alternated), the engine's pause for a weight update, sampled against
+// greedy decode at batch 64, and multi-turn episodes against single-turn decode
+// (multi_turn_line.h).
 //
 // It prints the CPU model, whether it has native bf16 and the thread layout first. With
 // --device cuda the model runs on cuda:0 (dtype bfloat16 unless --dtype says otherwise) and the
@@ -38,6 +39,7 @@
 #include "flywheel/model/cpu/small_gemm.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/rollout/engine.h"
+#include "multi_turn_line.h"
 
 namespace {
 
@@ -532,6 +534,7 @@ int main(int argc, char** argv) {
       }
       report_update_pause(model, 32, 8);
       report_long_context(model, bandwidth, peak);
+      flywheel::bench::report_multi_turn(model, kRepeats);
       report_sampled(model, steps);  // last: it rescales the final norm
     }
   }
