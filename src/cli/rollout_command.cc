@@ -193,6 +193,14 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
   if (!pool.ok()) return pool.status();
 
   FLYWHEEL_ASSIGN_OR_RETURN(bool greedy_baseline, algos::needs_greedy_baseline(c, *job->registry));
+  FLYWHEEL_ASSIGN_OR_RETURN(
+      std::shared_ptr<const rollout::Environment> environment,
+      rollout::make_environment(c.environment, *job->registry, job->config_dir()));
+  if (environment && greedy_baseline) {
+    return absl::InvalidArgumentError(
+        "environment.name: an estimator with a greedy baseline (remax) is not implemented for "
+        "multi-turn episodes");
+  }
 
   rollout::PromptEncoder encoder(tokenizers, c.data, model_config.vocab_size);
   rollout::RolloutWorkerOptions options;
@@ -204,6 +212,7 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
   options.weight_timeout_s = c.weight_sync.timeout_s;
   options.drain_timeout_s = c.rewards.timeout_s + 5;
   options.greedy_baseline = greedy_baseline;
+  options.episodes = rollout::EpisodeOptions::from_config(c.environment);
   FLYWHEEL_LOG_INFO(
       "rollout worker %s: controller %s, %d slots, groups of %d, %d thread(s), weights over %s",
       worker_id, address, c.rollout.max_slots, c.rollout.group_size, c.cluster.threads_per_process,
@@ -225,6 +234,7 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
   parts.encoder = &encoder;
   parts.tokenizer = tokenizers.tokenizer.get();
   parts.pool = pool->get();
+  parts.environment = environment;
   auto worker = std::make_unique<rollout::RolloutWorker>(options, parts);
   *serving = true;
   absl::Status s = worker->run([&stop] { return stop.requested(); });

@@ -80,12 +80,11 @@ std::vector<ConfigIssue> collect_config_issues(const Config& config) {
                       "model.max_seq_len (",
                       config.model.max_seq_len, ") tokens; raise it or lower model.max_seq_len")});
   }
-  // The environments exist (the `environment` registry); the episode runner that would use
-  // them in the rollout worker does not yet. Refused rather than silently single-turn.
-  if (!config.environment.name.empty()) {
-    issues.push_back({"environment.name",
-                      "multi-turn episodes are not implemented yet: rollout workers generate "
-                      "single-turn groups only; leave it empty"});
+  // Held-out evaluation generates single-turn answers: it would not measure episodes.
+  if (!config.environment.name.empty() && !config.data.eval_path.empty()) {
+    issues.push_back({"data.eval_path",
+                      "held-out evaluation of multi-turn episodes is not implemented yet; leave "
+                      "it empty with environment.name"});
   }
   for (size_t i = 0; i < config.plugins.size(); ++i) {
     if (config.plugins[i].empty()) {

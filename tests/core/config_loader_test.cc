@@ -372,16 +372,18 @@ TEST(ConfigValidateTest, ProgrammaticConfigIsCheckedToo) {
                               "got 'auto'")));
 }
 
-// Issue 28: environments exist, the episode runner does not yet: a run that names one is
-// refused instead of training single-turn without a word.
-TEST(ConfigValidateTest, AnEnvironmentIsRefusedUntilEpisodesAreImplemented) {
+// Issue 28: episodes run, their held-out evaluation does not yet: a run that asks for both is
+// refused instead of evaluating single-turn answers.
+TEST(ConfigValidateTest, AnEnvironmentWithHeldOutEvaluationIsRefused) {
   Config config;
-  EXPECT_TRUE(config.validate().ok());
   config.environment.name = "calculator";
+  EXPECT_TRUE(config.validate().ok());
+  config.data.eval_path = "eval.jsonl";
   absl::Status status = config.validate();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()),
-              HasSubstr("environment.name: multi-turn episodes are not implemented yet"));
+              HasSubstr("data.eval_path: held-out evaluation of multi-turn episodes is not "
+                        "implemented yet"));
 }
 
 // Issue 26, items 8 and 11: combinations that abort a learner job or crash-loop workers are

@@ -1,5 +1,6 @@
 #include "flywheel/core/plugin_registry.h"
 
+#include "absl/strings/str_cat.h"
 #include "flywheel/core/builtins.h"
 #include "flywheel/core/metrics.h"
 #include "gmock/gmock.h"
@@ -61,8 +62,10 @@ TEST_F(PluginLoaderTest, LibraryWithoutAbiVersionIsRejected) {
 TEST_F(PluginLoaderTest, AbiVersionMismatchIsRejected) {
   absl::Status status = registry_.load_plugin(plugin_path("wrong_abi"));
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(status.message()),
-              HasSubstr("built for plugin ABI version 1001 but this flywheel has ABI version 1"));
+  EXPECT_THAT(
+      std::string(status.message()),
+      HasSubstr(absl::StrCat("built for plugin ABI version ", FLYWHEEL_PLUGIN_ABI_VERSION + 1000,
+                             " but this flywheel has ABI version ", FLYWHEEL_PLUGIN_ABI_VERSION)));
 }
 
 TEST_F(PluginLoaderTest, DuplicateRegistrationFailsAndRollsBackThePlugin) {

@@ -108,7 +108,9 @@ struct Controller {
 // A worker with its own engine, tokenizer, rewards and client, run on a thread.
 class Worker {
  public:
-  Worker(int port, std::chrono::milliseconds fetch_delay) {
+  // With `environment`, every sample is an episode of at most 3 turns of 2 tokens.
+  Worker(int port, std::chrono::milliseconds fetch_delay,
+         std::shared_ptr<const Environment> environment = nullptr) {
     model::DecoderOptions decoder;
     auto model = model::DecoderModel::create(worker_model_config(), decoder);
     EXPECT_TRUE(model.ok()) << model.status();
@@ -149,6 +151,12 @@ class Worker {
     parts.encoder = encoder_.get();
     parts.tokenizer = tokenizers_.tokenizer.get();
     parts.pool = pool_.get();
+    if (environment) {
+      o.sampling.max_new_tokens = 16;
+      o.episodes.max_turns = 3;
+      o.episodes.turn_max_new_tokens = 2;
+      parts.environment = std::move(environment);
+    }
     worker_ = std::make_unique<RolloutWorker>(o, parts);
     thread_ = std::thread([this] { status_ = worker_->run([this] { return stop_.load(); }); });
   }
@@ -221,6 +229,55 @@ TEST(RolloutWorkerTest, SlowWeightsNeverMakeGroupsStaleWithMaxStalenessTwo) {
   EXPECT_EQ(k.rejected_invalid, 0);
   EXPECT_LE(worst, 2);
   EXPECT_GE(k.consumed, 10 * kGroupsPerStep);
+}
+
+// Answers each turn with the ids {10, 11, 12} and reward 0.25; the episode ends after 2 turns.
+class TwoTurns final : public Environment {
+ public:
+  absl::StatusOr<EpisodeStart> reset(const core::Json&) const override { return EpisodeStart{}; }
+  absl::StatusOr<EnvironmentStep> step(EpisodeState*, const ModelTurn& turn) const override {
+    EnvironmentStep out;
+    out.observation.token_ids = {10, 11, 12};
+    out.reward = 0.25;
+    out.done = turn.index == 1;
+    return out;
+  }
+};
+
+// Issue 28: with an environment each sample is an episode; its trajectory is the whole stream,
+// the environment's tokens masked out of the loss and within the staleness bound, and its reward
+// the rewards' score plus the environment's.
+TEST(RolloutWorkerTest, EpisodesArePushedWithTheEnvironmentsTokensMasked) {
+  Controller c(/*max_staleness=*/1, /*incarnation=*/9, 0);
+  Worker w(c.server->port(), std::chrono::milliseconds(0), std::make_shared<TwoTurns>());
+  c.publish(w.model(), 0);
+  int64_t checked = 0;
+  for (int64_t v = 0; v < 3; ++v) {
+    ASSERT_TRUE(eventually([&] { return c.core->buffered() >= kGroupsPerStep; })) << v;
+    auto batch = c.core->take_batch(kGroupsPerStep);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    for (const buffer::TrajectoryGroup& g : *batch) {
+      EXPECT_GE(g.min_version(), v - 1);
+      for (const buffer::Trajectory& t : g.trajectories) {
+        // Turn 0 (2 tokens), the reply (3), turn 1 (2): the environment said done.
+        ASSERT_EQ(t.response_ids.size(), 7u);
+        EXPECT_EQ(t.loss_mask, (std::vector<uint8_t>{1, 1, 0, 0, 0, 1, 1}));
+        EXPECT_EQ(std::vector<int32_t>(t.response_ids.begin() + 2, t.response_ids.begin() + 5),
+                  (std::vector<int32_t>{10, 11, 12}));
+        for (int32_t version : t.versions) EXPECT_GE(version, 0);
+        // The parity reward (0 or 1) of the whole conversation, plus 2 x 0.25.
+        EXPECT_TRUE(t.reward == 0.5 || t.reward == 1.5) << t.reward;
+        EXPECT_EQ(t.finish_reason, "stop");
+        ++checked;
+      }
+    }
+    c.publish(w.model(), v + 1);
+    c.core->set_version(v + 1);
+  }
+  c.core->close();
+  EXPECT_TRUE(w.join().ok());
+  EXPECT_EQ(checked, 3 * kGroupsPerStep * kGroupSize);
+  EXPECT_EQ(c.core->counters().rejected_invalid, 0);
 }
 
 // Item 6: the controller restarts (new incarnation, back at version 1, on the same port) while

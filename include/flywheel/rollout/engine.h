@@ -11,6 +11,10 @@
 // sequences; a slot is freed the moment its sequence finishes and is reused by the next
 // admission. The cache is allocated once; no per-step reallocation.
 //
+// Multi-turn requests (multi_turn, used by EpisodeRunner): a sample whose turn ends keeps its
+// slot and waits; continue_sample() appends the environment's tokens, which the next step computes
+// in one forward with the turn's last token, and the sample goes on from its cached prefix.
+//
 // Threading: not thread-safe. One thread drives the engine (submit, step, update_weights,
 // abort, take_finished).
 #pragma once

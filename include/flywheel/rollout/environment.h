@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "flywheel/core/json.h"
+#include "flywheel/core/options/environment_options.h"
 
 namespace flywheel::core {
 class PluginRegistry;
@@ -100,5 +101,12 @@ using EnvironmentFactory = absl::StatusOr<std::unique_ptr<Environment>>(const En
 
 // Registers `calculator` and `guess_number`.
 absl::Status register_environment_builtins(core::PluginRegistry& registry);
+
+// The environment `environment.name` names, with its params (relative paths from
+// `config_dir`); null when the name is empty (single-turn). Errors name the unknown name or the
+// bad param.
+absl::StatusOr<std::shared_ptr<const Environment>> make_environment(
+    const core::EnvironmentOptions& options, core::PluginRegistry& registry,
+    const std::string& config_dir);
 
 }  // namespace flywheel::rollout

@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "flywheel/core/json.h"
+#include "flywheel/core/options/environment_options.h"
 #include "flywheel/rollout/engine.h"
 #include "flywheel/rollout/environment.h"
 
@@ -35,12 +36,18 @@ class Tokenizer;
 
 namespace flywheel::rollout {
 
+// Defaults and meanings are environment:'s (core/options/environment_options.h).
 struct EpisodeOptions {
-  int64_t max_turns = 4;  // model turns per episode (environment.max_turns)
+  int64_t max_turns = core::EnvironmentOptions().max_turns;
   // Tokens of one model turn; 0: only the episode's budget (sampling.max_new_tokens) bounds it.
-  int64_t turn_max_new_tokens = 0;
-  int64_t max_observation_tokens = 1024;  // an environment's reply, once tokenized
-  double step_timeout_s = 30;             // per environment step (environment.step_timeout_s)
+  int64_t turn_max_new_tokens = core::EnvironmentOptions().turn_max_new_tokens;
+  int64_t max_observation_tokens = core::EnvironmentOptions().max_observation_tokens;
+  double step_timeout_s = core::EnvironmentOptions().step_timeout_s;
+
+  static EpisodeOptions from_config(const core::EnvironmentOptions& environment) {
+    return {environment.max_turns, environment.turn_max_new_tokens,
+            environment.max_observation_tokens, environment.step_timeout_s};
+  }
 };
 
 struct EpisodeRequest {

@@ -26,6 +26,35 @@ std::vector<int32_t> to_int32(const std::vector<int64_t>& v) {
 
 constexpr char kBaselineSuffix[] = "/greedy";  // request id of a lease's greedy baseline
 
+// 1 on the model's tokens, 0 on an environment's (multi-turn samples).
+std::vector<uint8_t> episode_loss_mask(const Sample& sample) {
+  if (sample.from_model.empty()) return std::vector<uint8_t>(sample.token_ids.size(), 1);
+  return sample.from_model;
+}
+
+// Versions per token, an environment's tokens given the version of the model token before them
+// (of the first model token when none is before them): the group's staleness stays that of its
+// oldest model token.
+std::vector<int32_t> episode_versions(const Sample& sample) {
+  std::vector<int32_t> out(sample.versions.begin(), sample.versions.end());
+  if (sample.from_model.empty()) return out;
+  int32_t last = -1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (sample.from_model[i]) {
+      last = out[i];
+      break;
+    }
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (sample.from_model[i]) {
+      last = out[i];
+    } else {
+      out[i] = std::max(last, 0);
+    }
+  }
+  return out;
+}
+
 // Waits on `cv` (under `mu`, held) until `ready()` or `deadline`; returns ready().
 template <typename Ready>
 bool wait_until(absl::CondVar* cv, absl::Mutex* mu, absl::Time deadline, const Ready& ready) {
@@ -56,7 +85,12 @@ RolloutWorker::RolloutWorker(const RolloutWorkerOptions& options, const RolloutW
       engine_(parts.engine),
       encoder_(parts.encoder),
       tokenizer_(parts.tokenizer),
-      pool_(parts.pool) {}
+      pool_(parts.pool) {
+  if (parts.environment) {
+    runner_ =
+        std::make_unique<EpisodeRunner>(engine_, parts.environment, tokenizer_, options_.episodes);
+  }
+}
 
 RolloutWorker::~RolloutWorker() {
   {
@@ -232,7 +266,17 @@ absl::Status RolloutWorker::submit_ready() {
       greedy.sampling.temperature = 0;
       greedy.n = 1;
     }
-    s = engine_->submit(std::move(request));
+    if (runner_) {
+      EpisodeRequest episodes;
+      episodes.id = request.id;
+      episodes.prompt_ids = std::move(request.prompt_ids);
+      episodes.record = next.prompt.record;
+      episodes.sampling = request.sampling;
+      episodes.n = request.n;
+      s = runner_->submit(std::move(episodes));
+    } else {
+      s = engine_->submit(std::move(request));
+    }
     if (s.ok() && options_.greedy_baseline) {
       s = engine_->submit(std::move(greedy));
       if (!s.ok()) (void)engine_->abort(std::to_string(next.lease.lease_id()));
@@ -255,6 +299,34 @@ absl::Status RolloutWorker::submit_ready() {
 }
 
 void RolloutWorker::collect_finished() {
+  if (runner_) {
+    for (EpisodeGroup& episodes : runner_->take_finished()) {
+      auto it = active_.find(episodes.request_id);
+      if (it == active_.end()) continue;
+      std::unique_ptr<Active> active = std::move(it->second);
+      active_.erase(it);
+      auto result = std::make_unique<GroupResult>();
+      result->request_id = episodes.request_id;
+      result->prompt_ids = std::move(episodes.prompt_ids);  // with the first observation
+      std::vector<double> turn_rewards;
+      for (Episode& e : episodes.episodes) {
+        Sample sample;
+        sample.token_ids = std::move(e.token_ids);
+        sample.logprobs = std::move(e.logprobs);
+        sample.versions = std::move(e.versions);
+        sample.from_model = std::move(e.from_model);
+        sample.finish_reason = e.finish_reason;
+        sample.error = e.error;
+        result->samples.push_back(std::move(sample));
+        double sum = 0;
+        for (double r : e.turn_rewards) sum += r;
+        turn_rewards.push_back(sum);
+      }
+      active->group = std::move(result);
+      score_group(std::move(active), std::move(turn_rewards));
+    }
+    return;
+  }
   for (GroupResult& finished : engine_->take_finished()) {
     const bool is_baseline = absl::EndsWith(finished.request_id, kBaselineSuffix);
     const std::string key = is_baseline
@@ -268,90 +340,113 @@ void RolloutWorker::collect_finished() {
     if (!it->second->group || (options_.greedy_baseline && !it->second->baseline)) continue;
     std::unique_ptr<Active> active = std::move(it->second);
     active_.erase(it);
-    GroupResult& result = *active->group;
-    bool failed = static_cast<int64_t>(result.samples.size()) != options_.group_size;
-    if (active->baseline) {
-      failed = failed || active->baseline->samples.size() != 1;
-      // Scored with the group, as its last sample; not pushed.
-      for (Sample& sample : active->baseline->samples) {
-        result.samples.push_back(std::move(sample));
-      }
-    }
-    std::vector<rewards::OwnedSample> samples;
-    for (const Sample& sample : result.samples) {
-      if (sample.finish_reason == FinishReason::kError ||
-          sample.finish_reason == FinishReason::kAbort) {
-        if (!sample.error.empty()) FLYWHEEL_LOG_WARN("generation failed: %s", sample.error);
-        failed = true;
-      }
-      std::vector<int64_t> ids = sample.token_ids;
-      if (sample.finish_reason == FinishReason::kStop && !ids.empty() &&
-          std::find(options_.sampling.stop_token_ids.begin(),
-                    options_.sampling.stop_token_ids.end(),
-                    ids.back()) != options_.sampling.stop_token_ids.end()) {
-        ids.pop_back();  // the eos is not part of the text rewards see
-      }
-      rewards::OwnedSample owned;
-      owned.record = active->prompt.record;
-      owned.record_name = absl::StrCat("prompt ", active->lease.prompt_index());
-      owned.prompt = active->prompt.text;
-      absl::StatusOr<std::string> text = tokenizer_->decode(ids);
-      if (!text.ok()) {
-        FLYWHEEL_LOG_WARN("cannot decode a completion: %s", text.status().message());
-        failed = true;
-      }
-      owned.completion = text.ok() ? *text : std::string();
-      owned.completion_ids = to_int32(sample.token_ids);
-      owned.truncated = sample.finish_reason == FinishReason::kLength;
-      samples.push_back(std::move(owned));
-    }
-    {
-      absl::MutexLock lock(&stats_mu_);
-      for (const Sample& sample : result.samples) {
-        stats_.generated_tokens += static_cast<int64_t>(sample.token_ids.size());
-      }
-      if (failed) ++stats_.leases_released;
-    }
-    if (failed) {
-      (void)client_->release_lease(active->lease.lease_id());  // the prompt is re-issued
-      continue;
-    }
-    ++scoring_;
-    auto shared = std::make_shared<GroupResult>(std::move(result));
-    auto lease = std::make_shared<v1::PromptLease>(active->lease);
-    const std::string worker = options_.worker_id;
-    const size_t group_size = static_cast<size_t>(options_.group_size);
-    pool_->submit(std::move(samples), [this, shared, lease, worker,
-                                       group_size](std::vector<rewards::ScoredSample> scored) {
-      buffer::TrajectoryGroup group;
-      group.group_id = absl::StrCat(worker, "/", lease->lease_id());
-      group.lease_id = lease->lease_id();
-      group.worker_id = worker;
-      group.prompt_index = lease->prompt_index();
-      if (scored.size() > group_size) {
-        group.has_baseline = true;
-        group.baseline_reward = scored[group_size].reward;
-      }
-      for (size_t i = 0; i < group_size; ++i) {
-        const Sample& sample = shared->samples[i];
-        buffer::Trajectory t;
-        t.prompt_ids = to_int32(shared->prompt_ids);
-        t.response_ids = to_int32(sample.token_ids);
-        t.loss_mask.assign(sample.token_ids.size(), 1);
-        t.logprobs = sample.logprobs;
-        t.versions.assign(sample.versions.begin(), sample.versions.end());
-        t.reward = scored[i].reward;
-        t.reward_breakdown = scored[i].parts;
-        t.finish_reason = finish_reason_name(sample.finish_reason);
-        t.sample_index = static_cast<int64_t>(i);
-        group.trajectories.push_back(std::move(t));
-      }
-      absl::MutexLock lock(&push_mu_);
-      to_push_.push_back(std::move(group));
-      --scoring_;
-      push_cv_.SignalAll();
-    });
+    score_group(std::move(active), {});
   }
+}
+
+void RolloutWorker::score_group(std::unique_ptr<Active> active, std::vector<double> turn_rewards) {
+  GroupResult& result = *active->group;
+  bool failed = static_cast<int64_t>(result.samples.size()) != options_.group_size;
+  if (active->baseline) {
+    failed = failed || active->baseline->samples.size() != 1;
+    // Scored with the group, as its last sample; not pushed.
+    for (Sample& sample : active->baseline->samples) {
+      result.samples.push_back(std::move(sample));
+    }
+  }
+  std::vector<rewards::OwnedSample> samples;
+  for (const Sample& sample : result.samples) {
+    if (sample.finish_reason == FinishReason::kError ||
+        sample.finish_reason == FinishReason::kAbort) {
+      if (!sample.error.empty()) FLYWHEEL_LOG_WARN("generation failed: %s", sample.error);
+      failed = true;
+    }
+    std::vector<int64_t> ids = sample.token_ids;
+    if (sample.finish_reason == FinishReason::kStop && !ids.empty() &&
+        std::find(options_.sampling.stop_token_ids.begin(), options_.sampling.stop_token_ids.end(),
+                  ids.back()) != options_.sampling.stop_token_ids.end()) {
+      ids.pop_back();  // the eos is not part of the text rewards see
+    }
+    rewards::OwnedSample owned;
+    owned.record = active->prompt.record;
+    owned.record_name = absl::StrCat("prompt ", active->lease.prompt_index());
+    owned.prompt = active->prompt.text;
+    absl::StatusOr<std::string> text = tokenizer_->decode(ids);
+    if (!text.ok()) {
+      FLYWHEEL_LOG_WARN("cannot decode a completion: %s", text.status().message());
+      failed = true;
+    }
+    owned.completion = text.ok() ? *text : std::string();
+    owned.completion_ids = to_int32(sample.token_ids);
+    owned.truncated = sample.finish_reason == FinishReason::kLength;
+    samples.push_back(std::move(owned));
+  }
+  {
+    absl::MutexLock lock(&stats_mu_);
+    for (const Sample& sample : result.samples) {
+      stats_.generated_tokens += static_cast<int64_t>(sample.token_ids.size());
+    }
+    if (failed) ++stats_.leases_released;
+  }
+  if (failed) {
+    (void)client_->release_lease(active->lease.lease_id());  // the prompt is re-issued
+    return;
+  }
+  ++scoring_;
+  auto shared = std::make_shared<GroupResult>(std::move(result));
+  auto lease = std::make_shared<v1::PromptLease>(active->lease);
+  const std::string worker = options_.worker_id;
+  const size_t group_size = static_cast<size_t>(options_.group_size);
+  auto extra = std::make_shared<std::vector<double>>(std::move(turn_rewards));
+  pool_->submit(std::move(samples), [this, shared, lease, worker, group_size,
+                                     extra](std::vector<rewards::ScoredSample> scored) {
+    buffer::TrajectoryGroup group;
+    group.group_id = absl::StrCat(worker, "/", lease->lease_id());
+    group.lease_id = lease->lease_id();
+    group.worker_id = worker;
+    group.prompt_index = lease->prompt_index();
+    if (scored.size() > group_size) {
+      group.has_baseline = true;
+      group.baseline_reward = scored[group_size].reward;
+    }
+    for (size_t i = 0; i < group_size; ++i) {
+      const Sample& sample = shared->samples[i];
+      buffer::Trajectory t;
+      t.prompt_ids = to_int32(shared->prompt_ids);
+      t.response_ids = to_int32(sample.token_ids);
+      t.loss_mask = episode_loss_mask(sample);
+      t.logprobs = sample.logprobs;
+      t.versions = episode_versions(sample);
+      t.reward = scored[i].reward + (i < extra->size() ? (*extra)[i] : 0.0);
+      t.reward_breakdown = scored[i].parts;
+      t.finish_reason = finish_reason_name(sample.finish_reason);
+      t.sample_index = static_cast<int64_t>(i);
+      group.trajectories.push_back(std::move(t));
+    }
+    absl::MutexLock lock(&push_mu_);
+    to_push_.push_back(std::move(group));
+    --scoring_;
+    push_cv_.SignalAll();
+  });
+}
+
+bool RolloutWorker::generating() const { return runner_ ? !runner_->idle() : !engine_->idle(); }
+
+void RolloutWorker::step_generation() {
+  if (runner_) {
+    runner_->step();
+  } else {
+    engine_->step();
+  }
+}
+
+void RolloutWorker::abort_generation() {
+  if (runner_) {
+    runner_->abort_all();
+    (void)runner_->take_finished();
+  }
+  engine_->abort_all();
+  (void)engine_->take_finished();
 }
 
 void RolloutWorker::push_loop() {
@@ -420,8 +515,7 @@ void RolloutWorker::push_loop() {
 }
 
 void RolloutWorker::give_back_leases() {
-  engine_->abort_all();
-  (void)engine_->take_finished();
+  abort_generation();
   for (const auto& [id, active] : active_) (void)client_->release_lease(active->lease.lease_id());
   for (const auto& pending : pending_) (void)client_->release_lease(pending->lease.lease_id());
   absl::MutexLock lock(&stats_mu_);
@@ -432,8 +526,7 @@ void RolloutWorker::give_back_leases() {
 
 absl::Status RolloutWorker::reset_for_restart() {
   lease_tag_.store(kNoLeases);  // nothing of the old leases is pushed from now on
-  engine_->abort_all();
-  (void)engine_->take_finished();
+  abort_generation();
   active_.clear();
   pending_.clear();
   {
@@ -477,7 +570,7 @@ absl::Status RolloutWorker::run(const StopRequested& stop) {
   if (reachable) {
     give_back_leases();  // the controller re-issues what was not generated at once
   } else {
-    engine_->abort_all();
+    abort_generation();
   }
   // Groups still being scored are pushed (when the controller is there) before returning: the
   // scoring pool's callbacks use this worker.
@@ -546,14 +639,14 @@ absl::Status RolloutWorker::loop() {
     }
     s = submit_ready();
     if (!s.ok()) return s;
-    if (!engine_->idle()) {
-      engine_->step();
+    if (generating()) {
+      step_generation();
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     maybe_acknowledge();
     collect_finished();
-    if (done && engine_->idle() && pending_.empty() && scoring_.load() == 0) {
+    if (done && !generating() && pending_.empty() && scoring_.load() == 0) {
       absl::MutexLock lock(&push_mu_);
       if (to_push_.empty() && pushing_ == 0) break;
     }

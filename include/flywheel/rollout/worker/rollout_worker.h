@@ -6,6 +6,8 @@
 // to the engine (applied between decode steps, or once drained, per rollout.weight_update) and
 // acknowledges with the checksum of what the engine then holds.
 //
+// With an environment, each sample is a multi-turn episode run by an EpisodeRunner on the engine.
+//
 // With greedy_baseline, each lease also gets one greedy request (temperature 0, n 1) whose reward
 // becomes the group's baseline_reward; the group is scored when both requests are done.
 //
@@ -37,6 +39,8 @@
 #include "flywheel/buffer/service/controller_client.h"
 #include "flywheel/rewards/scoring_pool.h"
 #include "flywheel/rollout/engine.h"
+#include "flywheel/rollout/environment.h"
+#include "flywheel/rollout/episode_runner.h"
 #include "flywheel/rollout/worker/prompt_encoder.h"
 #include "flywheel/rollout/worker/weight_source.h"
 
@@ -54,6 +58,9 @@ struct RolloutWorkerOptions {
   // One extra greedy response per prompt, scored and sent as the group's baseline_reward (the
   // estimator needs it: remax); it is not part of the group.
   bool greedy_baseline = false;
+  // With RolloutWorkerParts::environment: each sample is a multi-turn episode (episode_runner.h);
+  // sampling.max_new_tokens bounds all of an episode's tokens after the prompt.
+  EpisodeOptions episodes;
 };
 
 struct RolloutWorkerStats {
@@ -74,6 +81,11 @@ struct RolloutWorkerParts {
   const PromptEncoder* encoder = nullptr;
   const model::Tokenizer* tokenizer = nullptr;  // decodes the completions rewards see
   rewards::ScoringPool* pool = nullptr;
+  // Set: every sample is an episode with this environment. Its trajectory is the whole stream
+  // (loss mask 0 and the previous model token's version on the environment's tokens), and its
+  // reward is the rewards' score of the whole conversation plus the environment's turn rewards.
+  // Not with greedy_baseline.
+  std::shared_ptr<const Environment> environment;
 };
 
 // Asked between steps of the loop (and while waiting for weights): true ends run() with OK.
@@ -107,6 +119,13 @@ class RolloutWorker {
   absl::Status apply_weights(int64_t min_version);
   void maybe_acknowledge();
   void collect_finished();
+  // Scores a finished group and queues it for the pusher (or gives its lease back when a sample
+  // failed). `turn_rewards`: each sample's environment rewards, added to its score.
+  void score_group(std::unique_ptr<Active> active, std::vector<double> turn_rewards);
+  // The engine's work, or the episode runner's when there is one.
+  bool generating() const;
+  void step_generation();
+  void abort_generation();
   void fetch_loop();
   void push_loop();
 
@@ -117,6 +136,7 @@ class RolloutWorker {
   const PromptEncoder* encoder_;
   const model::Tokenizer* tokenizer_;
   rewards::ScoringPool* pool_;
+  std::unique_ptr<EpisodeRunner> runner_;  // with an environment
 
   std::deque<std::unique_ptr<Pending>> pending_;
   std::map<std::string, std::unique_ptr<Active>> active_;
