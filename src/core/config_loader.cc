@@ -336,7 +336,8 @@ absl::Status check_registered_names(const LoadedConfig& loaded, const PluginRegi
       {"algorithm.advantage_estimator", {"advantage_estimator", &a.advantage_estimator}},
       {"algorithm.policy_loss", {"policy_loss", &a.policy_loss}},
       {"algorithm.is_correction", {"is_correction", &a.is_correction}},
-      {"buffer.filter", {"group_filter", &loaded.config.buffer.filter}}};
+      {"buffer.filter", {"group_filter", &loaded.config.buffer.filter}},
+      {"environment.name", {"environment", &loaded.config.environment.name}}};
   for (const auto& [path, kind_and_name] : components) {
     const auto& [kind, name] = kind_and_name;
     if (name->empty() || registry.names(kind).empty()) continue;

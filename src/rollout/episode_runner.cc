@@ -128,8 +128,12 @@ absl::Status EpisodeRunner::submit(EpisodeRequest request) {
   if (groups_.count(request.id)) {
     return absl::AlreadyExistsError(absl::StrCat("episodes '", request.id, "' already run"));
   }
+  if (request.n < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("episodes '", request.id, "': n must be >= 1, got ", request.n));
+  }
   auto group = std::make_unique<Group>();
-  const int64_t n = std::max<int64_t>(request.n, 1);
+  const int64_t n = request.n;
   std::vector<int64_t> first_observation;
   for (int64_t i = 0; i < n; ++i) {
     auto where = [&](absl::string_view problem) {

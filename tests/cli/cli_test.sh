@@ -57,7 +57,11 @@ case "$case_name" in
     printf 'algorithm:\n  name: grpo\n  policy_loss: ppo_clipp\n' > "$work/e.yaml"
     expect_exit 2 "$flywheel" validate-config "$work/e.yaml"
     expect_output "$work/e.yaml:3:16: algorithm.policy_loss: unknown policy_loss 'ppo_clipp'"
-    expect_output "did you mean 'ppo_clip'?" ;;
+    expect_output "did you mean 'ppo_clip'?"
+    printf 'environment:\n  name: calculater\n' > "$work/env.yaml"
+    expect_exit 2 "$flywheel" validate-config "$work/env.yaml"
+    expect_output "$work/env.yaml:2:9: environment.name: unknown environment 'calculater'"
+    expect_output "did you mean 'calculator'?" ;;
   validate_typo)
     printf 'trainer:\n  total_steps: 3\n  lrr: 0.1\n' > "$work/typo.yaml"
     expect_exit 2 "$flywheel" validate-config "$work/typo.yaml"

@@ -103,9 +103,9 @@ class EpisodeRunner {
   EpisodeRunner& operator=(const EpisodeRunner&) = delete;
 
   // Starts the group's episodes (the environment's reset(), then the prompt plus its first
-  // observation into the engine). Errors: InvalidArgument for a bad request (the engine's
-  // checks, a duplicate id, no record) and for a reset that fails or answers badly, naming the
-  // episode; nothing is started then.
+  // observation into the engine). Errors, after which nothing is started: AlreadyExists for a
+  // duplicate id; InvalidArgument for no record, n < 1, a reset that fails, passes its deadline
+  // or answers badly (naming the episode), and what the engine's submit() refuses.
   absl::Status submit(EpisodeRequest request);
   // One engine step, then every environment step that ended (or passed its deadline) is
   // answered, and every turn that ended is handed to the environment.
