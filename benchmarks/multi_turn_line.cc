@@ -88,7 +88,8 @@ double multi_turn(std::shared_ptr<model::DecoderModel> model) {
   int64_t model_tokens = 0;
   for (const rollout::EpisodeGroup& g : runner.take_finished()) {
     for (const rollout::Episode& e : g.episodes) {
-      model_tokens += std::count(e.from_model.begin(), e.from_model.end(), uint8_t{1});
+      model_tokens +=
+          std::count(e.sample.from_model.begin(), e.sample.from_model.end(), uint8_t{1});
     }
   }
   return model_tokens / seconds;

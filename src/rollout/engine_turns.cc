@@ -17,10 +17,10 @@ void GenerationEngine::extend() {
   int64_t longest = 0;
   for (auto& seq : slots_) {
     if (!seq || seq->waiting) continue;
-    const int64_t todo = static_cast<int64_t>(seq->tokens.size()) - seq->cached;
-    if (todo < 2) continue;
+    const int64_t uncached = static_cast<int64_t>(seq->tokens.size()) - seq->cached;
+    if (uncached < 2) continue;
     rows.push_back(seq.get());
-    longest = std::max(longest, todo);
+    longest = std::max(longest, uncached);
   }
   if (rows.empty()) return;
   const int64_t B = rows.size();
@@ -29,14 +29,14 @@ void GenerationEngine::extend() {
   batch.positions = at::zeros({B, longest}, at::kLong);
   for (int64_t b = 0; b < B; ++b) {
     Sequence& seq = *rows[b];
-    const int64_t todo = static_cast<int64_t>(seq.tokens.size()) - seq.cached;
+    const int64_t uncached = static_cast<int64_t>(seq.tokens.size()) - seq.cached;
     const std::vector<int64_t> ids(seq.tokens.begin() + seq.cached, seq.tokens.end());
-    batch.tokens[b].narrow(0, 0, todo).copy_(at::tensor(ids, at::kLong));
+    batch.tokens[b].narrow(0, 0, uncached).copy_(at::tensor(ids, at::kLong));
     batch.positions[b]
-        .narrow(0, 0, todo)
-        .copy_(at::arange(seq.cached, seq.cached + todo, at::kLong));
+        .narrow(0, 0, uncached)
+        .copy_(at::arange(seq.cached, seq.cached + uncached, at::kLong));
     batch.slots.push_back(seq.slot);
-    batch.lengths.push_back(todo);
+    batch.lengths.push_back(uncached);
   }
   at::Tensor logits;
   try {

@@ -276,8 +276,8 @@ void EpisodeRunner::answer(Group& group, int64_t sample, absl::StatusOr<Environm
 void EpisodeRunner::end_episode(Group& group, int64_t sample, FinishReason reason,
                                 const std::string& error) {
   group.ended[sample] = 1;
-  group.episodes[sample].finish_reason = reason;
-  group.episodes[sample].error = error;
+  group.episodes[sample].sample.finish_reason = reason;
+  group.episodes[sample].sample.error = error;
   (void)engine_->end_sample(group.request.id, sample, reason);  // NotFound: the engine ended it
 }
 
@@ -314,23 +314,22 @@ void EpisodeRunner::collect_finished() {
     for (size_t i = 0; i < out.episodes.size(); ++i) {
       Episode& episode = out.episodes[i];
       if (i >= result.samples.size()) {  // aborted in the queue
-        episode.finish_reason = FinishReason::kAbort;
+        episode.sample.finish_reason = FinishReason::kAbort;
         continue;
       }
-      Sample& sample = result.samples[i];
-      episode.token_ids = std::move(sample.token_ids);
-      episode.from_model = std::move(sample.from_model);
-      episode.logprobs = std::move(sample.logprobs);
-      episode.versions = std::move(sample.versions);
+      // The runner's reason for the episodes it ended; the engine's for the others.
+      const FinishReason reason = episode.sample.finish_reason;
+      std::string error = std::move(episode.sample.error);
+      episode.sample = std::move(result.samples[i]);
+      if (group.ended[i]) {
+        episode.sample.finish_reason = reason;
+        episode.sample.error = std::move(error);
+      }
       // A turn the engine cut (the episode's token budget) still counts as a turn.
-      const int64_t total = static_cast<int64_t>(episode.token_ids.size());
+      const int64_t total = static_cast<int64_t>(episode.sample.token_ids.size());
       if (total > (episode.turn_ends.empty() ? 0 : episode.turn_ends.back())) {
         episode.turn_ends.push_back(total);
         episode.turn_rewards.push_back(0);
-      }
-      if (!group.ended[i]) {
-        episode.finish_reason = sample.finish_reason;
-        episode.error = sample.error;
       }
     }
     stats_.episodes += static_cast<int64_t>(out.episodes.size());

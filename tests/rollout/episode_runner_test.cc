@@ -103,17 +103,17 @@ TEST(EpisodeRunnerTest, EpisodesAlternateModelTurnsAndObservationsInOneStream) {
   EXPECT_EQ(groups[0].prompt_ids, kPrompts[0]);
   ASSERT_EQ(groups[0].episodes.size(), 2u);
   for (const Episode& e : groups[0].episodes) {
-    EXPECT_EQ(e.finish_reason, FinishReason::kStop) << e.error;
+    EXPECT_EQ(e.sample.finish_reason, FinishReason::kStop) << e.sample.error;
     EXPECT_EQ(e.turn_ends, (std::vector<int64_t>{3, 10, 17}));
     EXPECT_EQ(e.turn_rewards, (std::vector<double>{0.5, 1.0, 1.5}));
     EXPECT_EQ(e.tool_calls, 3);
-    ASSERT_EQ(e.token_ids.size(), 17u);
+    ASSERT_EQ(e.sample.token_ids.size(), 17u);
     // Model turns of 3 tokens, observations {5, 6, 7, t} between them.
     const std::vector<uint8_t> mask = {1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1};
-    EXPECT_EQ(e.from_model, mask);
-    EXPECT_EQ(std::vector<int64_t>(e.token_ids.begin() + 3, e.token_ids.begin() + 7),
+    EXPECT_EQ(e.sample.from_model, mask);
+    EXPECT_EQ(std::vector<int64_t>(e.sample.token_ids.begin() + 3, e.sample.token_ids.begin() + 7),
               (std::vector<int64_t>{5, 6, 7, 0}));  // the answer to turn 0
-    for (size_t i = 0; i < mask.size(); ++i) EXPECT_EQ(e.versions[i], mask[i] ? 0 : -1) << i;
+    for (size_t i = 0; i < mask.size(); ++i) EXPECT_EQ(e.sample.versions[i], mask[i] ? 0 : -1) << i;
   }
   EXPECT_EQ(runner.stats().episodes, 2);
   EXPECT_EQ(runner.stats().env_steps, 6);
@@ -133,13 +133,13 @@ TEST(EpisodeRunnerTest, EpisodesEndAtMaxTurnsOrAtTheTokenBudget) {
   for (EpisodeGroup& g : run(runner)) groups[g.request_id] = std::move(g);
   ASSERT_EQ(groups.size(), 2u);
   const Episode& turns = groups["turns"].episodes[0];
-  EXPECT_EQ(turns.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(turns.sample.finish_reason, FinishReason::kLength);
   EXPECT_EQ(turns.turn_ends, (std::vector<int64_t>{3, 10}));
   // 12 tokens: 3 + 4 + 3, then the next observation leaves no room (or the engine cuts a turn).
   const Episode& tokens = groups["tokens"].episodes[0];
-  EXPECT_EQ(tokens.finish_reason, FinishReason::kLength);
-  EXPECT_LE(tokens.token_ids.size(), 12u);
-  EXPECT_EQ(tokens.turn_ends.back(), static_cast<int64_t>(tokens.token_ids.size()));
+  EXPECT_EQ(tokens.sample.finish_reason, FinishReason::kLength);
+  EXPECT_LE(tokens.sample.token_ids.size(), 12u);
+  EXPECT_EQ(tokens.turn_ends.back(), static_cast<int64_t>(tokens.sample.token_ids.size()));
 }
 
 TEST(EpisodeRunnerTest, ABadEnvironmentEndsOnlyItsEpisodeWithAnError) {
@@ -163,8 +163,8 @@ TEST(EpisodeRunnerTest, ABadEnvironmentEndsOnlyItsEpisodeWithAnError) {
     std::vector<EpisodeGroup> groups = run(runner);
     ASSERT_EQ(groups.size(), 1u) << mode;
     for (const Episode& e : groups[0].episodes) {
-      EXPECT_EQ(e.finish_reason, FinishReason::kError) << mode;
-      EXPECT_THAT(e.error, HasSubstr(error)) << mode;
+      EXPECT_EQ(e.sample.finish_reason, FinishReason::kError) << mode;
+      EXPECT_THAT(e.sample.error, HasSubstr(error)) << mode;
       EXPECT_EQ(e.turns(), 1) << mode;
     }
     EXPECT_EQ(runner.stats().env_errors, 2) << mode;
@@ -172,7 +172,7 @@ TEST(EpisodeRunnerTest, ABadEnvironmentEndsOnlyItsEpisodeWithAnError) {
     ASSERT_TRUE(runner.submit(episodes("good", 1)).ok());
     groups = run(runner);
     ASSERT_EQ(groups.size(), 1u);
-    EXPECT_EQ(groups[0].episodes[0].finish_reason, FinishReason::kStop) << mode;
+    EXPECT_EQ(groups[0].episodes[0].sample.finish_reason, FinishReason::kStop) << mode;
   }
 }
 
@@ -189,10 +189,10 @@ TEST(EpisodeRunnerTest, WallClockAStepPastItsDeadlineEndsItsEpisode) {
   for (EpisodeGroup& g : run(runner)) groups[g.request_id] = std::move(g);
   ASSERT_EQ(groups.size(), 2u);
   for (const Episode& e : groups["hangs"].episodes) {
-    EXPECT_EQ(e.finish_reason, FinishReason::kError);
-    EXPECT_THAT(e.error, HasSubstr("took longer than step_timeout_s (0.3 s)"));
+    EXPECT_EQ(e.sample.finish_reason, FinishReason::kError);
+    EXPECT_THAT(e.sample.error, HasSubstr("took longer than step_timeout_s (0.3 s)"));
   }
-  EXPECT_EQ(groups["good"].episodes[0].finish_reason, FinishReason::kStop);
+  EXPECT_EQ(groups["good"].episodes[0].sample.finish_reason, FinishReason::kStop);
   EXPECT_EQ(runner.stats().env_timeouts, 2);
 }
 

@@ -58,19 +58,16 @@ struct EpisodeRequest {
   int64_t n = 1;                             // episodes of this prompt (the group)
 };
 
-// One episode: everything after the prompt, one entry per token.
+// One episode.
 struct Episode {
-  std::vector<int64_t> token_ids;
-  std::vector<uint8_t> from_model;   // 1: sampled by the model; 0: the environment's
-  std::vector<float> logprobs;       // behaviour log-probs; 0 on environment tokens
-  std::vector<int64_t> versions;     // policy version per token; -1 on environment tokens
+  // Everything after the prompt, one entry per token (engine.h): from_model is 1 on the model's
+  // tokens and 0 on the environment's (log-prob 0, version -1). finish_reason is the episode's:
+  // kStop when the environment ended it (done), kLength when it ran out of turns or tokens
+  // first, kError when the environment failed (`error` says how), kAbort when aborted.
+  Sample sample;
   std::vector<int64_t> turn_ends;    // per model turn: the index just past its last token
   std::vector<double> turn_rewards;  // per model turn: the environment's reward for it
   int64_t tool_calls = 0;
-  // kStop: the environment ended it (done); kLength: out of turns or tokens first; kError: the
-  // environment failed (`error` says how); kAbort: aborted.
-  FinishReason finish_reason = FinishReason::kStop;
-  std::string error;
 
   int64_t turns() const { return static_cast<int64_t>(turn_ends.size()); }
 };

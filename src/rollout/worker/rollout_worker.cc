@@ -10,6 +10,7 @@
 #include "flywheel/buffer/controller_core.h"
 #include "flywheel/core/logging.h"
 #include "flywheel/core/status_macros.h"
+#include "group_assembly.h"
 
 namespace flywheel::rollout {
 namespace {
@@ -20,40 +21,7 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-std::vector<int32_t> to_int32(const std::vector<int64_t>& v) {
-  return std::vector<int32_t>(v.begin(), v.end());
-}
-
 constexpr char kBaselineSuffix[] = "/greedy";  // request id of a lease's greedy baseline
-
-// 1 on the model's tokens, 0 on an environment's (multi-turn samples).
-std::vector<uint8_t> episode_loss_mask(const Sample& sample) {
-  if (sample.from_model.empty()) return std::vector<uint8_t>(sample.token_ids.size(), 1);
-  return sample.from_model;
-}
-
-// Versions per token, an environment's tokens given the version of the model token before them
-// (of the first model token when none is before them): the group's staleness stays that of its
-// oldest model token.
-std::vector<int32_t> episode_versions(const Sample& sample) {
-  std::vector<int32_t> out(sample.versions.begin(), sample.versions.end());
-  if (sample.from_model.empty()) return out;
-  int32_t last = -1;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (sample.from_model[i]) {
-      last = out[i];
-      break;
-    }
-  }
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (sample.from_model[i]) {
-      last = out[i];
-    } else {
-      out[i] = std::max(last, 0);
-    }
-  }
-  return out;
-}
 
 // Waits on `cv` (under `mu`, held) until `ready()` or `deadline`; returns ready().
 template <typename Ready>
@@ -305,24 +273,9 @@ void RolloutWorker::collect_finished() {
       if (it == active_.end()) continue;
       std::unique_ptr<Active> active = std::move(it->second);
       active_.erase(it);
-      auto result = std::make_unique<GroupResult>();
-      result->request_id = episodes.request_id;
-      result->prompt_ids = std::move(episodes.prompt_ids);  // with the first observation
       std::vector<double> turn_rewards;
-      for (Episode& e : episodes.episodes) {
-        Sample sample;
-        sample.token_ids = std::move(e.token_ids);
-        sample.logprobs = std::move(e.logprobs);
-        sample.versions = std::move(e.versions);
-        sample.from_model = std::move(e.from_model);
-        sample.finish_reason = e.finish_reason;
-        sample.error = e.error;
-        result->samples.push_back(std::move(sample));
-        double sum = 0;
-        for (double r : e.turn_rewards) sum += r;
-        turn_rewards.push_back(sum);
-      }
-      active->group = std::move(result);
+      active->group =
+          std::make_unique<GroupResult>(as_group_result(std::move(episodes), &turn_rewards));
       score_group(std::move(active), std::move(turn_rewards));
     }
     return;
@@ -354,38 +307,12 @@ void RolloutWorker::score_group(std::unique_ptr<Active> active, std::vector<doub
       result.samples.push_back(std::move(sample));
     }
   }
-  std::vector<rewards::OwnedSample> samples;
-  for (const Sample& sample : result.samples) {
-    if (sample.finish_reason == FinishReason::kError ||
-        sample.finish_reason == FinishReason::kAbort) {
-      if (!sample.error.empty()) FLYWHEEL_LOG_WARN("generation failed: %s", sample.error);
-      failed = true;
-    }
-    std::vector<int64_t> ids = sample.token_ids;
-    if (sample.finish_reason == FinishReason::kStop && !ids.empty() &&
-        std::find(options_.sampling.stop_token_ids.begin(), options_.sampling.stop_token_ids.end(),
-                  ids.back()) != options_.sampling.stop_token_ids.end()) {
-      ids.pop_back();  // the eos is not part of the text rewards see
-    }
-    rewards::OwnedSample owned;
-    owned.record = active->prompt.record;
-    owned.record_name = absl::StrCat("prompt ", active->lease.prompt_index());
-    owned.prompt = active->prompt.text;
-    absl::StatusOr<std::string> text = tokenizer_->decode(ids);
-    if (!text.ok()) {
-      FLYWHEEL_LOG_WARN("cannot decode a completion: %s", text.status().message());
-      failed = true;
-    }
-    owned.completion = text.ok() ? *text : std::string();
-    owned.completion_ids = to_int32(sample.token_ids);
-    owned.truncated = sample.finish_reason == FinishReason::kLength;
-    samples.push_back(std::move(owned));
-  }
+  std::vector<rewards::OwnedSample> samples =
+      samples_to_score(result, active->prompt, active->lease, *tokenizer_,
+                       options_.sampling.stop_token_ids, &failed);
   {
     absl::MutexLock lock(&stats_mu_);
-    for (const Sample& sample : result.samples) {
-      stats_.generated_tokens += static_cast<int64_t>(sample.token_ids.size());
-    }
+    for (const Sample& sample : result.samples) stats_.generated_tokens += model_tokens(sample);
     if (failed) ++stats_.leases_released;
   }
   if (failed) {
@@ -395,39 +322,17 @@ void RolloutWorker::score_group(std::unique_ptr<Active> active, std::vector<doub
   ++scoring_;
   auto shared = std::make_shared<GroupResult>(std::move(result));
   auto lease = std::make_shared<v1::PromptLease>(active->lease);
-  const std::string worker = options_.worker_id;
-  const size_t group_size = static_cast<size_t>(options_.group_size);
-  auto extra = std::make_shared<std::vector<double>>(std::move(turn_rewards));
-  pool_->submit(std::move(samples), [this, shared, lease, worker, group_size,
-                                     extra](std::vector<rewards::ScoredSample> scored) {
-    buffer::TrajectoryGroup group;
-    group.group_id = absl::StrCat(worker, "/", lease->lease_id());
-    group.lease_id = lease->lease_id();
-    group.worker_id = worker;
-    group.prompt_index = lease->prompt_index();
-    if (scored.size() > group_size) {
-      group.has_baseline = true;
-      group.baseline_reward = scored[group_size].reward;
-    }
-    for (size_t i = 0; i < group_size; ++i) {
-      const Sample& sample = shared->samples[i];
-      buffer::Trajectory t;
-      t.prompt_ids = to_int32(shared->prompt_ids);
-      t.response_ids = to_int32(sample.token_ids);
-      t.loss_mask = episode_loss_mask(sample);
-      t.logprobs = sample.logprobs;
-      t.versions = episode_versions(sample);
-      t.reward = scored[i].reward + (i < extra->size() ? (*extra)[i] : 0.0);
-      t.reward_breakdown = scored[i].parts;
-      t.finish_reason = finish_reason_name(sample.finish_reason);
-      t.sample_index = static_cast<int64_t>(i);
-      group.trajectories.push_back(std::move(t));
-    }
-    absl::MutexLock lock(&push_mu_);
-    to_push_.push_back(std::move(group));
-    --scoring_;
-    push_cv_.SignalAll();
-  });
+  auto rewards = std::make_shared<std::vector<double>>(std::move(turn_rewards));
+  pool_->submit(std::move(samples),
+                [this, shared, lease, rewards](std::vector<rewards::ScoredSample> scored) {
+                  buffer::TrajectoryGroup group =
+                      trajectory_group(options_.worker_id, *lease, *shared, scored, *rewards,
+                                       static_cast<size_t>(options_.group_size));
+                  absl::MutexLock lock(&push_mu_);
+                  to_push_.push_back(std::move(group));
+                  --scoring_;
+                  push_cv_.SignalAll();
+                });
 }
 
 bool RolloutWorker::generating() const { return runner_ ? !runner_->idle() : !engine_->idle(); }

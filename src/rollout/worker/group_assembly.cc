@@ -1,0 +1,123 @@
+#include "group_assembly.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "flywheel/core/logging.h"
+
+namespace flywheel::rollout {
+namespace {
+
+std::vector<int32_t> to_int32(const std::vector<int64_t>& v) {
+  return std::vector<int32_t>(v.begin(), v.end());
+}
+
+std::vector<uint8_t> loss_mask(const Sample& sample) {
+  if (sample.from_model.empty()) return std::vector<uint8_t>(sample.token_ids.size(), 1);
+  return sample.from_model;
+}
+
+// An environment token takes the version of the model token before it (of the first model
+// token when none is before it).
+std::vector<int32_t> versions(const Sample& sample) {
+  std::vector<int32_t> out(sample.versions.begin(), sample.versions.end());
+  if (sample.from_model.empty()) return out;
+  auto first = std::find(sample.from_model.begin(), sample.from_model.end(), uint8_t{1});
+  int32_t last = first == sample.from_model.end() ? 0 : out[first - sample.from_model.begin()];
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (sample.from_model[i]) {
+      last = out[i];
+    } else {
+      out[i] = last;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<rewards::OwnedSample> samples_to_score(
+    const GroupResult& result, const EncodedPrompt& prompt, const v1::PromptLease& lease,
+    const model::Tokenizer& tokenizer, const std::vector<int64_t>& stop_token_ids, bool* failed) {
+  std::vector<rewards::OwnedSample> samples;
+  for (const Sample& sample : result.samples) {
+    if (sample.finish_reason == FinishReason::kError ||
+        sample.finish_reason == FinishReason::kAbort) {
+      if (!sample.error.empty()) FLYWHEEL_LOG_WARN("generation failed: %s", sample.error);
+      *failed = true;
+    }
+    std::vector<int64_t> ids = sample.token_ids;
+    if (sample.finish_reason == FinishReason::kStop && !ids.empty() &&
+        std::find(stop_token_ids.begin(), stop_token_ids.end(), ids.back()) !=
+            stop_token_ids.end()) {
+      ids.pop_back();  // the eos is not part of the text rewards see
+    }
+    rewards::OwnedSample owned;
+    owned.record = prompt.record;
+    owned.record_name = absl::StrCat("prompt ", lease.prompt_index());
+    owned.prompt = prompt.text;
+    absl::StatusOr<std::string> text = tokenizer.decode(ids);
+    if (!text.ok()) {
+      FLYWHEEL_LOG_WARN("cannot decode a completion: %s", text.status().message());
+      *failed = true;
+    }
+    owned.completion = text.ok() ? *text : std::string();
+    owned.completion_ids = to_int32(sample.token_ids);
+    owned.truncated = sample.finish_reason == FinishReason::kLength;
+    samples.push_back(std::move(owned));
+  }
+  return samples;
+}
+
+buffer::TrajectoryGroup trajectory_group(const std::string& worker_id, const v1::PromptLease& lease,
+                                         const GroupResult& result,
+                                         const std::vector<rewards::ScoredSample>& scored,
+                                         const std::vector<double>& turn_rewards,
+                                         size_t group_size) {
+  buffer::TrajectoryGroup group;
+  group.group_id = absl::StrCat(worker_id, "/", lease.lease_id());
+  group.lease_id = lease.lease_id();
+  group.worker_id = worker_id;
+  group.prompt_index = lease.prompt_index();
+  if (scored.size() > group_size) {
+    group.has_baseline = true;
+    group.baseline_reward = scored[group_size].reward;
+  }
+  for (size_t i = 0; i < group_size; ++i) {
+    const Sample& sample = result.samples[i];
+    buffer::Trajectory t;
+    t.prompt_ids = to_int32(result.prompt_ids);
+    t.response_ids = to_int32(sample.token_ids);
+    t.loss_mask = loss_mask(sample);
+    t.logprobs = sample.logprobs;
+    t.versions = versions(sample);
+    t.reward = scored[i].reward + (i < turn_rewards.size() ? turn_rewards[i] : 0.0);
+    t.reward_breakdown = scored[i].parts;
+    t.finish_reason = finish_reason_name(sample.finish_reason);
+    t.sample_index = static_cast<int64_t>(i);
+    group.trajectories.push_back(std::move(t));
+  }
+  return group;
+}
+
+GroupResult as_group_result(EpisodeGroup episodes, std::vector<double>* turn_rewards) {
+  GroupResult result;
+  result.request_id = std::move(episodes.request_id);
+  result.prompt_ids = std::move(episodes.prompt_ids);  // with the first observation
+  turn_rewards->clear();
+  for (Episode& e : episodes.episodes) {
+    result.samples.push_back(std::move(e.sample));
+    double sum = 0;
+    for (double r : e.turn_rewards) sum += r;
+    turn_rewards->push_back(sum);
+  }
+  return result;
+}
+
+int64_t model_tokens(const Sample& sample) {
+  if (sample.from_model.empty()) return static_cast<int64_t>(sample.token_ids.size());
+  return std::count(sample.from_model.begin(), sample.from_model.end(), uint8_t{1});
+}
+
+}  // namespace flywheel::rollout

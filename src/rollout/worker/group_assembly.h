@@ -1,0 +1,44 @@
+// The rollout worker's groups, from generation to the controller: what rewards score, and the
+// trajectory group pushed once they have. Single-turn groups and multi-turn episodes alike.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flywheel/buffer/trajectory.h"
+#include "flywheel/model/tokenizer/tokenizer.h"
+#include "flywheel/rewards/scoring_pool.h"
+#include "flywheel/rollout/engine.h"
+#include "flywheel/rollout/episode_runner.h"
+#include "flywheel/rollout/worker/prompt_encoder.h"
+#include "flywheel/v1/controller.pb.h"
+
+namespace flywheel::rollout {
+
+// What rewards score for each sample of `result`: the prompt's record and text, and the
+// completion decoded without a final stop token (an episode's: the whole conversation after
+// the prompt). *failed is set when a sample failed to generate or to decode: its group is not
+// pushed.
+std::vector<rewards::OwnedSample> samples_to_score(
+    const GroupResult& result, const EncodedPrompt& prompt, const v1::PromptLease& lease,
+    const model::Tokenizer& tokenizer, const std::vector<int64_t>& stop_token_ids, bool* failed);
+
+// The group the controller receives: the first `group_size` samples (a further scored one is
+// the greedy baseline), each with its score plus turn_rewards[i] (an episode's environment
+// rewards; empty for single-turn groups). An episode's environment tokens have loss mask 0 and
+// the version of the model token before them, so staleness is that of the oldest model token.
+buffer::TrajectoryGroup trajectory_group(const std::string& worker_id, const v1::PromptLease& lease,
+                                         const GroupResult& result,
+                                         const std::vector<rewards::ScoredSample>& scored,
+                                         const std::vector<double>& turn_rewards,
+                                         size_t group_size);
+
+// An episode runner's group in the engine's form; *turn_rewards gets each episode's sum of
+// environment rewards.
+GroupResult as_group_result(EpisodeGroup episodes, std::vector<double>* turn_rewards);
+
+// Tokens the model sampled in `sample` (an episode's environment tokens left out).
+int64_t model_tokens(const Sample& sample);
+
+}  // namespace flywheel::rollout
