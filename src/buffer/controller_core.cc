@@ -353,6 +353,22 @@ void ControllerCore::heartbeat(const std::string& worker, double now) {
   last_seen_[worker] = now;
 }
 
+int64_t ControllerCore::register_worker(const std::string& worker, double now) {
+  absl::MutexLock lock(&mu_);
+  last_seen_[worker] = now;
+  told_done_.erase(worker);
+  auto held = leases_by_worker_.find(worker);
+  if (held == leases_by_worker_.end()) return 0;
+  const std::vector<uint64_t> ids(held->second.begin(), held->second.end());
+  for (uint64_t id : ids) {
+    const Lease& lease = leases_.at(id);
+    requeue_locked(lease.epoch, lease.prompt);
+    ++counters_.expired;
+    remove_lease_locked(id);
+  }
+  return static_cast<int64_t>(ids.size());
+}
+
 void ControllerCore::expire(double now) {
   absl::MutexLock lock(&mu_);
   expire_locked(now);

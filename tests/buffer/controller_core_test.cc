@@ -216,6 +216,31 @@ TEST(ControllerCoreTest, SilentWorkersLoseTheirLeases) {
   EXPECT_EQ(c->counters().expired, 1);
 }
 
+// A worker killed and restarted within worker_timeout_s heartbeats under the same id; without
+// register_worker the leases of its previous run would stay alive and the learners, waiting
+// for their groups (take_batch's staleness promise), would wait forever (a CI failure of
+// integration.faults).
+TEST(ControllerCoreTest, ARestartedWorkerGivesBackTheLeasesOfItsPreviousRun) {
+  ControllerOptions o = options(/*prompts=*/6, /*groups_per_step=*/1, /*max_staleness=*/1);
+  o.worker_timeout_s = 3;
+  auto c = make(o);
+  const Grant first = c->acquire("w1", 2, 0);
+  ASSERT_EQ(first.leases.size(), 2u);
+  ASSERT_EQ(c->acquire("w2", 1, 0).leases.size(), 0u);  // the budget is spent: (1 + 0 + 1) * 1
+  EXPECT_EQ(c->register_worker("w2", 0.5), 0);          // holds nothing
+  EXPECT_EQ(c->register_worker("w1", 0.5), 2);
+  EXPECT_EQ(c->in_flight(), 0);
+  EXPECT_EQ(c->counters().expired, 2);
+  // A push under a lease of the previous run is refused; its prompts are granted again, first.
+  EXPECT_FALSE(c->push(group_for(first.leases[0], 0), 0.6).ok());
+  const Grant again = c->acquire("w1", 2, 0.6);
+  ASSERT_EQ(again.leases.size(), 2u);
+  EXPECT_EQ(again.leases[0].prompt, first.leases[0].prompt);
+  EXPECT_EQ(again.leases[1].prompt, first.leases[1].prompt);
+  c->expire(2);  // heard at 0.6: the new leases live
+  EXPECT_EQ(c->in_flight(), 2);
+}
+
 TEST(ControllerCoreTest, DroppedPromptsAreNotReissuedAndTheEpochStillDrains) {
   auto c = make(options(/*prompts=*/2, /*groups_per_step=*/1, /*max_staleness=*/5));
   Grant g = c->acquire("w", 2, 0);

@@ -170,6 +170,11 @@ class ControllerCore {
   void set_weights_version(int64_t version);
 
   void heartbeat(const std::string& worker, double now);
+  // `worker` (re)started and holds no lease: leases still under its name belong to a previous
+  // run of it (killed and restarted faster than worker_timeout_s, whose heartbeats would keep
+  // them alive forever) and are given back, their prompts re-issued first (counted as
+  // expired). Also counts as a heartbeat. Returns how many were given back.
+  int64_t register_worker(const std::string& worker, double now);
   // Expires leases past their deadline or held by silent workers; their prompts are re-issued.
   void expire(double now);
   // A worker gives a lease back (e.g. aborted); the prompt is re-issued. NotFound if unknown.

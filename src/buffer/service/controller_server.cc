@@ -170,7 +170,11 @@ class ControllerServer::Service final : public CallbackBase {
       s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id must not be empty");
     }
     if (s.ok()) {
-      core_->heartbeat(req->worker_id(), clock_());
+      const int64_t reclaimed = core_->register_worker(req->worker_id(), clock_());
+      if (reclaimed > 0) {
+        FLYWHEEL_LOG_INFO("worker %s registered again; its %d lease(s) from before are re-issued",
+                          req->worker_id(), reclaimed);
+      }
       reply->set_version(core_->version());
       reply->set_group_size(core_->group_size());
       reply->set_heartbeat_interval_s(options_.heartbeat_interval_s);
