@@ -31,6 +31,7 @@
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/rewards/composite_reward.h"
 #include "flywheel/rollout/engine_config.h"
+#include "flywheel/rollout/turn_markers.h"
 #include "flywheel/rollout/worker/prompt_encoder.h"
 #include "flywheel/rollout/worker/rollout_worker.h"
 #include "flywheel/trainer/learner_job.h"
@@ -212,7 +213,11 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
   options.weight_timeout_s = c.weight_sync.timeout_s;
   options.drain_timeout_s = c.rewards.timeout_s + 5;
   options.greedy_baseline = greedy_baseline;
-  options.episodes = rollout::EpisodeOptions::from_config(c.environment);
+  rollout::TurnMarkerIds markers;
+  if (!c.environment.name.empty()) {
+    FLYWHEEL_ASSIGN_OR_RETURN(markers, rollout::turn_marker_ids(tokenizers));
+  }
+  options.episodes = rollout::EpisodeOptions::from_config(c.environment, std::move(markers));
   FLYWHEEL_LOG_INFO(
       "rollout worker %s: controller %s, %d slots, groups of %d, %d thread(s), weights over %s",
       worker_id, address, c.rollout.max_slots, c.rollout.group_size, c.cluster.threads_per_process,

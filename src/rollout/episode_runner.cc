@@ -1,5 +1,6 @@
 #include "flywheel/rollout/episode_runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <optional>
@@ -74,6 +75,7 @@ struct EpisodeRunner::Group {
   std::vector<Episode> episodes;  // the runner's part: turns, rewards, tool calls, errors
   std::vector<int64_t> length;    // tokens after the prompt so far, per episode
   std::vector<uint8_t> ended;     // the runner ended it; its finish_reason is the runner's
+  std::vector<std::vector<int64_t>> turn_tail;  // the last model turn's final tokens (markers)
 };
 
 EpisodeRunner::EpisodeRunner(GenerationEngine* engine,
@@ -187,6 +189,7 @@ absl::Status EpisodeRunner::submit(EpisodeRequest request) {
   group->episodes.resize(n);
   group->length.assign(n, 0);
   group->ended.assign(n, 0);
+  group->turn_tail.resize(n);
   request.prompt_ids.insert(request.prompt_ids.end(), first_observation.begin(),
                             first_observation.end());
   group->request = std::move(request);
@@ -213,6 +216,9 @@ void EpisodeRunner::start_step(Group& group, int64_t sample, TurnEnd end) {
     turn.text = std::move(*text);
   }
   turn.token_ids = std::move(end.token_ids);
+  const size_t tail = std::min(turn.token_ids.size(), options_.markers.end_of_turn.size());
+  group.turn_tail[sample].assign(turn.token_ids.end() - static_cast<int64_t>(tail),
+                                 turn.token_ids.end());
   auto running = std::make_unique<Running>();
   running->request_id = group.request.id;
   running->sample = sample;
@@ -259,6 +265,9 @@ void EpisodeRunner::answer(Group& group, int64_t sample, absl::StatusOr<Environm
     ++stats_.env_errors;
     end_episode(group, sample, FinishReason::kError, std::string(ids.status().message()));
     return;
+  }
+  if (!step->observation.text.empty() && !options_.markers.empty()) {
+    *ids = options_.markers.wrap(*ids, group.turn_tail[sample]);
   }
   absl::Status s = engine_->continue_sample(group.request.id, sample, *ids);
   if (s.code() == absl::StatusCode::kOutOfRange) {  // no room for another turn

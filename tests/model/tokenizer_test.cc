@@ -155,6 +155,18 @@ TEST(ChatTemplateTest, RendersChatmlAndLlama3) {
             "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>");
 }
 
+// An episode's stream, assistant turn + markers + reply + markers, renders as the template
+// renders the same conversation: the next assistant turn starts where the template starts it.
+TEST(ChatTemplateTest, TurnMarkersPutAReplyBetweenAssistantTurnsAsTheTemplateDoes) {
+  for (const char* name : {"chatml", "llama3"}) {
+    ChatTemplate t = *ChatTemplate::by_name(name);
+    const TurnMarkers m = t.turn_markers();
+    const std::string first = *t.render({{"user", "q"}});
+    const std::string whole = *t.render({{"user", "q"}, {"assistant", "A"}, {"user", "R"}});
+    EXPECT_EQ(first + "A" + m.end_of_turn + m.open + "R" + m.close, whole) << name;
+  }
+}
+
 TEST(ChatTemplateTest, Qwen3KeepsReasoningOnlyAfterTheLastQuery) {
   std::vector<ChatMessage> chat = {{"user", "q1"},
                                    {"assistant", "<think>\nold\n</think>\n\na1"},

@@ -3,6 +3,7 @@
 #include "flywheel/rollout/episode_runner.h"
 
 #include <chrono>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -10,7 +11,9 @@
 #include <vector>
 
 #include "engine_test_util.h"
+#include "flywheel/core/plugin_registry.h"
 #include "flywheel/model/tokenizer/tokenizer.h"
+#include "flywheel/rollout/logits_processor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -208,6 +211,130 @@ TEST(EpisodeRunnerTest, AResetThatFailsIsAnErrorNamingTheEpisode) {
   EXPECT_TRUE(engine->idle());
   request.record = nullptr;
   EXPECT_THAT(std::string(runner.submit(request).message()), HasSubstr("no record"));
+}
+
+// Replies `reply` (text) to every turn; done after `turns` turns.
+class TextEnvironment : public Environment {
+ public:
+  TextEnvironment(std::string reply, int64_t turns) : reply_(std::move(reply)), turns_(turns) {}
+  absl::StatusOr<EpisodeStart> reset(const core::Json&) const override { return EpisodeStart{}; }
+  absl::StatusOr<EnvironmentStep> step(EpisodeState*, const ModelTurn& turn) const override {
+    EnvironmentStep out;
+    out.observation.text = reply_;
+    out.done = turn.index + 1 >= turns_;
+    return out;
+  }
+
+ private:
+  std::string reply_;
+  int64_t turns_;
+};
+
+// A scripted policy: every logit but that of `id` is -inf.
+class Force : public LogitsProcessor {
+ public:
+  static absl::StatusOr<std::unique_ptr<LogitsProcessor>> create(const LogitsProcessorParams& p) {
+    return std::unique_ptr<LogitsProcessor>(new Force(std::stoll(p.at("id"))));
+  }
+  void apply(at::Tensor& logits, const std::vector<int64_t>&) const override {
+    const float kept = logits[id_].item<float>();
+    logits.fill_(-std::numeric_limits<float>::infinity());
+    logits[id_] = kept;
+  }
+
+ private:
+  explicit Force(int64_t id) : id_(id) {}
+  int64_t id_;
+};
+
+struct Scripted {
+  core::PluginRegistry registry;
+  std::unique_ptr<GenerationEngine> engine;
+
+  Scripted() {
+    auto& processors = registry.get<LogitsProcessor, const LogitsProcessorParams&>();
+    EXPECT_TRUE(processors.add("force", &Force::create).ok());
+    EngineContext context;
+    context.registry = &registry;
+    engine = make_engine(shared_model("qwen2"), {}, context);
+  }
+};
+
+EpisodeRequest forced(int64_t id, int64_t max_new = 30) {
+  EpisodeRequest request = episodes("forced", 1, max_new);
+  request.sampling.logits_processors = {{"force", {{"id", std::to_string(id)}}}};
+  return request;
+}
+
+std::vector<int64_t> join(std::initializer_list<std::vector<int64_t>> parts) {
+  std::vector<int64_t> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+// Text replies sit inside the chat template's turn markers; the end-of-turn marker is added only
+// when the model's turn did not end with it.
+TEST(EpisodeRunnerTest, TextRepliesAreWrappedInTheTurnMarkers) {
+  absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
+      model::load_tokenizer("/nonexistent-dir", core::TokenizerType::kChar);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  model::EncodeOptions plain;
+  plain.add_special_tokens = false;
+  const std::vector<int64_t> ok = *(*tokenizer)->encode("ok", plain);
+  EpisodeOptions options;
+  options.markers = {/*end_of_turn=*/{9}, /*open=*/{10, 11}, /*close=*/{12}};
+  for (const bool ends_with_marker : {true, false}) {
+    Scripted s;
+    options.turn_max_new_tokens = ends_with_marker ? 5 : 2;
+    EpisodeRunner runner(s.engine.get(), std::make_shared<TextEnvironment>("ok", 2),
+                         tokenizer->get(), options);
+    EpisodeRequest request = forced(ends_with_marker ? 9 : 8);
+    request.sampling.stop_token_ids = {9};  // the template's end of turn
+    ASSERT_TRUE(runner.submit(request).ok());
+    std::vector<EpisodeGroup> groups = run(runner);
+    ASSERT_EQ(groups.size(), 1u);
+    const Sample& sample = groups[0].episodes[0].sample;
+    EXPECT_EQ(sample.finish_reason, FinishReason::kStop) << sample.error;
+    const std::vector<int64_t> turn =
+        ends_with_marker ? std::vector<int64_t>{9} : std::vector<int64_t>{8, 8};
+    const std::vector<int64_t> reply =
+        ends_with_marker ? join({{10, 11}, ok, {12}}) : join({{9, 10, 11}, ok, {12}});
+    EXPECT_EQ(sample.token_ids, join({turn, reply, turn})) << ends_with_marker;
+  }
+}
+
+// Issue 28's acceptance: with a BPE tokenizer whose merge "a b" -> "ab" spans a turn boundary,
+// re-tokenizing the decoded conversation gives other ids than were sampled and appended; the
+// runner's stream is exactly the turns and replies as they were.
+TEST(EpisodeRunnerTest, TheStreamIsNeverReTokenizedEvenWhereABpeMergeSpansTurns) {
+  const std::string json = R"({"version": "1.0", "added_tokens": [], "normalizer": null,
+    "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false,
+                      "use_regex": false},
+    "post_processor": null, "decoder": {"type": "ByteLevel"},
+    "model": {"type": "BPE", "dropout": null, "unk_token": null, "byte_fallback": false,
+      "ignore_merges": false, "vocab": {"a": 0, "b": 1, "c": 2, "ab": 3}, "merges": ["a b"]}})";
+  absl::StatusOr<std::unique_ptr<model::Tokenizer>> bpe =
+      model::load_hf_tokenizer_json(json, "bpe");
+  ASSERT_TRUE(bpe.ok()) << bpe.status();
+  Scripted s;
+  EpisodeOptions options;
+  options.turn_max_new_tokens = 1;
+  EpisodeRunner runner(s.engine.get(), std::make_shared<TextEnvironment>("b", 3), bpe->get(),
+                       options);
+  ASSERT_TRUE(runner.submit(forced(/*"a"=*/0)).ok());
+  std::vector<EpisodeGroup> groups = run(runner);
+  ASSERT_EQ(groups.size(), 1u);
+  const Sample& sample = groups[0].episodes[0].sample;
+  ASSERT_EQ(sample.finish_reason, FinishReason::kStop) << sample.error;
+  // Model "a", environment "b" (tokenized on its own), three turns: the ids as produced.
+  EXPECT_EQ(sample.token_ids, (std::vector<int64_t>{0, 1, 0, 1, 0}));
+  EXPECT_EQ(sample.from_model, (std::vector<uint8_t>{1, 0, 1, 0, 1}));
+  // What re-tokenizing the decoded conversation would give instead: "ab" merged across turns.
+  model::EncodeOptions plain;
+  plain.add_special_tokens = false;
+  const std::string text = *(*bpe)->decode(sample.token_ids);
+  EXPECT_EQ(text, "ababa");
+  EXPECT_EQ(*(*bpe)->encode(text, plain), (std::vector<int64_t>{3, 3, 0}));
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include "flywheel/core/options/environment_options.h"
 #include "flywheel/rollout/engine.h"
 #include "flywheel/rollout/environment.h"
+#include "flywheel/rollout/turn_markers.h"
 
 namespace flywheel::model {
 class Tokenizer;
@@ -43,10 +44,14 @@ struct EpisodeOptions {
   int64_t turn_max_new_tokens = core::EnvironmentOptions().turn_max_new_tokens;
   int64_t max_observation_tokens = core::EnvironmentOptions().max_observation_tokens;
   double step_timeout_s = core::EnvironmentOptions().step_timeout_s;
+  // Put around every text observation (turn_marker_ids()); none: appended as it is. Token-id
+  // observations are always appended as they are: the environment chose every id.
+  TurnMarkerIds markers;
 
-  static EpisodeOptions from_config(const core::EnvironmentOptions& environment) {
+  static EpisodeOptions from_config(const core::EnvironmentOptions& environment,
+                                    TurnMarkerIds markers = {}) {
     return {environment.max_turns, environment.turn_max_new_tokens,
-            environment.max_observation_tokens, environment.step_timeout_s};
+            environment.max_observation_tokens, environment.step_timeout_s, std::move(markers)};
   }
 };
 

@@ -171,4 +171,12 @@ absl::StatusOr<std::string> ChatTemplate::render(const std::vector<ChatMessage>&
   return out;
 }
 
+TurnMarkers ChatTemplate::turn_markers() const {
+  if (name_ == "llama3") {
+    return {"<|eot_id|>", "<|start_header_id|>user<|end_header_id|>\n\n",
+            "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"};
+  }
+  return {"<|im_end|>", "\n<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n"};
+}
+
 }  // namespace flywheel::model

@@ -25,6 +25,17 @@ struct ChatMessage {
   std::string content;
 };
 
+// How an environment's reply sits between two assistant turns of an episode, as a user
+// message: `end_of_turn` closes the assistant's turn when the model did not end it so (it
+// stopped at a stop string such as "</calc>"), `open` starts the reply and `close` ends it and
+// opens the next assistant turn. chatml / qwen3: "<|im_end|>", "\n<|im_start|>user\n",
+// "<|im_end|>\n<|im_start|>assistant\n"; llama3 likewise with its headers and <|eot_id|>.
+struct TurnMarkers {
+  std::string end_of_turn;
+  std::string open;
+  std::string close;
+};
+
 class ChatTemplate {
  public:
   // "chatml", "qwen3" or "llama3"; "none" and anything else are InvalidArgument.
@@ -41,6 +52,7 @@ class ChatTemplate {
   // InvalidArgument for an unknown role or an empty message list.
   absl::StatusOr<std::string> render(const std::vector<ChatMessage>& messages,
                                      bool add_generation_prompt = true) const;
+  TurnMarkers turn_markers() const;
 
  private:
   std::string render_qwen3(const std::vector<ChatMessage>& messages,
