@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "builtin_factories.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/rewards/param_reader.h"
@@ -14,8 +15,10 @@ namespace {
 
 class ExactMatchReward : public RewardFunction {
  public:
-  ExactMatchReward(std::string answer_key, TextNormalization normalization)
-      : answer_key_(std::move(answer_key)), normalization_(normalization) {}
+  ExactMatchReward(std::string answer_key, std::string after, TextNormalization normalization)
+      : answer_key_(std::move(answer_key)),
+        after_(std::move(after)),
+        normalization_(normalization) {}
 
   absl::StatusOr<RewardOutput> score(const RewardInput& input) const override {
     const core::Json* answer = input.record->find(answer_key_);
@@ -26,7 +29,12 @@ class ExactMatchReward : public RewardFunction {
     } else {
       references.push_back(answer);
     }
-    const std::string completion = normalize_text(input.completion, normalization_);
+    absl::string_view judged = input.completion;
+    if (!after_.empty()) {
+      const size_t at = judged.rfind(after_);
+      if (at != absl::string_view::npos) judged.remove_prefix(at + after_.size());
+    }
+    const std::string completion = normalize_text(std::string(judged), normalization_);
     RewardOutput out;
     for (const core::Json* reference : references) {
       std::string text;
@@ -47,6 +55,7 @@ class ExactMatchReward : public RewardFunction {
 
  private:
   std::string answer_key_;
+  std::string after_;  // judge only what follows its last occurrence
   TextNormalization normalization_;
 };
 
@@ -55,13 +64,14 @@ class ExactMatchReward : public RewardFunction {
 RewardPtr make_exact_match_reward(const RewardSpec& spec) {
   ParamReader r(spec);
   const std::string answer_key = r.string("answer_key", "answer");
+  const std::string after = r.string("after", "");
   TextNormalization n;
   n.strip = r.boolean("strip", n.strip);
   n.lowercase = r.boolean("lowercase", n.lowercase);
   n.collapse_whitespace = r.boolean("collapse_whitespace", n.collapse_whitespace);
   n.remove_punctuation = r.boolean("remove_punctuation", n.remove_punctuation);
   FLYWHEEL_RETURN_IF_ERROR(r.finish());
-  return std::unique_ptr<RewardFunction>(new ExactMatchReward(answer_key, n));
+  return std::unique_ptr<RewardFunction>(new ExactMatchReward(answer_key, after, n));
 }
 
 }  // namespace flywheel::rewards

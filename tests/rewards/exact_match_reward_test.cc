@@ -44,6 +44,18 @@ TEST(ExactMatchRewardTest, Table) {
       {{}, R"({"answer": "a"})", "\xff\xfe", 0, "invalid UTF-8"},
       {{}, R"({"answer": "a"})", std::string(1 << 20, 'a'), 0, "a megabyte line"},
       {{{"answer_key", "label"}}, R"({"label": "x"})", "x", 1, "answer_key"},
+      {{{"after", "</result>"}},
+       R"({"answer": "5535"})",
+       "<calc>123*45</calc><result>5535</result>5535",
+       1,
+       "after the last tool reply"},
+      {{{"after", "</result>"}},
+       R"({"answer": "5535"})",
+       "<calc>1*2</calc><result>2</result><calc>123*45</calc><result>5535</result>",
+       0,
+       "nothing after the last reply"},
+      {{{"after", "</result>"}}, R"({"answer": "5535"})", "5535", 1, "no reply: the whole"},
+      {{}, R"({"answer": "5535"})", "<result>5535</result>5535", 0, "after unset: the whole"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.reason);
