@@ -36,6 +36,12 @@ Json trajectory_json(const Trajectory& t) {
   j.set("reward_breakdown", std::move(breakdown));
   j.set("finish_reason", Json(t.finish_reason));
   j.set("sample_index", Json(t.sample_index));
+  if (!t.turn_ends.empty()) {  // an episode's; single-turn snapshots stay as they were
+    j.set("turn_ends", numbers(t.turn_ends));
+    j.set("turn_rewards", numbers(t.turn_rewards));
+    j.set("tool_calls", Json(static_cast<int64_t>(t.tool_calls)));
+    j.set("env_step_seconds", numbers(t.env_step_seconds));
+  }
   return j;
 }
 
@@ -85,6 +91,12 @@ struct Reader {
     }
     t.finish_reason = string(j.find("finish_reason"));
     t.sample_index = integer(j.find("sample_index"));
+    if (j.find("turn_ends") != nullptr) {
+      t.turn_ends = list<int32_t>(j.find("turn_ends"));
+      t.turn_rewards = list<double>(j.find("turn_rewards"));
+      t.tool_calls = static_cast<int32_t>(integer(j.find("tool_calls")));
+      t.env_step_seconds = list<float>(j.find("env_step_seconds"));
+    }
     return t;
   }
 };
@@ -174,6 +186,7 @@ std::string ControllerCore::snapshot() const {
     g.set("worker_id", Json(e.group.worker_id));
     if (e.group.prompt_index >= 0) g.set("prompt_index", Json(e.group.prompt_index));
     if (e.group.has_baseline) g.set("baseline_reward", Json(e.group.baseline_reward));
+    if (e.group.env_errors > 0) g.set("env_errors", Json(e.group.env_errors));
     g.set("epoch", Json(e.epoch));
     g.set("grant_version", Json(e.grant_version));
     g.set("prompt", Json(e.prompt));
@@ -269,6 +282,7 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::restore(
     e.group.lease_id = static_cast<uint64_t>(r.integer(g.find("lease_id")));
     e.group.worker_id = r.string(g.find("worker_id"));
     if (const Json* p = g.find("prompt_index"); p != nullptr) e.group.prompt_index = r.integer(p);
+    if (const Json* n = g.find("env_errors"); n != nullptr) e.group.env_errors = r.integer(n);
     if (const Json* b = g.find("baseline_reward"); b != nullptr) {
       e.group.has_baseline = true;
       e.group.baseline_reward = r.number(b);

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::buffer {
 
@@ -32,6 +33,44 @@ bool mask_ok(const std::vector<uint8_t>& mask) {
   return bad == 0;
 }
 
+// The episode fields of trajectory `at` (response length n): empty, or well formed.
+absl::Status validate_episode(const Trajectory& t, const std::string& at, size_t n) {
+  auto bad = [&](const std::string& field, const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(at, field, ": ", why));
+  };
+  if (t.turn_rewards.size() != t.turn_ends.size()) {
+    return bad("", absl::StrCat("turn_ends (", t.turn_ends.size(), ") and turn_rewards (",
+                                t.turn_rewards.size(), ") must have equal lengths"));
+  }
+  int64_t previous = 0;
+  for (size_t k = 0; k < t.turn_ends.size(); ++k) {
+    const int64_t end = t.turn_ends[k];
+    if (end <= previous || end > static_cast<int64_t>(n)) {
+      return bad(absl::StrCat(".turn_ends[", k, "]"),
+                 absl::StrCat(end, " must be above the previous turn's end (", previous,
+                              ") and at most the response length (", n, ")"));
+    }
+    previous = end;
+    if (!std::isfinite(t.turn_rewards[k])) {
+      return bad(absl::StrCat(".turn_rewards[", k, "]"), "must be finite");
+    }
+  }
+  if (t.tool_calls < 0 || t.tool_calls > static_cast<int64_t>(t.turn_ends.size())) {
+    return bad(".tool_calls",
+               absl::StrCat(t.tool_calls, " is outside [0, ", t.turn_ends.size(), "] (the turns)"));
+  }
+  if (t.env_step_seconds.size() > t.turn_ends.size() + 1) {
+    return bad(".env_step_seconds", absl::StrCat(t.env_step_seconds.size(), " steps for ",
+                                                 t.turn_ends.size(), " turns"));
+  }
+  for (size_t k = 0; k < t.env_step_seconds.size(); ++k) {
+    if (!std::isfinite(t.env_step_seconds[k]) || t.env_step_seconds[k] < 0) {
+      return bad(absl::StrCat(".env_step_seconds[", k, "]"), "must be finite and >= 0");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int64_t Trajectory::min_version() const {
@@ -43,7 +82,7 @@ int64_t Trajectory::min_version() const {
 
 size_t Trajectory::bytes() const {
   return prompt_ids.size() * 4 + response_ids.size() * (4 + 1 + 4 + 4) + finish_reason.size() +
-         reward_breakdown.size() * 24 + 64;
+         reward_breakdown.size() * 24 + turn_ends.size() * 12 + env_step_seconds.size() * 4 + 64;
 }
 
 int64_t TrajectoryGroup::min_version() const {
@@ -86,6 +125,7 @@ absl::Status validate_group(const TrajectoryGroup& group, const ValidationLimits
   if (group.has_baseline && !std::isfinite(group.baseline_reward)) {
     return bad("baseline_reward", "must be finite");
   }
+  if (group.env_errors < 0) return bad("env_errors", "must be >= 0");
   if (static_cast<int64_t>(group.trajectories.size()) != limits.group_size) {
     return bad("trajectories",
                absl::StrCat("expected ", limits.group_size, " trajectories (the group size), got ",
@@ -158,6 +198,7 @@ absl::Status validate_group(const TrajectoryGroup& group, const ValidationLimits
       if (!std::isfinite(value))
         return bad(absl::StrCat(at, ".reward_breakdown.", name), "must be finite");
     }
+    FLYWHEEL_RETURN_IF_ERROR(validate_episode(t, at, n));
   }
   return absl::OkStatus();
 }

@@ -39,7 +39,8 @@ enum GroupField {
   kWorkerId = 3,
   kTrajectories = 4,
   kBaselineReward = 5,
-  kPromptIndex = 6
+  kPromptIndex = 6,
+  kEnvErrors = 7
 };
 enum TrajectoryField {
   kPromptIds = 1,
@@ -51,6 +52,10 @@ enum TrajectoryField {
   kRewardBreakdown = 7,
   kFinishReason = 8,
   kSampleIndex = 9,
+  kTurnEnds = 10,
+  kTurnRewards = 11,
+  kToolCalls = 12,
+  kEnvStepSeconds = 13,
 };
 
 constexpr int kMaxGroupDepth = 64;
@@ -143,6 +148,22 @@ class Reader {
     return in_->ReadRaw(out->data() + old, static_cast<int>(n));
   }
 
+  // A repeated double, packed or one element at a time; appends.
+  bool doubles(uint32_t tag, std::vector<double>* out) {
+    if ((tag & 7) == kFixed64) {
+      double value;
+      if (!double_value(tag, &value)) return false;
+      out->push_back(value);
+      return true;
+    }
+    if ((tag & 7) != kLengthDelimited) return skip(tag);
+    uint32_t n;
+    if (!length(&n) || n % 8 != 0) return false;
+    const size_t old = out->size();
+    out->resize(old + n / 8);
+    return in_->ReadRaw(out->data() + old, static_cast<int>(n));
+  }
+
   bool bytes(uint32_t tag, std::vector<uint8_t>* out) {
     if ((tag & 7) != kLengthDelimited) return skip(tag);
     uint32_t n;
@@ -225,6 +246,14 @@ const char* trajectory_field_name(uint32_t number) {
       return "finish_reason";
     case kSampleIndex:
       return "sample_index";
+    case kTurnEnds:
+      return "turn_ends";
+    case kTurnRewards:
+      return "turn_rewards";
+    case kToolCalls:
+      return "tool_calls";
+    case kEnvStepSeconds:
+      return "env_step_seconds";
     default:
       return "an unknown field";
   }
@@ -264,6 +293,18 @@ bool read_trajectory(Reader& r, Trajectory* t, const char** field) {
         break;
       case kSampleIndex:
         ok = r.varint(tag, &t->sample_index);
+        break;
+      case kTurnEnds:
+        ok = r.fixed32s(tag, &t->turn_ends);
+        break;
+      case kTurnRewards:
+        ok = r.doubles(tag, &t->turn_rewards);
+        break;
+      case kToolCalls:
+        ok = r.varint(tag, &t->tool_calls);
+        break;
+      case kEnvStepSeconds:
+        ok = r.fixed32s(tag, &t->env_step_seconds);
         break;
       default:
         ok = number != 0 && r.skip(tag);
@@ -361,6 +402,13 @@ void write_trajectory(const Trajectory& t, Sink* out) {
     out->varint(tag(kSampleIndex, kVarint));
     out->varint(static_cast<uint64_t>(t.sample_index));
   }
+  out->delimited(kTurnEnds, t.turn_ends.data(), t.turn_ends.size() * 4);
+  out->delimited(kTurnRewards, t.turn_rewards.data(), t.turn_rewards.size() * 8);
+  if (t.tool_calls != 0) {
+    out->varint(tag(kToolCalls, kVarint));
+    out->varint(static_cast<uint64_t>(static_cast<int64_t>(t.tool_calls)));  // as protobuf does
+  }
+  out->delimited(kEnvStepSeconds, t.env_step_seconds.data(), t.env_step_seconds.size() * 4);
 }
 
 void write_group(const TrajectoryGroup& group, absl::string_view worker_id, Sink* out) {
@@ -380,6 +428,10 @@ void write_group(const TrajectoryGroup& group, absl::string_view worker_id, Sink
   if (group.prompt_index != -1) {
     out->varint(tag(kPromptIndex, kVarint));
     out->varint(static_cast<uint64_t>(group.prompt_index));
+  }
+  if (group.env_errors != 0) {
+    out->varint(tag(kEnvErrors, kVarint));
+    out->varint(static_cast<uint64_t>(group.env_errors));
   }
 }
 
@@ -457,6 +509,9 @@ absl::Status decode_group(google::protobuf::io::ZeroCopyInputStream* input, size
         break;
       case kPromptIndex:
         ok = r.varint(tag, &g.prompt_index);
+        break;
+      case kEnvErrors:
+        ok = r.varint(tag, &g.env_errors);
         break;
       case kTrajectories: {
         if ((tag & 7) != kLengthDelimited) {

@@ -26,9 +26,14 @@ inline v1::TrajectoryGroup to_message(const TrajectoryGroup& g, const std::strin
     for (const auto& [k, v] : t.reward_breakdown) (*tp->mutable_reward_breakdown())[k] = v;
     tp->set_finish_reason(t.finish_reason);
     tp->set_sample_index(t.sample_index);
+    for (int32_t e : t.turn_ends) tp->add_turn_ends(static_cast<uint32_t>(e));
+    for (double r : t.turn_rewards) tp->add_turn_rewards(r);
+    tp->set_tool_calls(t.tool_calls);
+    for (float s : t.env_step_seconds) tp->add_env_step_seconds(s);
   }
   if (g.has_baseline) p.set_baseline_reward(g.baseline_reward);
   if (g.prompt_index != -1) p.set_prompt_index(g.prompt_index);
+  p.set_env_errors(g.env_errors);
   return p;
 }
 
@@ -49,8 +54,13 @@ inline TrajectoryGroup from_message(const v1::TrajectoryGroup& p) {
     for (const auto& [k, v] : tp.reward_breakdown()) t.reward_breakdown[k] = v;
     t.finish_reason = tp.finish_reason();
     t.sample_index = tp.sample_index();
+    for (uint32_t e : tp.turn_ends()) t.turn_ends.push_back(static_cast<int32_t>(e));
+    for (double r : tp.turn_rewards()) t.turn_rewards.push_back(r);
+    t.tool_calls = tp.tool_calls();
+    for (float s : tp.env_step_seconds()) t.env_step_seconds.push_back(s);
     g.trajectories.push_back(std::move(t));
   }
+  g.env_errors = p.env_errors();
   g.has_baseline = p.has_baseline_reward();
   g.baseline_reward = p.baseline_reward();
   return g;

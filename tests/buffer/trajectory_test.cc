@@ -78,6 +78,38 @@ TEST(ValidateGroupTest, NamesTheBadField) {
   EXPECT_THAT(error(g), HasSubstr("baseline_reward: must be finite"));
 }
 
+// An episode's fields (issue 28): turn ends increasing within the response, one reward per
+// turn, finite; tool calls within the turns; step latencies finite and >= 0.
+TEST(ValidateGroupTest, EpisodeFieldsAreChecked) {
+  TrajectoryGroup g = good();
+  Trajectory& t = g.trajectories[0];
+  t.turn_ends = {1, 3};
+  t.turn_rewards = {0.5, 0};
+  t.tool_calls = 1;
+  t.env_step_seconds = {0.01f};
+  EXPECT_TRUE(validate_group(g, limits(), 4).ok());
+  const TrajectoryGroup episode = g;
+  g.trajectories[0].turn_rewards.pop_back();
+  EXPECT_THAT(error(g), HasSubstr("trajectories[0]: turn_ends (2) and turn_rewards (1)"));
+  for (const std::vector<int32_t>& ends : {std::vector<int32_t>{2, 2}, {0, 3}, {1, 4}}) {
+    g = episode;
+    g.trajectories[0].turn_ends = ends;
+    EXPECT_THAT(error(g), HasSubstr("trajectories[0].turn_ends["));
+  }
+  g = episode;
+  g.trajectories[0].turn_rewards[1] = NAN;
+  EXPECT_THAT(error(g), HasSubstr("trajectories[0].turn_rewards[1]: must be finite"));
+  g = episode;
+  g.trajectories[0].tool_calls = 3;
+  EXPECT_THAT(error(g), HasSubstr("trajectories[0].tool_calls: 3 is outside [0, 2]"));
+  g = episode;
+  g.trajectories[0].env_step_seconds = {-1.0f};
+  EXPECT_THAT(error(g), HasSubstr("env_step_seconds[0]: must be finite and >= 0"));
+  g = episode;
+  g.env_errors = -1;
+  EXPECT_THAT(error(g), HasSubstr("env_errors: must be >= 0"));
+}
+
 // An estimator that needs the greedy baseline (remax) makes it required.
 TEST(ValidateGroupTest, RequiresTheBaselineWhenAsked) {
   ValidationLimits l = limits();

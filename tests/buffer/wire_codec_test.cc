@@ -58,7 +58,15 @@ void expect_same(const TrajectoryGroup& a, const TrajectoryGroup& b) {
     }
     EXPECT_EQ(x.finish_reason, y.finish_reason);
     EXPECT_EQ(x.sample_index, y.sample_index);
+    EXPECT_EQ(x.turn_ends, y.turn_ends);
+    ASSERT_EQ(x.turn_rewards.size(), y.turn_rewards.size());
+    for (size_t k = 0; k < x.turn_rewards.size(); ++k) {
+      EXPECT_TRUE(same_double(x.turn_rewards[k], y.turn_rewards[k]));
+    }
+    EXPECT_EQ(x.tool_calls, y.tool_calls);
+    EXPECT_TRUE(same_bits(x.env_step_seconds, y.env_step_seconds));
   }
+  EXPECT_EQ(a.env_errors, b.env_errors);
 }
 
 TrajectoryGroup random_group(std::mt19937& rng) {
@@ -85,8 +93,17 @@ TrajectoryGroup random_group(std::mt19937& rng) {
     if (pick(3) == 0) t.reward_breakdown[""] = 0;  // empty key and zero value
     t.finish_reason = pick(3) == 0 ? "" : "stop \xC3\xA9";
     t.sample_index = pick(3) == 0 ? 0 : static_cast<int64_t>(rng()) - (1LL << 31);
+    if (pick(2) == 0) {  // an episode's fields, unvalidated: any values travel
+      for (int k = pick(4); k > 0; --k) {
+        t.turn_ends.push_back(static_cast<int32_t>(rng()));
+        t.turn_rewards.push_back(rewards[pick(6)]);
+        t.env_step_seconds.push_back(std::ldexp(static_cast<float>(rng() % 1000), -pick(12)));
+      }
+      t.tool_calls = pick(3) == 0 ? -pick(3) : pick(4);  // negative int32: a 10-byte varint
+    }
     g.trajectories.push_back(std::move(t));
   }
+  if (pick(2) == 0) g.env_errors = pick(3) == 0 ? 0 : static_cast<int64_t>(rng() >> 1);
   if (pick(2) == 0) g.prompt_index = pick(3) == 0 ? 0 : static_cast<int64_t>(rng() >> 1);
   if (pick(3) == 0) {
     g.has_baseline = true;

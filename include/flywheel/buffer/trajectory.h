@@ -23,6 +23,11 @@ struct Trajectory {
   std::map<std::string, double> reward_breakdown;
   std::string finish_reason;  // stop | length | abort | error
   int64_t sample_index = 0;
+  // Multi-turn episodes (trajectory.proto); empty for single-turn samples.
+  std::vector<int32_t> turn_ends;
+  std::vector<double> turn_rewards;
+  int32_t tool_calls = 0;
+  std::vector<float> env_step_seconds;
 
   // Smallest token version; INT64_MAX for an empty response.
   int64_t min_version() const;
@@ -39,6 +44,8 @@ struct TrajectoryGroup {
   // greedy response itself is not trained on and not sent.
   bool has_baseline = false;
   double baseline_reward = 0;
+  int64_t env_errors =
+      0;  // episodes the worker ended with an environment error since its last push
 
   int64_t min_version() const;  // over all trajectories
   size_t bytes() const;
