@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "flywheel/algos/actor_loss.h"
 #include "flywheel/algos/dapo.h"
+#include "flywheel/algos/turn_credit.h"
 #include "flywheel/core/plugin_registry.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/model/hf_checkpoint.h"
@@ -43,8 +44,9 @@ struct Learner::Batch {
   int64_t max_response = 0;
   std::vector<const buffer::Trajectory*> sequences;  // whole batch, group by group
   at::Tensor mask, scores, group_ids;                // [S, R], [S], [S]
-  std::vector<int64_t> mine;                         // this rank's sequences (local rows)
-  std::vector<std::vector<int64_t>> mini;            // local rows of each mini-batch
+  at::Tensor turn_credit;     // [S, R] episodes' per-turn rewards on tokens; undefined: none
+  std::vector<int64_t> mine;  // this rank's sequences (local rows)
+  std::vector<std::vector<int64_t>> mini;  // local rows of each mini-batch
   // Per-token tensors of the local rows [S_local, R].
   at::Tensor local_mask, behaviour, old_logprobs, ref_logprobs, values, advantages, returns,
       is_weights;
@@ -357,6 +359,17 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
   }
   batch.mask = at::tensor(mask, at::kFloat).view({S, R});
   batch.scores = at::tensor(scores, at::kDouble);
+  // Episodes whose environment rewarded turns: token-level credit at the turn ends.
+  std::vector<algos::RowTurns> turns(S);
+  bool any_turn_reward = false;
+  for (int64_t s = 0; s < S; ++s) {
+    const buffer::Trajectory& t = *batch.sequences[s];
+    turns[s] = {&t.turn_ends, &t.turn_rewards};
+    for (double r : t.turn_rewards) any_turn_reward = any_turn_reward || r != 0;
+  }
+  if (any_turn_reward) {
+    batch.turn_credit = algos::turn_rewards_on_tokens(batch.scores, batch.mask, turns);
+  }
   batch.group_ids = at::tensor(group_id, at::kLong);
   if (options_.overlong_buffer_len > 0) {
     (*metrics)["reward/overlong_penalty/mean"] =
@@ -408,12 +421,17 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
   }
   if (critic_) in.values = gather_rows(batch.values, batch.mine, S, *comm_);
   at::Tensor rewards = batch.scores;  // per sequence, KL in the reward included
+  if (batch.turn_credit.defined()) in.token_rewards = batch.turn_credit;
   if (reference_ && options_.kl_in_reward) {
     batch.old_all = gather_rows(batch.old_logprobs, batch.mine, S, *comm_);
     batch.ref_all = gather_rows(batch.ref_logprobs, batch.mine, S, *comm_);
     const double beta = kl_beta();
     in.token_rewards = algos::kl_in_reward(in.scores, batch.mask, batch.old_all, batch.ref_all,
                                            beta, algorithm_.kl_estimator);
+    if (batch.turn_credit.defined()) {  // the score moves from the last token to the turn ends
+      in.token_rewards =
+          in.token_rewards + batch.turn_credit - algos::scores_on_last_token(in.scores, in.mask);
+    }
     at::Tensor kl =
         at::where(batch.mask.to(at::kBool),
                   algos::kl_penalty(batch.old_all, batch.ref_all, algorithm_.kl_estimator), 0);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -13,6 +14,49 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+namespace {
+
+// The p-quantile (nearest rank) of `v`, which it sorts.
+double quantile(std::vector<double>& v, double p) {
+  std::sort(v.begin(), v.end());
+  const size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+std::map<std::string, double> episode_stats(const std::vector<buffer::TrajectoryGroup>& groups) {
+  double episodes = 0, turns = 0, tool_calls = 0, model = 0, env = 0, truncated = 0, errors = 0;
+  std::vector<double> latencies;
+  for (const buffer::TrajectoryGroup& g : groups) {
+    errors += static_cast<double>(g.env_errors);
+    for (const buffer::Trajectory& t : g.trajectories) {
+      if (t.turn_ends.empty()) continue;
+      ++episodes;
+      turns += static_cast<double>(t.turn_ends.size());
+      tool_calls += t.tool_calls;
+      const double from_model = std::count(t.loss_mask.begin(), t.loss_mask.end(), uint8_t{1});
+      model += from_model;
+      env += static_cast<double>(t.loss_mask.size()) - from_model;
+      truncated += t.finish_reason == "length" ? 1 : 0;
+      latencies.insert(latencies.end(), t.env_step_seconds.begin(), t.env_step_seconds.end());
+    }
+  }
+  std::map<std::string, double> out;
+  if (episodes == 0) return out;
+  out["episode/turns/mean"] = turns / episodes;
+  out["episode/tool_calls/mean"] = tool_calls / episodes;
+  out["episode/model_tokens/mean"] = model / episodes;
+  out["episode/env_tokens/mean"] = env / episodes;
+  out["episode/truncated"] = truncated / episodes;
+  out["episode/env_errors"] = errors;
+  if (!latencies.empty()) {
+    out["episode/step_latency_p50"] = quantile(latencies, 0.5);
+    out["episode/step_latency_p99"] = quantile(latencies, 0.99);
+  }
+  return out;
 }
 
 }  // namespace
@@ -46,6 +90,7 @@ BatchStats batch_stats(const std::vector<buffer::TrajectoryGroup>& groups, int64
     s.staleness_mean /= n;
   }
   for (auto& [name, value] : s.reward_parts) value /= part_counts[name];
+  s.episode = episode_stats(groups);
   return s;
 }
 
@@ -114,6 +159,7 @@ absl::StatusOr<RlLoopResult> RlLoop::run(BatchSource& source, const StopRequeste
     const double step_s = seconds_since(step_start);
     for (const auto& [name, value] : m) log(name, value, step);
     for (const auto& [name, value] : stats.reward_parts) log("reward/" + name, value, step);
+    for (const auto& [name, value] : stats.episode) log(name, value, step);
     log("response_length/max", stats.length_max, step);
     log("response_length/clip_ratio", stats.clip_ratio, step);
     log("async/staleness_mean", stats.staleness_mean, step);

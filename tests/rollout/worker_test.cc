@@ -240,6 +240,7 @@ class TwoTurns final : public Environment {
     out.observation.token_ids = {10, 11, 12};
     out.reward = 0.25;
     out.done = turn.index == 1;
+    out.tool_call = turn.index == 0;
     return out;
   }
 };
@@ -268,6 +269,11 @@ TEST(RolloutWorkerTest, EpisodesArePushedWithTheEnvironmentsTokensMasked) {
         // The parity reward (0 or 1) of the whole conversation, plus 2 x 0.25.
         EXPECT_TRUE(t.reward == 0.5 || t.reward == 1.5) << t.reward;
         EXPECT_EQ(t.finish_reason, "stop");
+        // What the learner's per-turn credit and episode metrics read.
+        EXPECT_EQ(t.turn_ends, (std::vector<int32_t>{2, 7}));
+        EXPECT_EQ(t.turn_rewards, (std::vector<double>{0.25, 0.25}));
+        EXPECT_EQ(t.tool_calls, 1);
+        EXPECT_EQ(t.env_step_seconds.size(), 2u);
         ++checked;
       }
     }

@@ -254,6 +254,32 @@ TEST(RlLoopTest, CountsTrajectoriesTrainedBeyondMaxStalenessOverTheWholeRun) {
   EXPECT_EQ(result->violations, 0);
 }
 
+// Issue 28: a batch of episodes logs episode/*; single-turn batches log none of them.
+TEST(BatchStatsTest, EpisodesHaveTheirMetrics) {
+  EXPECT_TRUE(batch_stats({group_at(0)}, 0, 1).episode.empty());
+  buffer::TrajectoryGroup g = group_at(0);
+  g.env_errors = 3;
+  // Trajectory 0: two turns (one a tool call), 1 model + 1 environment token, stopped.
+  g.trajectories[0].loss_mask = {1, 0};
+  g.trajectories[0].turn_ends = {1, 2};
+  g.trajectories[0].turn_rewards = {0, 0};
+  g.trajectories[0].tool_calls = 1;
+  g.trajectories[0].env_step_seconds = {0.1f, 0.3f};
+  // Trajectory 1: one turn, out of tokens ("length").
+  g.trajectories[1].turn_ends = {2};
+  g.trajectories[1].turn_rewards = {0};
+  g.trajectories[1].env_step_seconds = {0.2f};
+  const std::map<std::string, double> e = batch_stats({g}, 0, 1).episode;
+  EXPECT_DOUBLE_EQ(e.at("episode/turns/mean"), 1.5);
+  EXPECT_DOUBLE_EQ(e.at("episode/tool_calls/mean"), 0.5);
+  EXPECT_DOUBLE_EQ(e.at("episode/model_tokens/mean"), 1.5);
+  EXPECT_DOUBLE_EQ(e.at("episode/env_tokens/mean"), 0.5);
+  EXPECT_DOUBLE_EQ(e.at("episode/truncated"), 0.5);
+  EXPECT_DOUBLE_EQ(e.at("episode/env_errors"), 3);
+  EXPECT_NEAR(e.at("episode/step_latency_p50"), 0.2, 1e-6);
+  EXPECT_NEAR(e.at("episode/step_latency_p99"), 0.3, 1e-6);
+}
+
 TEST(RlLoopTest, ErrorsOfTheStepAndTheHooksEndTheLoop) {
   RlLoopOptions o;
   o.total_steps = 5;

@@ -73,6 +73,7 @@ struct Episode {
   std::vector<int64_t> turn_ends;    // per model turn: the index just past its last token
   std::vector<double> turn_rewards;  // per model turn: the environment's reward for it
   int64_t tool_calls = 0;
+  std::vector<double> step_seconds;  // latency of each environment step answered in time
 
   int64_t turns() const { return static_cast<int64_t>(turn_ends.size()); }
 };

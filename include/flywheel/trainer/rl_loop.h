@@ -87,6 +87,11 @@ struct BatchStats {
   double staleness_mean = 0, staleness_max = 0;
   int64_t violations = 0, tokens = 0;
   std::map<std::string, double> reward_parts;  // mean of each breakdown entry
+  // Multi-turn batches only (empty otherwise): episode/turns/mean, episode/tool_calls/mean,
+  // episode/model_tokens/mean, episode/env_tokens/mean, episode/truncated (the fraction that
+  // ran out of turns or tokens), episode/env_errors (episodes the workers ended with an
+  // environment error, reported with these groups), episode/step_latency_p50 and _p99 (s).
+  std::map<std::string, double> episode;
 };
 BatchStats batch_stats(const std::vector<buffer::TrajectoryGroup>& groups, int64_t version,
                        int64_t max_staleness);

@@ -73,7 +73,7 @@ std::vector<rewards::OwnedSample> samples_to_score(
 buffer::TrajectoryGroup trajectory_group(const std::string& worker_id, const v1::PromptLease& lease,
                                          const GroupResult& result,
                                          const std::vector<rewards::ScoredSample>& scored,
-                                         const std::vector<double>& turn_rewards,
+                                         const std::vector<EpisodeSummary>& episodes,
                                          size_t group_size) {
   buffer::TrajectoryGroup group;
   group.group_id = absl::StrCat(worker_id, "/", lease.lease_id());
@@ -92,25 +92,36 @@ buffer::TrajectoryGroup trajectory_group(const std::string& worker_id, const v1:
     t.loss_mask = loss_mask(sample);
     t.logprobs = sample.logprobs;
     t.versions = versions(sample);
-    t.reward = scored[i].reward + (i < turn_rewards.size() ? turn_rewards[i] : 0.0);
+    t.reward = scored[i].reward;
     t.reward_breakdown = scored[i].parts;
     t.finish_reason = finish_reason_name(sample.finish_reason);
     t.sample_index = static_cast<int64_t>(i);
+    if (i < episodes.size()) {
+      const EpisodeSummary& e = episodes[i];
+      for (double r : e.turn_rewards) t.reward += r;
+      t.turn_ends = e.turn_ends;
+      t.turn_rewards = e.turn_rewards;
+      t.tool_calls = e.tool_calls;
+      t.env_step_seconds = e.step_seconds;
+    }
     group.trajectories.push_back(std::move(t));
   }
   return group;
 }
 
-GroupResult as_group_result(EpisodeGroup episodes, std::vector<double>* turn_rewards) {
+GroupResult as_group_result(EpisodeGroup group, std::vector<EpisodeSummary>* episodes) {
   GroupResult result;
-  result.request_id = std::move(episodes.request_id);
-  result.prompt_ids = std::move(episodes.prompt_ids);  // with the first observation
-  turn_rewards->clear();
-  for (Episode& e : episodes.episodes) {
+  result.request_id = std::move(group.request_id);
+  result.prompt_ids = std::move(group.prompt_ids);  // with the first observation
+  episodes->clear();
+  for (Episode& e : group.episodes) {
+    EpisodeSummary summary;
+    summary.turn_ends.assign(e.turn_ends.begin(), e.turn_ends.end());
+    summary.turn_rewards = std::move(e.turn_rewards);
+    summary.tool_calls = static_cast<int32_t>(e.tool_calls);
+    summary.step_seconds.assign(e.step_seconds.begin(), e.step_seconds.end());
+    episodes->push_back(std::move(summary));
     result.samples.push_back(std::move(e.sample));
-    double sum = 0;
-    for (double r : e.turn_rewards) sum += r;
-    turn_rewards->push_back(sum);
   }
   return result;
 }

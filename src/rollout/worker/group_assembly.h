@@ -24,19 +24,27 @@ std::vector<rewards::OwnedSample> samples_to_score(
     const GroupResult& result, const EncodedPrompt& prompt, const v1::PromptLease& lease,
     const model::Tokenizer& tokenizer, const std::vector<int64_t>& stop_token_ids, bool* failed);
 
+// What a trajectory carries of its episode (trajectory.proto's episode fields).
+struct EpisodeSummary {
+  std::vector<int32_t> turn_ends;
+  std::vector<double> turn_rewards;
+  int32_t tool_calls = 0;
+  std::vector<float> step_seconds;
+};
+
 // The group the controller receives: the first `group_size` samples (a further scored one is
-// the greedy baseline), each with its score plus turn_rewards[i] (an episode's environment
-// rewards; empty for single-turn groups). An episode's environment tokens have loss mask 0 and
-// the version of the model token before them, so staleness is that of the oldest model token.
+// the greedy baseline), each with its score plus, for episodes[i] (empty for single-turn
+// groups), its environment rewards, and the episode's turns, tool calls and step latencies. An
+// episode's environment tokens have loss mask 0 and the version of the model token before
+// them, so staleness is that of the oldest model token.
 buffer::TrajectoryGroup trajectory_group(const std::string& worker_id, const v1::PromptLease& lease,
                                          const GroupResult& result,
                                          const std::vector<rewards::ScoredSample>& scored,
-                                         const std::vector<double>& turn_rewards,
+                                         const std::vector<EpisodeSummary>& episodes,
                                          size_t group_size);
 
-// An episode runner's group in the engine's form; *turn_rewards gets each episode's sum of
-// environment rewards.
-GroupResult as_group_result(EpisodeGroup episodes, std::vector<double>* turn_rewards);
+// An episode runner's group in the engine's form; *episodes gets each episode's summary.
+GroupResult as_group_result(EpisodeGroup group, std::vector<EpisodeSummary>* episodes);
 
 // Tokens the model sampled in `sample` (an episode's environment tokens left out).
 int64_t model_tokens(const Sample& sample);

@@ -273,10 +273,10 @@ void RolloutWorker::collect_finished() {
       if (it == active_.end()) continue;
       std::unique_ptr<Active> active = std::move(it->second);
       active_.erase(it);
-      std::vector<double> turn_rewards;
+      std::vector<EpisodeSummary> summaries;
       active->group =
-          std::make_unique<GroupResult>(as_group_result(std::move(episodes), &turn_rewards));
-      score_group(std::move(active), std::move(turn_rewards));
+          std::make_unique<GroupResult>(as_group_result(std::move(episodes), &summaries));
+      score_group(std::move(active), std::move(summaries));
     }
     return;
   }
@@ -297,7 +297,8 @@ void RolloutWorker::collect_finished() {
   }
 }
 
-void RolloutWorker::score_group(std::unique_ptr<Active> active, std::vector<double> turn_rewards) {
+void RolloutWorker::score_group(std::unique_ptr<Active> active,
+                                std::vector<EpisodeSummary> episodes) {
   GroupResult& result = *active->group;
   bool failed = static_cast<int64_t>(result.samples.size()) != options_.group_size;
   if (active->baseline) {
@@ -315,6 +316,13 @@ void RolloutWorker::score_group(std::unique_ptr<Active> active, std::vector<doub
     for (const Sample& sample : result.samples) stats_.generated_tokens += model_tokens(sample);
     if (failed) ++stats_.leases_released;
   }
+  if (runner_) {  // reported with the next group pushed (episode/env_errors)
+    const int64_t errors =
+        std::count_if(result.samples.begin(), result.samples.end(),
+                      [](const Sample& s) { return s.finish_reason == FinishReason::kError; });
+    absl::MutexLock lock(&push_mu_);
+    env_errors_unreported_ += errors;
+  }
   if (failed) {
     (void)client_->release_lease(active->lease.lease_id());  // the prompt is re-issued
     return;
@@ -322,13 +330,14 @@ void RolloutWorker::score_group(std::unique_ptr<Active> active, std::vector<doub
   ++scoring_;
   auto shared = std::make_shared<GroupResult>(std::move(result));
   auto lease = std::make_shared<v1::PromptLease>(active->lease);
-  auto rewards = std::make_shared<std::vector<double>>(std::move(turn_rewards));
+  auto summaries = std::make_shared<std::vector<EpisodeSummary>>(std::move(episodes));
   pool_->submit(std::move(samples),
-                [this, shared, lease, rewards](std::vector<rewards::ScoredSample> scored) {
+                [this, shared, lease, summaries](std::vector<rewards::ScoredSample> scored) {
                   buffer::TrajectoryGroup group =
-                      trajectory_group(options_.worker_id, *lease, *shared, scored, *rewards,
+                      trajectory_group(options_.worker_id, *lease, *shared, scored, *summaries,
                                        static_cast<size_t>(options_.group_size));
                   absl::MutexLock lock(&push_mu_);
+                  group.env_errors = std::exchange(env_errors_unreported_, 0);
                   to_push_.push_back(std::move(group));
                   --scoring_;
                   push_cv_.SignalAll();

@@ -46,6 +46,8 @@
 
 namespace flywheel::rollout {
 
+struct EpisodeSummary;  // group_assembly.h
+
 struct RolloutWorkerOptions {
   std::string worker_id;
   int64_t group_size = 8;
@@ -120,8 +122,8 @@ class RolloutWorker {
   void maybe_acknowledge();
   void collect_finished();
   // Scores a finished group and queues it for the pusher (or gives its lease back when a sample
-  // failed). `turn_rewards`: each sample's environment rewards, added to its score.
-  void score_group(std::unique_ptr<Active> active, std::vector<double> turn_rewards);
+  // failed). `episodes`: each sample's episode (its environment rewards are added to its score).
+  void score_group(std::unique_ptr<Active> active, std::vector<EpisodeSummary> episodes);
   // The engine's work, or the episode runner's when there is one.
   bool generating() const;
   void step_generation();
@@ -168,6 +170,7 @@ class RolloutWorker {
   std::deque<buffer::TrajectoryGroup> to_push_ ABSL_GUARDED_BY(push_mu_);
   // Groups taken by the pusher, not yet acknowledged.
   int64_t pushing_ ABSL_GUARDED_BY(push_mu_) = 0;
+  int64_t env_errors_unreported_ ABSL_GUARDED_BY(push_mu_) = 0;  // episodes, since the last group
   absl::Status push_error_ ABSL_GUARDED_BY(push_mu_);
   std::thread pusher_;
 

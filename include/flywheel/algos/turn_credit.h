@@ -1,0 +1,27 @@
+// Per-turn credit for multi-turn episodes: the environment's reward for each model turn sits on
+// the turn's last token, the rest of the episode's score (what the run's rewards gave the whole
+// episode) on its last valid token. Token-level estimators (gae, reinforce_pp) then credit each
+// turn with what came after it; outcome estimators take the row sum, which is the score.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace flywheel::algos {
+
+// One row's turns: turn_ends[k] is the index just past turn k's last token; turn_rewards[k] its
+// reward (part of the row's score). Empty for a single-turn row.
+struct RowTurns {
+  const std::vector<int32_t>* turn_ends = nullptr;
+  const std::vector<double>* turn_rewards = nullptr;
+};
+
+// [B, T] float32: for each row, turn_rewards[k] at token turn_ends[k] - 1 and scores[b] less the
+// turn rewards at the last valid token of `mask` (a row without valid tokens gets nothing).
+// `turns` has one entry per row; ends past T are ignored.
+at::Tensor turn_rewards_on_tokens(const at::Tensor& scores, const at::Tensor& mask,
+                                  const std::vector<RowTurns>& turns);
+
+}  // namespace flywheel::algos

@@ -1,0 +1,38 @@
+#include "flywheel/algos/turn_credit.h"
+
+#include <vector>
+
+#include <ATen/ATen.h>
+
+namespace flywheel::algos {
+
+at::Tensor turn_rewards_on_tokens(const at::Tensor& scores, const at::Tensor& mask,
+                                  const std::vector<RowTurns>& turns) {
+  const int64_t B = mask.size(0), T = mask.size(1);
+  at::Tensor m = mask.to(at::kFloat).contiguous();
+  at::Tensor s = scores.to(at::kDouble).contiguous();
+  const float* valid = m.data_ptr<float>();
+  const double* score = s.data_ptr<double>();
+  std::vector<float> out(B * T, 0.0f);
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t last = -1;
+    for (int64_t t = T - 1; t >= 0 && last < 0; --t) {
+      if (valid[b * T + t] != 0) last = t;
+    }
+    if (last < 0) continue;
+    double rest = score[b];
+    const RowTurns& row = b < static_cast<int64_t>(turns.size()) ? turns[b] : RowTurns{};
+    if (row.turn_ends != nullptr && row.turn_rewards != nullptr) {
+      for (size_t k = 0; k < row.turn_ends->size() && k < row.turn_rewards->size(); ++k) {
+        const int64_t at = static_cast<int64_t>((*row.turn_ends)[k]) - 1;
+        if (at < 0 || at >= T) continue;
+        out[b * T + at] += static_cast<float>((*row.turn_rewards)[k]);
+        rest -= (*row.turn_rewards)[k];
+      }
+    }
+    out[b * T + last] += static_cast<float>(rest);
+  }
+  return at::tensor(out, at::kFloat).view({B, T});
+}
+
+}  // namespace flywheel::algos

@@ -1,0 +1,52 @@
+// Per-turn credit of multi-turn episodes (issue 28): turn rewards on the turn ends, the rest of
+// the score on the last valid token; token-level estimators credit a turn with what came after.
+#include "flywheel/algos/turn_credit.h"
+
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "flywheel/algos/advantages.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace flywheel::algos {
+namespace {
+
+using testing::expect_near;
+using testing::T;
+
+TEST(TurnCreditTest, TurnRewardsSitOnTurnEndsAndTheRestOfTheScoreOnTheLastToken) {
+  // Row 0: turn 0 = tokens 0-1 (reward 0.5), an observation at 2-3 (masked), turn 1 = token 4,
+  // score 1.5 (0.5 of it the turn's); row 1: single-turn, score 2; row 2: nothing valid.
+  const at::Tensor mask = T({1, 1, 0, 0, 1,  //
+                             1, 1, 1, 0, 0,  //
+                             0, 0, 0, 0, 0},
+                            {3, 5});
+  const at::Tensor scores = at::tensor(std::vector<double>{1.5, 2, 3});
+  const std::vector<int32_t> ends = {2, 5};
+  const std::vector<double> rewards = {0.5, 0};
+  const at::Tensor r = turn_rewards_on_tokens(scores, mask, {{&ends, &rewards}, {}, {}});
+  expect_near(r, {0, 0.5, 0, 0, 1,  //
+                  0, 0, 2, 0, 0,    //
+                  0, 0, 0, 0, 0});
+  // Row sums are the scores (outcome estimators see the episode return) where a token is valid.
+  expect_near(r.sum(1), {1.5, 2, 0});
+}
+
+TEST(TurnCreditTest, ReinforcePpCreditsATurnWithWhatCameAfterIt) {
+  const at::Tensor mask = T({1, 1, 0, 0, 1}, {1, 5});
+  const std::vector<int32_t> ends = {2, 5};
+  const std::vector<double> rewards = {-0.25, 0};
+  AdvantageInput in;
+  in.scores = at::tensor(std::vector<float>{0.75});  // 1 from the rewards, -0.25 the turn's
+  in.mask = mask;
+  in.token_rewards = turn_rewards_on_tokens(in.scores, mask, {{&ends, &rewards}});
+  auto r = make_reinforce_pp({})->get()->compute(in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // gamma 1: turn 0's tokens see -0.25 + 1, turn 1's token only the final 1.
+  expect_near(r->returns, {0.75, 0.75, 0, 0, 1});
+}
+
+}  // namespace
+}  // namespace flywheel::algos
