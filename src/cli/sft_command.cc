@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <cmath>
 #include <iostream>
 #include <memory>
 
@@ -38,15 +39,20 @@ absl::Status run(const SftArgs& args) {
   at::set_num_threads(static_cast<int>(c.cluster.threads_per_process));
 
   absl::StatusOr<std::unique_ptr<eval::SftJob>> sft =
-      eval::SftJob::create(c, world->get(), *job.registry);
+      eval::SftJob::create(c, world->get(), *job.registry, job.config_dir());
   if (!sft.ok()) return sft.status();
   absl::StatusOr<eval::SftSummary> done = (*sft)->run([&stop] { return stop.requested(); });
   if (!done.ok()) return done.status();
   if ((*world)->rank() == 0) {
+    // Episodes (environment.name) have no held-out loss: their records hold no response.
+    const std::string loss =
+        std::isnan(done->first.loss)
+            ? ""
+            : absl::StrFormat(" loss %.4f -> %.4f,", done->first.loss, done->last.loss);
     std::cout << absl::StrFormat(
-        "flywheel sft: %d steps%s; held-out loss %.4f -> %.4f, accuracy %.3f -> %.3f%s\n",
-        done->steps, done->stopped_by.empty() ? "" : " (stopped by " + done->stopped_by + ")",
-        done->first.loss, done->last.loss, done->first.accuracy, done->last.accuracy,
+        "flywheel sft: %d steps%s; held-out%s accuracy %.3f -> %.3f%s\n", done->steps,
+        done->stopped_by.empty() ? "" : " (stopped by " + done->stopped_by + ")", loss,
+        done->first.accuracy, done->last.accuracy,
         done->exported.empty() ? "" : "; exported to " + done->exported);
   }
   return absl::OkStatus();

@@ -80,12 +80,6 @@ std::vector<ConfigIssue> collect_config_issues(const Config& config) {
                       "model.max_seq_len (",
                       config.model.max_seq_len, ") tokens; raise it or lower model.max_seq_len")});
   }
-  // Held-out evaluation generates single-turn answers: it would not measure episodes.
-  if (!config.environment.name.empty() && !config.data.eval_path.empty()) {
-    issues.push_back({"data.eval_path",
-                      "held-out evaluation of multi-turn episodes is not implemented yet; leave "
-                      "it empty with environment.name"});
-  }
   for (size_t i = 0; i < config.plugins.size(); ++i) {
     if (config.plugins[i].empty()) {
       issues.push_back({absl::StrCat("plugins[", i, "]"), "must not be empty"});

@@ -10,6 +10,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "flywheel/core/logging.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/rewards/composite_reward.h"
 
@@ -34,9 +35,34 @@ struct Completion {
   bool truncated = false;
   double reward = kNaN;
   bool correct = false;
+  std::string last_turn;  // an episode's last model turn, decoded (the answer judge's text)
 };
 
+// Decodes `ids` without a final stop token; false when they cannot be decoded.
+bool decode_text(const model::Tokenizer& tokenizer, std::vector<int64_t> ids, bool stopped,
+                 const std::vector<int64_t>& stop_ids, std::string* text) {
+  if (stopped && !ids.empty() &&
+      std::find(stop_ids.begin(), stop_ids.end(), ids.back()) != stop_ids.end()) {
+    ids.pop_back();
+  }
+  absl::StatusOr<std::string> decoded = tokenizer.decode(ids);
+  if (!decoded.ok()) return false;
+  *text = std::move(*decoded);
+  return true;
+}
+
 }  // namespace
+
+struct HeldOutEvaluator::Generated {
+  std::map<std::string, Request> requests;
+  std::vector<Completion> done;
+  std::map<std::string, std::pair<size_t, size_t>> spans;  // request id -> [first, end) in done
+  int64_t judged_here = 0;
+  double greedy_tokens = 0;
+  double greedy_turns = 0, greedy_tool_calls = 0;  // episodes only
+  int64_t refused = 0;                             // requests the engine or runner refused
+  std::string first_refusal;
+};
 
 absl::StatusOr<trainer::SftData> load_eval_data(const core::Config& config,
                                                 const model::TokenizerSetup& tokenizers,
@@ -96,6 +122,22 @@ void log_eval_result(const HeldOutEvalResult& result,
     log(absl::StrCat("eval/pass@", result.k), result.pass_at_k);
     log(absl::StrCat("eval/mean@", result.k), result.mean_at_k);
   }
+  if (!std::isnan(result.mean_turns)) {
+    log("eval/turns/mean", result.mean_turns);
+    log("eval/tool_calls/mean", result.mean_tool_calls);
+  }
+}
+
+absl::Status set_eval_environment(const core::Config& config, core::PluginRegistry& registry,
+                                  const std::string& config_dir,
+                                  const model::TokenizerSetup& tokenizers,
+                                  HeldOutEvalOptions* options) {
+  FLYWHEEL_ASSIGN_OR_RETURN(options->environment,
+                            rollout::make_environment(config.environment, registry, config_dir));
+  if (!options->environment) return absl::OkStatus();
+  FLYWHEEL_ASSIGN_OR_RETURN(rollout::TurnMarkerIds markers, rollout::turn_marker_ids(tokenizers));
+  options->episodes = rollout::EpisodeOptions::from_config(config.environment, std::move(markers));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<HeldOutEvaluator>> HeldOutEvaluator::create(
@@ -111,9 +153,10 @@ absl::StatusOr<std::unique_ptr<HeldOutEvaluator>> HeldOutEvaluator::create(
   int64_t longest = 1;
   for (const trainer::SftRecord& r : records) {
     if (!evaluator->judged(r)) continue;
-    if (options.scorer != nullptr && r.record == nullptr) {
+    if ((options.scorer != nullptr || options.environment) && r.record == nullptr) {
       return absl::InvalidArgumentError(
-          "the rewards judge needs the records' JSON (load them with load_eval_data)");
+          "the rewards judge and episodes need the records' JSON (load them with "
+          "load_eval_data)");
     }
     longest = std::max<int64_t>(longest, r.example.prompt.size());
   }
@@ -121,7 +164,9 @@ absl::StatusOr<std::unique_ptr<HeldOutEvaluator>> HeldOutEvaluator::create(
   engine_options.max_slots = std::max(options.max_slots, options.samples);
   engine_options.max_seq_len = std::max<int64_t>(
       2, std::min(config.max_position_embeddings, longest + options.max_new_tokens + 1));
-  auto engine = rollout::GenerationEngine::create(evaluator->replica_, engine_options);
+  rollout::EngineContext context;
+  context.tokenizer = tokenizer;  // episodes' turns end at the environment's stop strings
+  auto engine = rollout::GenerationEngine::create(evaluator->replica_, engine_options, context);
   if (!engine.ok()) return engine.status();
   evaluator->engine_ = std::move(*engine);
   return evaluator;
@@ -144,59 +189,133 @@ absl::Status HeldOutEvaluator::load(const model::DecoderModel::TensorLookup& loo
   return replica_->load(lookup);
 }
 
-absl::StatusOr<HeldOutEvalResult> HeldOutEvaluator::evaluate_loaded(
-    const std::vector<trainer::SftRecord>& records, comm::Communicator& comm) {
-  const int64_t k = options_.samples;
-  std::map<std::string, Request> requests;
-  int64_t judged_here = 0;
+rollout::SamplingParams HeldOutEvaluator::sampling(bool sampled, int64_t index) const {
+  rollout::SamplingParams p;
+  p.temperature = 0;
+  p.max_new_tokens = options_.max_new_tokens;
+  p.stop_token_ids = options_.stop_ids;
+  if (sampled) {
+    p.temperature = options_.temperature;
+    p.top_p = options_.top_p;
+    p.seed = options_.seed * 1000003u + static_cast<uint64_t>(index);
+  }
+  return p;
+}
+
+template <typename EngineRequest, typename Submit>
+void HeldOutEvaluator::submit_share(const std::vector<trainer::SftRecord>& records,
+                                    comm::Communicator& comm, Generated* out, Submit submit) {
   int64_t index = 0;
   for (const trainer::SftRecord& r : records) {
     if (!judged(r)) continue;
     const int64_t i = index++;
     if (i % comm.size() != comm.rank()) continue;
-    ++judged_here;
-    rollout::GenerationRequest greedy;
-    greedy.id = absl::StrCat("g", i);
-    greedy.prompt_ids.assign(r.example.prompt.begin(), r.example.prompt.end());
-    greedy.sampling.temperature = 0;
-    greedy.sampling.max_new_tokens = options_.max_new_tokens;
-    greedy.sampling.stop_token_ids = options_.stop_ids;
-    rollout::GenerationRequest sampled = greedy;
-    // A refused record (say a prompt longer than the model's context) counts as wrong: ranks
-    // must not leave the collective below.
-    if (!engine_->submit(std::move(greedy)).ok()) continue;
-    requests[absl::StrCat("g", i)] = {&r, false};
-    if (k == 0) continue;
-    sampled.id = absl::StrCat("s", i);
-    sampled.n = k;
-    sampled.sampling.temperature = options_.temperature;
-    sampled.sampling.top_p = options_.top_p;
-    sampled.sampling.seed = options_.seed * 1000003u + static_cast<uint64_t>(i);
-    if (engine_->submit(std::move(sampled)).ok()) requests[absl::StrCat("s", i)] = {&r, true};
+    ++out->judged_here;
+    for (const bool sampled : {false, true}) {
+      if (sampled && options_.samples == 0) break;
+      EngineRequest request;
+      request.id = absl::StrCat(sampled ? "s" : "g", i);
+      request.prompt_ids.assign(r.example.prompt.begin(), r.example.prompt.end());
+      request.sampling = sampling(sampled, i);
+      request.n = sampled ? options_.samples : 1;
+      const std::string id = request.id;
+      // A refused record (say a prompt longer than the model's context) counts as wrong: ranks
+      // must not leave the collective of evaluate_loaded().
+      const absl::Status s = submit(r, std::move(request));
+      if (!s.ok()) {
+        if (out->refused++ == 0) out->first_refusal = std::string(s.message());
+        break;
+      }
+      out->requests[id] = {&r, sampled};
+    }
   }
+  if (out->refused > 0) {
+    FLYWHEEL_LOG_WARN("held-out evaluation: %d request(s) refused, counted as wrong; the first: %s",
+                      out->refused, out->first_refusal);
+  }
+}
 
-  std::vector<Completion> done;
-  std::map<std::string, std::pair<size_t, size_t>> spans;  // request id -> [first, end) in done
-  double greedy_tokens = 0;
+void HeldOutEvaluator::generate(const std::vector<trainer::SftRecord>& records,
+                                comm::Communicator& comm, Generated* out) {
+  submit_share<rollout::GenerationRequest>(
+      records, comm, out, [&](const trainer::SftRecord&, rollout::GenerationRequest request) {
+        return engine_->submit(std::move(request));
+      });
   for (rollout::GroupResult& result : engine_->run_until_idle()) {
-    const Request& request = requests.at(result.request_id);
-    const size_t first = done.size();
+    const Request& request = out->requests.at(result.request_id);
+    const size_t first = out->done.size();
     for (const rollout::Sample& sample : result.samples) {
       Completion c;
       c.record = request.record;
       c.sampled = request.sampled;
-      if (!request.sampled) greedy_tokens += static_cast<double>(sample.token_ids.size());
-      std::vector<int64_t> ids = sample.token_ids;
-      if (!ids.empty() && sample.finish_reason == rollout::FinishReason::kStop) ids.pop_back();
-      absl::StatusOr<std::string> text = tokenizer_->decode(ids);
-      c.decoded = text.ok();
-      if (text.ok()) c.text = std::move(*text);
+      if (!request.sampled) out->greedy_tokens += static_cast<double>(sample.token_ids.size());
+      c.decoded = decode_text(*tokenizer_, sample.token_ids,
+                              sample.finish_reason == rollout::FinishReason::kStop,
+                              options_.stop_ids, &c.text);
       c.ids.assign(sample.token_ids.begin(), sample.token_ids.end());
       c.truncated = sample.finish_reason == rollout::FinishReason::kLength;
-      done.push_back(std::move(c));
+      out->done.push_back(std::move(c));
     }
-    spans[result.request_id] = {first, done.size()};
+    out->spans[result.request_id] = {first, out->done.size()};
   }
+}
+
+void HeldOutEvaluator::run_episodes(const std::vector<trainer::SftRecord>& records,
+                                    comm::Communicator& comm, Generated* out) {
+  rollout::EpisodeRunner runner(engine_.get(), options_.environment, tokenizer_, options_.episodes);
+  submit_share<rollout::EpisodeRequest>(
+      records, comm, out, [&](const trainer::SftRecord& r, rollout::EpisodeRequest request) {
+        request.record = r.record;
+        return runner.submit(std::move(request));
+      });
+  auto collect = [&] {
+    for (rollout::EpisodeGroup& group : runner.take_finished()) {
+      const Request& request = out->requests.at(group.request_id);
+      const size_t first = out->done.size();
+      for (const rollout::Episode& episode : group.episodes) {
+        const rollout::Sample& sample = episode.sample;
+        const bool stopped = sample.finish_reason == rollout::FinishReason::kStop;
+        Completion c;
+        c.record = request.record;
+        c.sampled = request.sampled;
+        if (!request.sampled) {
+          out->greedy_tokens += static_cast<double>(sample.token_ids.size());
+          out->greedy_turns += static_cast<double>(episode.turns());
+          out->greedy_tool_calls += static_cast<double>(episode.tool_calls);
+        }
+        c.decoded = decode_text(*tokenizer_, sample.token_ids, stopped, options_.stop_ids, &c.text);
+        // The last model turn: the trailing run of model tokens.
+        size_t turn_start = sample.token_ids.size();
+        while (turn_start > 0 && sample.from_model[turn_start - 1]) --turn_start;
+        std::vector<int64_t> last(sample.token_ids.begin() + static_cast<int64_t>(turn_start),
+                                  sample.token_ids.end());
+        c.decoded = c.decoded && decode_text(*tokenizer_, std::move(last), stopped,
+                                             options_.stop_ids, &c.last_turn);
+        c.ids.assign(sample.token_ids.begin(), sample.token_ids.end());
+        c.truncated = sample.finish_reason == rollout::FinishReason::kLength;
+        out->done.push_back(std::move(c));
+      }
+      out->spans[group.request_id] = {first, out->done.size()};
+    }
+  };
+  while (!runner.idle()) {
+    runner.step();
+    collect();
+  }
+  collect();
+}
+
+absl::StatusOr<HeldOutEvalResult> HeldOutEvaluator::evaluate_loaded(
+    const std::vector<trainer::SftRecord>& records, comm::Communicator& comm) {
+  const int64_t k = options_.samples;
+  Generated generated;
+  if (options_.environment) {
+    run_episodes(records, comm, &generated);
+  } else {
+    generate(records, comm, &generated);
+  }
+  std::vector<Completion>& done = generated.done;
+  const std::map<std::string, Request>& requests = generated.requests;
 
   if (options_.scorer != nullptr) {
     std::vector<rewards::OwnedSample> samples;
@@ -217,15 +336,25 @@ absl::StatusOr<HeldOutEvalResult> HeldOutEvaluator::evaluate_loaded(
     }
   } else {
     for (Completion& c : done) {
-      c.correct = c.decoded && absl::StripAsciiWhitespace(c.text) ==
-                                   absl::StripAsciiWhitespace(c.record->answer);
+      const std::string& text = options_.environment ? c.last_turn : c.text;
+      c.correct = c.decoded &&
+                  absl::StripAsciiWhitespace(text) == absl::StripAsciiWhitespace(c.record->answer);
     }
   }
 
   // Sums over this rank's records: greedy correct, records, greedy tokens, greedy completions,
   // greedy reward, correct samples, records with a correct sample.
-  double sums[7] = {0, static_cast<double>(judged_here), greedy_tokens, 0, 0, 0, 0};
-  for (const auto& [id, span] : spans) {
+  // Then greedy model turns and tool calls.
+  double sums[9] = {0,
+                    static_cast<double>(generated.judged_here),
+                    generated.greedy_tokens,
+                    0,
+                    0,
+                    0,
+                    0,
+                    generated.greedy_turns,
+                    generated.greedy_tool_calls};
+  for (const auto& [id, span] : generated.spans) {
     const bool sampled = requests.at(id).sampled;
     int64_t correct = 0;
     for (size_t i = span.first; i < span.second; ++i) correct += done[i].correct ? 1 : 0;
@@ -240,7 +369,7 @@ absl::StatusOr<HeldOutEvalResult> HeldOutEvaluator::evaluate_loaded(
       }
     }
   }
-  at::Tensor counts = at::tensor(std::vector<double>(sums, sums + 7), at::kDouble);
+  at::Tensor counts = at::tensor(std::vector<double>(sums, sums + 9), at::kDouble);
   comm.all_reduce_host(counts, comm::ReduceOp::kSum);
   auto at_ = [&](int64_t i) { return counts[i].item<double>(); };
   HeldOutEvalResult out;
@@ -252,6 +381,10 @@ absl::StatusOr<HeldOutEvalResult> HeldOutEvaluator::evaluate_loaded(
   out.k = k;
   out.pass_at_k = k > 0 && total > 0 ? at_(6) / total : kNaN;
   out.mean_at_k = k > 0 && total > 0 ? at_(5) / (total * static_cast<double>(k)) : kNaN;
+  if (options_.environment && at_(3) > 0) {
+    out.mean_turns = at_(7) / at_(3);
+    out.mean_tool_calls = at_(8) / at_(3);
+  }
   return out;
 }
 
@@ -267,9 +400,10 @@ absl::Status HeldOutEvaluation::set_up(const core::Config& config, core::PluginR
   auto made = make_eval_scorer(c, registry, config_dir);
   if (!made.ok()) return made.status();
   scorer = std::move(*made);
-  auto created = HeldOutEvaluator::create(model_config, tokenizers.tokenizer.get(),
-                                          eval_options_from_config(c, model_config, scorer.get()),
-                                          data.records);
+  HeldOutEvalOptions options = eval_options_from_config(c, model_config, scorer.get());
+  FLYWHEEL_RETURN_IF_ERROR(set_eval_environment(c, registry, config_dir, tokenizers, &options));
+  auto created =
+      HeldOutEvaluator::create(model_config, tokenizers.tokenizer.get(), options, data.records);
   if (!created.ok()) return created.status();
   evaluator = std::move(*created);
   return absl::OkStatus();

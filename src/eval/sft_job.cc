@@ -20,7 +20,8 @@ namespace fs = std::filesystem;
 
 absl::StatusOr<std::unique_ptr<SftJob>> SftJob::create(const core::Config& config,
                                                        comm::Communicator* world,
-                                                       core::PluginRegistry& registry) {
+                                                       core::PluginRegistry& registry,
+                                                       const std::string& config_dir) {
   const core::Config& c = config;
   if (c.model.path.empty()) return absl::InvalidArgumentError("model.path must be set");
   if (c.data.train_path.empty()) return absl::InvalidArgumentError("data.train_path must be set");
@@ -57,6 +58,8 @@ absl::StatusOr<std::unique_ptr<SftJob>> SftJob::create(const core::Config& confi
     HeldOutEvalOptions eo;  // greedy, judged against the answers
     eo.max_new_tokens = c.sft.eval_max_new_tokens;
     eo.stop_ids = job->model_config_->eos_token_ids;
+    // With environment.name the held-out prompts run as episodes.
+    FLYWHEEL_RETURN_IF_ERROR(set_eval_environment(c, registry, config_dir, *job->tokenizers_, &eo));
     auto created = HeldOutEvaluator::create(*job->model_config_, job->tokenizers_->tokenizer.get(),
                                             eo, eval_data->records);
     if (!created.ok()) return created.status();
@@ -83,7 +86,13 @@ absl::Status SftJob::load_data() {
       trainer::SftData train,
       trainer::load_sft_data(c_.data.train_path, data_options, tokenizer, chat));
   train_ = std::move(train);
-  if (!c_.data.eval_path.empty()) {
+  if (!c_.data.eval_path.empty() && !c_.environment.name.empty()) {
+    // Episodes: the held-out records are prompts with answers (and the JSON environments read).
+    FLYWHEEL_ASSIGN_OR_RETURN(
+        trainer::SftData loaded,
+        load_eval_data(c_, *tokenizers_, model_config_->vocab_size, c_.data.eval_path));
+    eval_data_ = std::move(loaded);
+  } else if (!c_.data.eval_path.empty()) {
     FLYWHEEL_ASSIGN_OR_RETURN(
         trainer::SftData loaded,
         trainer::load_sft_data(c_.data.eval_path, data_options, tokenizer, chat));
@@ -140,16 +149,18 @@ void SftJob::log(const std::string& name, double value, int64_t step) {
 absl::StatusOr<SftEvalResult> SftJob::evaluate(int64_t step) {
   SftEvalResult r;
   if (!eval_data_) return r;
-  absl::StatusOr<double> loss =
-      sft_->eval_loss(trainer::rank_share(*eval_data_, world_->rank(), world_->size()));
-  if (!loss.ok()) return loss.status();
-  r.loss = *loss;
-  log("eval/loss", r.loss, step);
+  if (c_.environment.name.empty()) {  // episodes' records have no response to score
+    absl::StatusOr<double> loss =
+        sft_->eval_loss(trainer::rank_share(*eval_data_, world_->rank(), world_->size()));
+    if (!loss.ok()) return loss.status();
+    r.loss = *loss;
+    log("eval/loss", r.loss, step);
+  }
   if (evaluator_) {
     FLYWHEEL_ASSIGN_OR_RETURN(HeldOutEvalResult greedy,
                               evaluator_->evaluate(sft_->model(), eval_data_->records, *world_));
     r.accuracy = greedy.accuracy;
-    log("eval/accuracy", r.accuracy, step);
+    log_eval_result(greedy, [&](const std::string& name, double value) { log(name, value, step); });
   }
   return r;
 }

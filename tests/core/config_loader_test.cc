@@ -374,18 +374,6 @@ TEST(ConfigValidateTest, ProgrammaticConfigIsCheckedToo) {
 
 // Issue 28: episodes run, their held-out evaluation does not yet: a run that asks for both is
 // refused instead of evaluating single-turn answers.
-TEST(ConfigValidateTest, AnEnvironmentWithHeldOutEvaluationIsRefused) {
-  Config config;
-  config.environment.name = "calculator";
-  EXPECT_TRUE(config.validate().ok());
-  config.data.eval_path = "eval.jsonl";
-  absl::Status status = config.validate();
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(status.message()),
-              HasSubstr("data.eval_path: held-out evaluation of multi-turn episodes is not "
-                        "implemented yet"));
-}
-
 // Issue 26, items 8 and 11: combinations that abort a learner job or crash-loop workers are
 // refused before anything starts.
 TEST(ConfigValidateTest, CombinationsThatWouldFailMidRunAreRefused) {

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "flywheel/model/tokenizer/tokenizer.h"
 #include "flywheel/rewards/scoring_pool.h"
 #include "flywheel/rollout/engine.h"
+#include "flywheel/rollout/episode_runner.h"
 #include "flywheel/rollout/worker/prompt_encoder.h"
 #include "flywheel/trainer/sft_data.h"
 #include "flywheel/trainer/sharded_decoder.h"
@@ -40,6 +42,12 @@ struct HeldOutEvalOptions {
   // The rewards judge: null = the answer judge. Not owned; must outlive the evaluator.
   rewards::ScoringPool* scorer = nullptr;
   double correct_reward = 1.0;
+  // With an environment every completion is an episode (rollout/episode_runner.h), and
+  // max_new_tokens bounds all of an episode's tokens after the prompt. The answer judge then
+  // judges the text of the episode's last model turn; the rewards judge the whole episode, as
+  // on the rollout workers. The records need their JSON (load_eval_data keeps it).
+  std::shared_ptr<const rollout::Environment> environment;
+  rollout::EpisodeOptions episodes;
 };
 
 struct HeldOutEvalResult {
@@ -50,6 +58,9 @@ struct HeldOutEvalResult {
   int64_t k = 0;           // samples per record (0: the next two are NaN)
   double pass_at_k = 0;    // records with at least one of k samples correct
   double mean_at_k = 0;    // correct samples / all samples
+  // Greedy episodes (with an environment; NaN without): model turns and tool calls per episode.
+  double mean_turns = std::numeric_limits<double>::quiet_NaN();
+  double mean_tool_calls = std::numeric_limits<double>::quiet_NaN();
 };
 
 // The held-out records of `path` ({"prompt" or "messages", and an answer for the answer judge;
@@ -70,8 +81,16 @@ HeldOutEvalOptions eval_options_from_config(const core::Config& config,
                                             const model::ModelConfig& model_config,
                                             rewards::ScoringPool* scorer);
 
+// The environment `environment.name` names (none: single-turn), with the episode options and
+// the chat template's turn markers, into `options`.
+absl::Status set_eval_environment(const core::Config& config, core::PluginRegistry& registry,
+                                  const std::string& config_dir,
+                                  const model::TokenizerSetup& tokenizers,
+                                  HeldOutEvalOptions* options);
+
 // Hands `log` the result's metrics: eval/accuracy, eval/mean_length, eval/reward/mean (rewards
-// judge), eval/pass@<k> and eval/mean@<k> (with samples).
+// judge), eval/pass@<k> and eval/mean@<k> (with samples), eval/turns/mean and
+// eval/tool_calls/mean (episodes).
 void log_eval_result(const HeldOutEvalResult& result,
                      const std::function<void(const std::string&, double)>& log);
 
@@ -96,6 +115,18 @@ class HeldOutEvaluator {
   bool judged(const trainer::SftRecord& record) const {
     return options_.scorer != nullptr || record.has_answer;
   }
+  struct Generated;
+  rollout::SamplingParams sampling(bool sampled, int64_t index) const;
+  // Submits this rank's share of `records` (greedy, and k sampled with eval.samples) through
+  // `submit`, which returns the engine's (or runner's) answer; refusals are counted and logged.
+  template <typename EngineRequest, typename Submit>
+  void submit_share(const std::vector<trainer::SftRecord>& records, comm::Communicator& comm,
+                    Generated* out, Submit submit);
+  // This rank's share of `records`, generated: single completions or episodes.
+  void generate(const std::vector<trainer::SftRecord>& records, comm::Communicator& comm,
+                Generated* out);
+  void run_episodes(const std::vector<trainer::SftRecord>& records, comm::Communicator& comm,
+                    Generated* out);
   std::shared_ptr<model::DecoderModel> replica_;
   std::unique_ptr<rollout::GenerationEngine> engine_;
   const model::Tokenizer* tokenizer_ = nullptr;

@@ -44,7 +44,8 @@ class SftJob {
   // trainer with the policy weights (model.path) and resumes per checkpoint.resume.
   static absl::StatusOr<std::unique_ptr<SftJob>> create(const core::Config& config,
                                                         comm::Communicator* world,
-                                                        core::PluginRegistry& registry);
+                                                        core::PluginRegistry& registry,
+                                                        const std::string& config_dir = "");
 
   // Trains until trainer.total_steps, sft.stop_at_accuracy or `stop()` on any rank; evaluates,
   // checkpoints and exports.
