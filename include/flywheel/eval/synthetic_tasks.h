@@ -1,0 +1,42 @@
+// The built-in synthetic tasks of `flywheel make-data`: generated from a seed, no download.
+//
+//   addition:    "a+b=" -> the sum (the quickstart; digit orders below).
+//   calculator:  "a*b=" -> the product, a of `digits` digits and b of 2: more than a small
+//                model computes in its head, easy with the calculator environment. Besides
+//                train.jsonl and eval.jsonl it writes sft.jsonl, demonstration episodes cut
+//                into their two model turns (each turn's prompt is the episode's stream so
+//                far, so the SFT loss falls on model tokens only):
+//                  {"prompt": "123*45=", "response": "<calc>123*45</calc>"}
+//                  {"prompt": "123*45=<calc>123*45</calc><result>5535</result>",
+//                   "response": "5535"}
+//
+// Held-out pairs never appear in training; records carry "prompt", "answer" and (addition)
+// "response".
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace flywheel::eval {
+
+struct SyntheticTaskOptions {
+  std::string task = "addition";  // addition | calculator
+  int digits = 3;                 // of each addend; of the calculator's first factor
+  int64_t train = 20000;
+  int64_t eval = 200;
+  int64_t demos = 1000;  // calculator: demonstration episodes in sft.jsonl
+  uint64_t seed = 7;
+  // addition: msd "123+456=" -> "579"; sum-lsd: the sum least-significant digit first,
+  // "123+456=" -> "975"; lsd: every number least-significant digit first, "321+654=" -> "975".
+  std::string digit_order = "msd";
+};
+
+// File name -> JSONL text. InvalidArgument for an unknown task or digit order, or more records
+// than there are distinct operand pairs.
+absl::StatusOr<std::map<std::string, std::string>> make_synthetic_task(
+    const SyntheticTaskOptions& options);
+
+}  // namespace flywheel::eval

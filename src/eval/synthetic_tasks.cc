@@ -1,0 +1,107 @@
+#include "flywheel/eval/synthetic_tasks.h"
+
+#include <algorithm>
+#include <random>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "flywheel/core/json.h"
+
+namespace flywheel::eval {
+namespace {
+
+// `n` written least-significant digit first when `lsd`.
+std::string digits_of(int64_t n, bool lsd) {
+  std::string s = std::to_string(n);
+  if (lsd) std::reverse(s.begin(), s.end());
+  return s;
+}
+
+std::string line(std::initializer_list<std::pair<const char*, std::string>> fields) {
+  core::Json json = core::Json::object();
+  for (const auto& [key, value] : fields) json.set(key, core::Json(value));
+  return json.dump() + "\n";
+}
+
+std::string addition_record(int64_t a, int64_t b, const std::string& order) {
+  const bool operands_lsd = order == "lsd";
+  const std::string sum = digits_of(a + b, order != "msd");
+  return line(
+      {{"prompt", absl::StrCat(digits_of(a, operands_lsd), "+", digits_of(b, operands_lsd), "=")},
+       {"response", sum},
+       {"answer", sum}});
+}
+
+int64_t power_of_ten(int digits) {
+  int64_t p = 1;
+  for (int i = 0; i < digits; ++i) p *= 10;
+  return p;
+}
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, std::string>> make_synthetic_task(
+    const SyntheticTaskOptions& options) {
+  const SyntheticTaskOptions& o = options;
+  const bool calculator = o.task == "calculator";
+  if (!calculator && o.task != "addition") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown task '", o.task, "' (available: addition, calculator)"));
+  }
+  if (!calculator && o.digit_order != "msd" && o.digit_order != "sum-lsd" &&
+      o.digit_order != "lsd") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown digit order '", o.digit_order, "' (msd, sum-lsd or lsd)"));
+  }
+  if (o.digits < 1 || o.digits > 9) {
+    return absl::InvalidArgumentError(absl::StrCat("digits must be in [1, 9], got ", o.digits));
+  }
+  const int64_t a_high = power_of_ten(o.digits), a_low = a_high / 10;
+  const int second_digits = calculator ? 2 : o.digits;
+  const int64_t b_high = power_of_ten(second_digits), b_low = b_high / 10;
+  const double pairs = static_cast<double>(a_high - a_low) * static_cast<double>(b_high - b_low);
+  if (static_cast<double>(o.train + o.eval) > pairs / 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(o.train + o.eval, " records need more distinct operand pairs than there are (",
+                     static_cast<int64_t>(pairs), ")"));
+  }
+  std::mt19937_64 rng(o.seed);
+  std::uniform_int_distribution<int64_t> first(a_low, a_high - 1), second(b_low, b_high - 1);
+  std::set<std::pair<int64_t, int64_t>> seen;
+  std::vector<std::pair<int64_t, int64_t>> drawn;
+  auto draw = [&](int64_t n) {
+    std::string lines;
+    for (int64_t i = 0; i < n;) {
+      const int64_t a = first(rng), b = second(rng);
+      if (!seen.insert({a, b}).second) continue;  // held-out pairs never appear in training
+      if (calculator) {
+        lines += line({{"prompt", absl::StrCat(a, "*", b, "=")}, {"answer", absl::StrCat(a * b)}});
+      } else {
+        lines += addition_record(a, b, o.digit_order);
+      }
+      drawn.emplace_back(a, b);
+      ++i;
+    }
+    return lines;
+  };
+  std::map<std::string, std::string> files;
+  files["eval.jsonl"] = draw(o.eval);
+  drawn.clear();
+  files["train.jsonl"] = draw(o.train);
+  if (calculator) {
+    std::string demos;
+    for (int64_t i = 0; i < std::min<int64_t>(o.demos, drawn.size()); ++i) {
+      const auto [a, b] = drawn[i];
+      const std::string prompt = absl::StrCat(a, "*", b, "=");
+      const std::string call = absl::StrCat("<calc>", a, "*", b, "</calc>");
+      demos += line({{"prompt", prompt}, {"response", call}});
+      demos += line({{"prompt", absl::StrCat(prompt, call, "<result>", a * b, "</result>")},
+                     {"response", absl::StrCat(a * b)}});
+    }
+    files["sft.jsonl"] = demos;
+  }
+  return files;
+}
+
+}  // namespace flywheel::eval
