@@ -23,6 +23,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev libcli11-dev libutf8proc-dev
   gnuplot-nox clang-format openssl
+  python3-grpcio python3-protobuf  # the example remote environment (examples/environments/python)
 )
 # Node.js runs the tokenizer parity tests against Hugging Face's `tokenizers`; use the
 # machine's node when it has one.

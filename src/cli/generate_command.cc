@@ -22,7 +22,13 @@
 #include "flywheel/model/tokenizer/chat_messages.h"
 #include "flywheel/model/tokenizer/chat_template.h"
 #include "flywheel/model/tokenizer/tokenizer.h"
+#include "flywheel/model/tokenizer/tokenizer_setup.h"
+#include "flywheel/rollout/completion_json.h"
 #include "flywheel/rollout/engine.h"
+#include "flywheel/rollout/episode_runner.h"
+#include "flywheel/rollout/remote_environment.h"
+#include "flywheel/rollout/turn_markers.h"
+#include "generate_input.h"
 #include "model_args.h"
 
 namespace flywheel::cli {
@@ -40,57 +46,9 @@ struct GenerateArgs {
   core::LogprobMode logprob_mode = core::LogprobMode::kTemperatureScaled;
   bool ignore_eos = false;
   bool skip_invalid = false;
+  core::EnvironmentOptions environment;  // name set: every sample is an episode
+  std::vector<std::string> environment_params;
 };
-
-// One input line: its record (absent when the line is not JSON) and, for a bad line, why.
-struct InputLine {
-  std::string where;  // path:line
-  std::optional<core::Json> record;
-  std::string error;
-};
-
-// The prompt ids of `record`, tokenizing "prompt" / "messages" when needed.
-absl::StatusOr<std::vector<int64_t>> prompt_ids(const core::Json& record, const std::string& where,
-                                                const model::Tokenizer* tokenizer,
-                                                const GenerateArgs& args,
-                                                std::optional<model::ChatTemplate>* chat_template) {
-  std::vector<int64_t> ids;
-  const core::Json* given = record.find("prompt_ids");
-  const core::Json* prompt = record.find("prompt");
-  const core::Json* messages = record.find("messages");
-  if (given != nullptr && given->is_array()) {
-    for (const core::Json& id : given->as_array()) {
-      if (!id.is_integer()) return absl::InvalidArgumentError("prompt_ids must be integers");
-      ids.push_back(id.as_int());
-    }
-    return ids;
-  }
-  if (!(prompt != nullptr && prompt->is_string()) && messages == nullptr) {
-    return absl::InvalidArgumentError("expected \"prompt\", \"messages\" or \"prompt_ids\"");
-  }
-  if (tokenizer == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("text prompts need a tokenizer (tokenizer.json or char_tokenizer.json) in ",
-                     args.model.dir, "; use {\"prompt_ids\": [...]}"));
-  }
-  std::string text;
-  model::EncodeOptions encode;
-  if (messages != nullptr) {
-    if (!*chat_template) {
-      FLYWHEEL_ASSIGN_OR_RETURN(model::ChatTemplate resolved,
-                                model::ChatTemplate::resolve(args.chat_template, args.model.dir));
-      *chat_template = resolved;
-    }
-    FLYWHEEL_ASSIGN_OR_RETURN(std::vector<model::ChatMessage> chat,
-                              model::parse_messages(*messages, where));
-    FLYWHEEL_ASSIGN_OR_RETURN(std::string rendered, (*chat_template)->render(chat));
-    text = rendered;
-    encode.add_special_tokens = false;
-  } else {
-    text = prompt->as_string();
-  }
-  return tokenizer->encode(text, encode);
-}
 
 absl::Status run(const GenerateArgs& args) {
   model::ThreadLayout layout;
@@ -114,6 +72,7 @@ absl::Status run(const GenerateArgs& args) {
   }
   core::PluginRegistry registry;
   FLYWHEEL_RETURN_IF_ERROR(rollout::register_rollout_builtins(registry));
+  FLYWHEEL_RETURN_IF_ERROR(rollout::register_remote_environment(registry));
   rollout::EngineOptions options;
   options.max_slots = std::max(args.max_slots, args.n);
   options.max_seq_len = args.max_seq_len;
@@ -123,6 +82,23 @@ absl::Status run(const GenerateArgs& args) {
   context.registry = &registry;
   FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<rollout::GenerationEngine> engine,
                             rollout::GenerationEngine::create(model, options, context));
+  std::unique_ptr<rollout::EpisodeRunner> runner;
+  if (!args.environment.name.empty()) {
+    core::EnvironmentOptions environment = args.environment;
+    FLYWHEEL_RETURN_IF_ERROR(
+        parse_params(args.environment_params, "--env-param", &environment.params));
+    FLYWHEEL_ASSIGN_OR_RETURN(std::shared_ptr<const rollout::Environment> env,
+                              rollout::make_environment(environment, registry, "."));
+    rollout::TurnMarkerIds markers;  // the chat template's, when the model has one
+    if (auto chat = model::ChatTemplate::resolve(args.chat_template, args.model.dir); chat.ok()) {
+      model::TokenizerSetup setup{args.model.dir, std::move(tokenizer), *chat};
+      FLYWHEEL_ASSIGN_OR_RETURN(markers, rollout::turn_marker_ids(setup));
+      tokenizer = std::move(setup.tokenizer);
+    }
+    runner = std::make_unique<rollout::EpisodeRunner>(
+        engine.get(), env, tokenizer.get(),
+        rollout::EpisodeOptions::from_config(environment, std::move(markers)));
+  }
 
   // Every line is read and validated (submitted: queued, nothing generated yet) before any
   // generation, so that all bad lines are reported at once.
@@ -144,16 +120,20 @@ absl::Status run(const GenerateArgs& args) {
     } else {
       line.record = std::move(**next);
       absl::StatusOr<std::vector<int64_t>> ids =
-          prompt_ids(*line.record, line.where, tokenizer.get(), args, &chat_template);
+          prompt_ids(*line.record, line.where, tokenizer.get(),
+                     {args.model.dir, args.chat_template}, &chat_template);
       absl::Status submitted = ids.status();
       if (ids.ok()) {
-        rollout::GenerationRequest request;
+        rollout::EpisodeRequest request;  // or a GenerationRequest: the same fields
         request.id = std::to_string(lines.size());
         request.prompt_ids = *ids;
         request.sampling = sampling;
         request.sampling.seed = args.sampling.seed + lines.size();
         request.n = args.n;
-        submitted = engine->submit(std::move(request));
+        request.record = std::make_shared<core::Json>(*line.record);
+        submitted = runner ? runner->submit(std::move(request))
+                           : engine->submit({request.id, std::move(request.prompt_ids),
+                                             request.sampling, request.n});
         core::Json list = core::Json::array();
         for (int64_t id : *ids) list.push_back(core::Json(id));
         line.record->set("prompt_ids", std::move(list));
@@ -176,13 +156,26 @@ absl::Status run(const GenerateArgs& args) {
   }
 
   std::vector<std::optional<rollout::GroupResult>> results(lines.size());
+  std::vector<rollout::EpisodeGroup> episodes(lines.size());
   const auto start = std::chrono::steady_clock::now();
   auto last_report = start;
   size_t done = 0;
   const size_t valid = lines.size() - invalid;
-  while (!engine->idle()) {
-    engine->step();
+  while (runner ? !runner->idle() : !engine->idle()) {
+    if (runner) {
+      runner->step();
+      for (rollout::EpisodeGroup& g : runner->take_finished()) {
+        const size_t i = std::stoul(g.request_id);
+        results[i].emplace();
+        for (const rollout::Episode& e : g.episodes) results[i]->samples.push_back(e.sample);
+        episodes[i] = std::move(g);
+        ++done;
+      }
+    } else {
+      engine->step();
+    }
     for (rollout::GroupResult& r : engine->take_finished()) {
+      if (runner) continue;  // the runner's
       results[std::stoul(r.request_id)] = std::move(r);
       ++done;
     }
@@ -207,29 +200,10 @@ absl::Status run(const GenerateArgs& args) {
       continue;
     }
     core::Json completions = core::Json::array();
-    for (const rollout::Sample& s : results[i]->samples) {
-      core::Json c = core::Json::object();
-      if (tokenizer) {
-        absl::StatusOr<std::string> text = tokenizer->decode(s.token_ids);
-        if (text.ok()) {
-          c.set("text", core::Json(*text));
-        } else {
-          c.set("text_error", core::Json(std::string(text.status().message())));
-        }
-      }
-      core::Json ids = core::Json::array(), logprobs = core::Json::array(),
-                 versions = core::Json::array();
-      for (size_t k = 0; k < s.token_ids.size(); ++k) {
-        ids.push_back(core::Json(s.token_ids[k]));
-        logprobs.push_back(core::Json(static_cast<double>(s.logprobs[k])));
-        versions.push_back(core::Json(s.versions[k]));
-      }
-      c.set("ids", std::move(ids));
-      c.set("logprobs", std::move(logprobs));
-      c.set("versions", std::move(versions));
-      c.set("finish_reason", core::Json(rollout::finish_reason_name(s.finish_reason)));
-      if (!s.error.empty()) c.set("error", core::Json(s.error));
-      completions.push_back(std::move(c));
+    for (size_t k = 0; k < results[i]->samples.size(); ++k) {
+      const rollout::Episode* episode = runner ? &episodes[i].episodes[k] : nullptr;
+      completions.push_back(
+          rollout::completion_json(results[i]->samples[k], episode, tokenizer.get()));
     }
     record.set("completions", std::move(completions));
     out->write(record);
@@ -279,6 +253,19 @@ void add_generate_command(CLI::App& app, int* exit_code) {
       ->add_option("--chat-template", args->chat_template,
                    "Template for messages: auto, chatml, qwen3 or llama3")
       ->check(CLI::IsMember({"auto", "chatml", "qwen3", "llama3"}));
+  command->add_option("--environment", args->environment.name,
+                      "Run every sample as a multi-turn episode with this environment "
+                      "(calculator, guess_number or a plugin's); writes each token's source "
+                      "and turn");
+  command->add_option("--env-param", args->environment_params,
+                      "key=value of environment.params (repeatable)");
+  command->add_option("--max-turns", args->environment.max_turns, "Model turns per episode")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  command
+      ->add_option("--turn-max-new-tokens", args->environment.turn_max_new_tokens,
+                   "Tokens of one model turn (0: only --max-new-tokens, the episode's budget)")
+      ->check(CLI::NonNegativeNumber);
   add_choice_flag(command, "--logprob-mode", &args->logprob_mode,
                   "temperature_scaled (what the learner recomputes) or processed (the "
                   "truncated distribution actually sampled)");

@@ -10,6 +10,7 @@
 #include "flywheel/rewards/builtins.h"
 #include "flywheel/rewards/model/reward_model.h"
 #include "flywheel/rollout/logits_processor.h"
+#include "flywheel/rollout/remote_environment.h"
 
 namespace flywheel::cli {
 
@@ -29,6 +30,7 @@ absl::StatusOr<JobSetup> set_up_job(const std::string& config_path,
   job.registry = std::make_unique<core::PluginRegistry>();
   FLYWHEEL_RETURN_IF_ERROR(core::register_core_builtins(*job.registry));
   FLYWHEEL_RETURN_IF_ERROR(rollout::register_rollout_builtins(*job.registry));
+  FLYWHEEL_RETURN_IF_ERROR(rollout::register_remote_environment(*job.registry));
   FLYWHEEL_RETURN_IF_ERROR(algos::register_algos_builtins(*job.registry));
   FLYWHEEL_RETURN_IF_ERROR(rewards::register_rewards_builtins(*job.registry));
   FLYWHEEL_RETURN_IF_ERROR(rewards::register_reward_model(*job.registry));

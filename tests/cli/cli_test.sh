@@ -252,6 +252,77 @@ YAML
     expect_exit 2 "$flywheel" eval "$work/m" --config "$work/c.yaml" --data "$work/e.jsonl" \
       --set eval.judge=rewards --set 'rewards.functions=[]'
     expect_output "eval.judge is rewards but rewards.functions is empty" ;;
+  make_data_calculator)
+    # Products of a 3-digit and a 2-digit number; held-out pairs never in training; sft.jsonl is
+    # each demonstration episode's two model turns, the second's prompt the stream so far.
+    expect_exit 0 "$flywheel" make-data calculator --train 300 --eval 50 --demos 20 --seed 4 \
+      --out "$work/c"
+    expect_output "20 demonstration episodes"
+    node -e '
+      const fs = require("fs");
+      const read = (f) => fs.readFileSync(`${process.argv[1]}/${f}.jsonl`, "utf8").trim().split("\n").map(JSON.parse);
+      const train = read("train"), held = read("eval"), sft = read("sft");
+      if (train.length !== 300 || held.length !== 50 || sft.length !== 40) throw new Error("counts");
+      const seen = new Set(train.map((r) => r.prompt));
+      for (const r of held) if (seen.has(r.prompt)) throw new Error(`${r.prompt} in both`);
+      for (const r of [...train, ...held]) {
+        const m = /^([0-9]{3})\*([0-9]{2})=$/.exec(r.prompt);
+        if (!m || r.answer !== String(m[1] * m[2])) throw new Error(`${r.prompt} -> ${r.answer}`);
+      }
+      for (let i = 0; i < 40; i += 2) {
+        const [call, answer] = [sft[i], sft[i + 1]];
+        const expr = call.prompt.slice(0, -1), product = String(eval(expr));
+        if (call.response !== `<calc>${expr}</calc>`) throw new Error(`call ${call.response}`);
+        if (answer.prompt !== `${call.prompt}${call.response}<result>${product}</result>` ||
+            answer.response !== product) throw new Error(`answer ${JSON.stringify(answer)}`);
+      }
+    ' "$work/c" || fail "make-data calculator output is wrong"
+    expect_exit 0 "$flywheel" validate-config "$src/configs/quickstart_calculator.yaml"
+    expect_output "name: calculator" ;;
+  episodes)
+    # generate --environment and eval with an environment: guess_number answers every 4-token
+    # turn of the (random) model, three turns; each token carries its source and turn.
+    cat > "$work/config.json" <<'JSON'
+{"model_type": "qwen2", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "eos_token_id": 2,
+ "max_position_embeddings": 160}
+JSON
+    expect_exit 0 "$flywheel" init-model --config "$work/config.json" --out "$work/m" --char-tokenizer --seed 5
+    printf '{"prompt": "guess: ", "answer": "7"}\n{"prompt": "again: ", "answer": "7"}\n' > "$work/p.jsonl"
+    expect_exit 0 "$flywheel" generate --model "$work/m" -i "$work/p.jsonl" -o "$work/g.jsonl" \
+      --environment guess_number --env-param max=1000000 --max-turns 3 --turn-max-new-tokens 4 \
+      --max-new-tokens 120 --max-seq-len 160 --ignore-eos -n 2 --temperature 0.8 --seed 3
+    node -e '
+      const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map(JSON.parse);
+      if (lines.length !== 2) throw new Error("records");
+      for (const l of lines) for (const c of l.completions) {
+        const n = c.ids.length;
+        if (c.sources.length !== n || c.turns.length !== n) throw new Error("per-token fields");
+        const model = c.sources.map((s, k) => s === "model" ? c.turns[k] : -1).filter((t) => t >= 0);
+        if (model.join() !== "0,0,0,0,1,1,1,1,2,2,2,2") throw new Error("model turns " + model);
+        if (!c.sources.includes("environment") || c.sources[0] !== "model") throw new Error("sources");
+        // A turn with a number is a guess (a tool call); one without is told to guess.
+        if (c.turn_rewards.length !== 3 || !(c.tool_calls >= 0 && c.tool_calls <= 3)) throw new Error("turn fields");
+        if (c.finish_reason !== "length") throw new Error(c.finish_reason);
+        if (!/guess an integer|higher|lower/.test(c.text)) throw new Error("text " + c.text);
+      }
+    ' "$work/g.jsonl" || fail "generate --environment output is wrong: $(head -c 600 "$work/g.jsonl")"
+    expect_exit 2 "$flywheel" generate --model "$work/m" -i "$work/p.jsonl" --environment nope
+    expect_output "nope"
+    expect_exit 2 "$flywheel" generate --model "$work/m" -i "$work/p.jsonl" \
+      --environment guess_number --env-param max
+    expect_output "--env-param 'max' is not key=value"
+    cat > "$work/c.yaml" <<YAML
+model: {path: $work/m, max_seq_len: 160}
+tokenizer: {type: char, chat_template: none}
+rollout: {max_new_tokens: 120}
+environment: {name: guess_number, max_turns: 3, turn_max_new_tokens: 4, params: {max: "1000000"}}
+YAML
+    expect_exit 0 "$flywheel" eval "$work/m" --config "$work/c.yaml" --data "$work/p.jsonl" \
+      --set eval.judge=answer
+    expect_output '"records":2'
+    expect_output '"turns/mean":3'
+    expect_output '"tool_calls/mean":' ;;
   weight_transport_alone)
     # weight_sync.transport mpi needs the workers inside the learners' mpirun: a worker started
     # on its own, or a learner job without rollout ranks, is refused at start, saying why.
