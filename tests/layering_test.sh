@@ -45,7 +45,9 @@ check_includes buffer "core buffer" $(files "$src/src/buffer") \
   $(files "$src/include/flywheel/buffer")
 check_includes buffer_service "core buffer v1" $(files "$src/src/buffer/service") \
   $(files "$src/include/flywheel/buffer/service")
-check_includes rollout "core model rollout" $(files "$src/src/rollout" "$src/include/flywheel/rollout")
+check_includes rollout "core model rollout" $(files "$src/src/rollout" "$src/src/rollout/environments" \
+  "$src/include/flywheel/rollout")
+check_includes remote_environment "core model rollout v1" $(files "$src/src/rollout/remote")
 check_includes worker "core model rollout buffer comm rewards v1" \
   $(files "$src/src/rollout/worker" "$src/include/flywheel/rollout/worker")
 check_includes trainer "core comm model algos buffer trainer" \
