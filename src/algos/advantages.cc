@@ -26,6 +26,9 @@ absl::Status check_common(const AdvantageInput& in, bool needs_groups) {
   if (in.token_rewards.defined() && in.token_rewards.sizes() != in.mask.sizes()) {
     return absl::InvalidArgumentError("token_rewards must have the mask's shape");
   }
+  if (in.token_discounts.defined() && in.token_discounts.sizes() != in.mask.sizes()) {
+    return absl::InvalidArgumentError("token_discounts must have the mask's shape");
+  }
   if (needs_groups && (!in.group_ids.defined() || in.group_ids.numel() != B)) {
     return absl::InvalidArgumentError("group estimators need group_ids of shape [B]");
   }
@@ -84,6 +87,12 @@ at::Tensor broadcast_rows(const std::vector<double>& per_row, const at::Tensor& 
   return rows * mask.to(at::kFloat);
 }
 
+// The discount from each token to the next valid one: gamma, times token_discounts when given.
+at::Tensor discounts(const AdvantageInput& in, double gamma) {
+  at::Tensor d = at::full(in.mask.sizes(), gamma, at::kFloat);
+  return in.token_discounts.defined() ? d * in.token_discounts.to(at::kFloat) : d;
+}
+
 // Estimators without a critic: the returns are the advantages.
 AdvantageResult returns_are_advantages(at::Tensor a) { return {a, a}; }
 
@@ -101,13 +110,15 @@ class Gae : public AdvantageEstimator {
                                               : scores_on_last_token(in.scores, in.mask);
     at::Tensor v = in.values.to(at::kFloat);
     const int64_t B = m.size(0), T = m.size(1);
+    const at::Tensor d = discounts(in, o_.gamma);
     at::Tensor next_v = at::zeros({B}), next_a = at::zeros({B});
     at::Tensor adv = at::zeros({B, T});
     for (int64_t t = T - 1; t >= 0; --t) {
       at::Tensor mt = m.select(1, t);
       at::Tensor vt = at::where(mt, v.select(1, t), 0);
-      at::Tensor delta = at::where(mt, r.select(1, t), 0) + o_.gamma * next_v - vt;
-      at::Tensor a = delta + o_.gamma * o_.lam * next_a;
+      at::Tensor dt = d.select(1, t);
+      at::Tensor delta = at::where(mt, r.select(1, t), 0) + dt * next_v - vt;
+      at::Tensor a = delta + dt * o_.lam * next_a;
       next_v = at::where(mt, vt, next_v);
       next_a = at::where(mt, a, next_a);
       adv.select(1, t).copy_(at::where(mt, a, 0));
@@ -166,11 +177,12 @@ class ReinforcePp : public AdvantageEstimator {
     at::Tensor r = in.token_rewards.defined() ? in.token_rewards.to(at::kFloat)
                                               : scores_on_last_token(in.scores, in.mask);
     const int64_t B = m.size(0), T = m.size(1);
+    const at::Tensor d = discounts(in, o_.gamma);
     at::Tensor next = at::zeros({B});
     at::Tensor g = at::zeros({B, T});
     for (int64_t t = T - 1; t >= 0; --t) {  // masked positions are skipped, as in GAE
       at::Tensor mt = m.select(1, t);
-      at::Tensor value = at::where(mt, r.select(1, t), 0) + o_.gamma * next;
+      at::Tensor value = at::where(mt, r.select(1, t), 0) + d.select(1, t) * next;
       next = at::where(mt, value, next);
       g.select(1, t).copy_(at::where(mt, value, 0));
     }

@@ -35,4 +35,19 @@ at::Tensor turn_rewards_on_tokens(const at::Tensor& scores, const at::Tensor& ma
   return at::tensor(out, at::kFloat).view({B, T});
 }
 
+at::Tensor turn_discounts(const at::Tensor& mask, const std::vector<RowTurns>& turns,
+                          double discount) {
+  const int64_t B = mask.size(0), T = mask.size(1);
+  std::vector<float> out(B * T, 1.0f);
+  for (int64_t b = 0; b < B && b < static_cast<int64_t>(turns.size()); ++b) {
+    if (turns[b].turn_ends == nullptr) continue;
+    const std::vector<int32_t>& ends = *turns[b].turn_ends;
+    for (size_t k = 0; k + 1 < ends.size(); ++k) {
+      const int64_t at = static_cast<int64_t>(ends[k]) - 1;
+      if (at >= 0 && at < T) out[b * T + at] = static_cast<float>(discount);
+    }
+  }
+  return at::tensor(out, at::kFloat).view({B, T});
+}
+
 }  // namespace flywheel::algos

@@ -34,6 +34,7 @@ LearnerOptions LearnerOptions::from_config(const core::Config& c) {
   o.value_clip = a.value_clip;
   o.critic = a.advantage_estimator == "gae";
   o.overlong_buffer_len = a.overlong_buffer_len;
+  o.turn_discount = c.environment.turn_discount;
   o.overlong_penalty_factor = a.overlong_penalty_factor;
   o.max_response_tokens = c.rollout.max_new_tokens;
   return o;
@@ -45,6 +46,7 @@ struct Learner::Batch {
   std::vector<const buffer::Trajectory*> sequences;  // whole batch, group by group
   at::Tensor mask, scores, group_ids;                // [S, R], [S], [S]
   at::Tensor turn_credit;     // [S, R] episodes' per-turn rewards on tokens; undefined: none
+  at::Tensor turn_discounts;  // [S, R] environment.turn_discount at turn ends; undefined: none
   std::vector<int64_t> mine;  // this rank's sequences (local rows)
   std::vector<std::vector<int64_t>> mini;  // local rows of each mini-batch
   // Per-token tensors of the local rows [S_local, R].
@@ -361,14 +363,18 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
   batch.scores = at::tensor(scores, at::kDouble);
   // Episodes whose environment rewarded turns: token-level credit at the turn ends.
   std::vector<algos::RowTurns> turns(S);
-  bool any_turn_reward = false;
+  bool any_turn_reward = false, any_turns = false;
   for (int64_t s = 0; s < S; ++s) {
     const buffer::Trajectory& t = *batch.sequences[s];
     turns[s] = {&t.turn_ends, &t.turn_rewards};
     for (double r : t.turn_rewards) any_turn_reward = any_turn_reward || r != 0;
+    any_turns = any_turns || t.turn_ends.size() > 1;
   }
   if (any_turn_reward) {
     batch.turn_credit = algos::turn_rewards_on_tokens(batch.scores, batch.mask, turns);
+  }
+  if (any_turns && options_.turn_discount != 1.0) {
+    batch.turn_discounts = algos::turn_discounts(batch.mask, turns, options_.turn_discount);
   }
   batch.group_ids = at::tensor(group_id, at::kLong);
   if (options_.overlong_buffer_len > 0) {
@@ -422,6 +428,7 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
   if (critic_) in.values = gather_rows(batch.values, batch.mine, S, *comm_);
   at::Tensor rewards = batch.scores;  // per sequence, KL in the reward included
   if (batch.turn_credit.defined()) in.token_rewards = batch.turn_credit;
+  in.token_discounts = batch.turn_discounts;
   if (reference_ && options_.kl_in_reward) {
     batch.old_all = gather_rows(batch.old_logprobs, batch.mine, S, *comm_);
     batch.ref_all = gather_rows(batch.ref_logprobs, batch.mine, S, *comm_);

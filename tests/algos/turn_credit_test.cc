@@ -48,5 +48,29 @@ TEST(TurnCreditTest, ReinforcePpCreditsATurnWithWhatCameAfterIt) {
   expect_near(r->returns, {0.75, 0.75, 0, 0, 1});
 }
 
+// environment.turn_discount: the step from one turn to the next is discounted (0.5 here), on
+// top of gamma per token; GAE with zero values and lambda 1 gives the same returns.
+TEST(TurnCreditTest, TurnDiscountDiscountsTheNextTurnsReturn) {
+  const at::Tensor mask = T({1, 1, 0, 0, 1}, {1, 5});
+  const std::vector<int32_t> ends = {2, 5};
+  const std::vector<double> rewards = {0, 0};
+  expect_near(turn_discounts(mask, {{&ends, &rewards}}, 0.5), {1, 0.5, 1, 1, 1});
+  AdvantageInput in;
+  in.scores = at::tensor(std::vector<float>{1});
+  in.mask = mask;
+  in.token_discounts = turn_discounts(mask, {{&ends, &rewards}}, 0.5);
+  auto r = make_reinforce_pp({})->get()->compute(in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  expect_near(r->returns, {0.5, 0.5, 0, 0, 1});
+  in.values = at::zeros({1, 5});
+  EstimatorOptions o;
+  o.whiten = false;
+  auto g = make_gae(o)->get()->compute(in);
+  ASSERT_TRUE(g.ok()) << g.status();
+  expect_near(g->returns, {0.5, 0.5, 0, 0, 1});
+  in.token_discounts = at::ones({2, 5});
+  EXPECT_FALSE(make_reinforce_pp({})->get()->compute(in).ok());  // misshapen
+}
+
 }  // namespace
 }  // namespace flywheel::algos

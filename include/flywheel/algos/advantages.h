@@ -12,15 +12,17 @@
 namespace flywheel::algos {
 
 struct AdvantageInput {
-  at::Tensor scores;         // [B] outcome score per response (after any shaping)
-  at::Tensor token_rewards;  // [B, T] optional token-level rewards (KL-in-reward, process
-                             // rewards), the score included; undefined: each score sits on
-                             // its last valid token. Outcome estimators (grpo, rloo, ...) take
-                             // r_i as their row sum (a row without valid tokens: its score).
-  at::Tensor mask;           // [B, T] 1 = trainable token (interior zeros allowed)
-  at::Tensor values;         // [B, T] critic values at rollout time (gae only)
-  at::Tensor group_ids;      // [B] int64: rows with equal ids are one prompt's group
-  at::Tensor baselines;      // [B] reward of the greedy response to the row's prompt (remax)
+  at::Tensor scores;           // [B] outcome score per response (after any shaping)
+  at::Tensor token_rewards;    // [B, T] optional token-level rewards (KL-in-reward, process
+                               // rewards), the score included; undefined: each score sits on
+                               // its last valid token. Outcome estimators (grpo, rloo, ...) take
+                               // r_i as their row sum (a row without valid tokens: its score).
+  at::Tensor mask;             // [B, T] 1 = trainable token (interior zeros allowed)
+  at::Tensor token_discounts;  // [B, T] optional (gae, reinforce_pp): an extra discount from
+                               // valid token t to the next valid one (episodes' turn ends)
+  at::Tensor values;           // [B, T] critic values at rollout time (gae only)
+  at::Tensor group_ids;        // [B] int64: rows with equal ids are one prompt's group
+  at::Tensor baselines;        // [B] reward of the greedy response to the row's prompt (remax)
 };
 
 struct AdvantageResult {

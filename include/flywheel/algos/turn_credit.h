@@ -24,4 +24,9 @@ struct RowTurns {
 at::Tensor turn_rewards_on_tokens(const at::Tensor& scores, const at::Tensor& mask,
                                   const std::vector<RowTurns>& turns);
 
+// [B, T] float32 AdvantageInput::token_discounts: `discount` on the last token of every turn
+// but a row's last (the step from one turn to the next), 1 elsewhere.
+at::Tensor turn_discounts(const at::Tensor& mask, const std::vector<RowTurns>& turns,
+                          double discount);
+
 }  // namespace flywheel::algos

@@ -79,6 +79,9 @@ struct LearnerOptions : OptimizerOptions {
   bool critic = false;  // a value model (the gae estimator needs one)
   // DAPO's soft overlong punishment of each score (ALGORITHMS.md §5.2): 0 = off.
   int64_t overlong_buffer_len = 0;
+  // Episodes: the discount from one model turn to the next for gae / reinforce_pp
+  // (environment.turn_discount); 1 = none.
+  double turn_discount = 1.0;
   double overlong_penalty_factor = 1.0;
   int64_t max_response_tokens = 0;  // L_max of the punishment: rollout.max_new_tokens
 

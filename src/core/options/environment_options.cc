@@ -19,6 +19,12 @@ void bind_options(FieldBinder& b, EnvironmentOptions& o) {
           FieldInfo("Deadline of one environment step (and reset) in seconds; a step past it ends "
                     "its episode with an error.")
               .greater_than(0));
+  b.field("turn_discount", &o.turn_discount,
+          FieldInfo("Token-level estimators (gae, reinforce_pp): a turn's return counts the next "
+                    "turn's discounted by this, on top of algorithm.gamma per token; 1: no "
+                    "discount between turns.")
+              .greater_than(0)
+              .max(1));
   b.field("params", &o.params, FieldInfo("String parameters passed to the environment."));
 }
 
