@@ -1,5 +1,6 @@
 // The plugin's entry points: the ABI version and flywheel_register_plugin().
 #include "cispo_loss.h"
+#include "countdown_environment.h"
 #include "csv_metrics_sink.h"
 #include "flywheel/core/plugin_registry.h"
 #include "median_baseline.h"
@@ -24,4 +25,8 @@ extern "C" void flywheel_register_plugin(flywheel::PluginRegistry& registry) {
   using flywheel::rewards::RewardSpec;
   (void)registry.get<RewardFunction, const RewardSpec&>().add(
       "short_answer", &flywheel_example::ShortAnswerReward::create);
+  using flywheel::rollout::Environment;
+  using flywheel::rollout::EnvironmentSpec;
+  (void)registry.get<Environment, const EnvironmentSpec&>().add(
+      "countdown", &flywheel_example::CountdownEnvironment::create);
 }

@@ -60,5 +60,20 @@ if "$work/prefix/bin/flywheel" reward "$work/typo.yaml" -i "$work/c.jsonl" -o "$
 fi
 grep -qF "did you mean 'max_chars'?" "$work/err.txt" || { cat "$work/err.txt"; exit 1; }
 
+# The plugin's environment, through `flywheel eval`: every held-out episode lasts its 3 turns.
+printf '{"model_type": "qwen2", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "eos_token_id": 2, "max_position_embeddings": 64}' > "$work/m.json"
+"$work/prefix/bin/flywheel" init-model --config "$work/m.json" --out "$work/m" --char-tokenizer > /dev/null
+cat > "$work/env.yaml" <<YAML
+plugins: [$plugin]
+model: {path: $work/m, max_seq_len: 64}
+tokenizer: {type: char, chat_template: none}
+rollout: {max_new_tokens: 40}
+environment: {name: countdown, max_turns: 5, turn_max_new_tokens: 3, params: {turns: "3"}}
+YAML
+printf '%s\n' '{"prompt": "go: ", "answer": "done"}' '{"prompt": "again: ", "answer": "done"}' > "$work/e.jsonl"
+"$work/prefix/bin/flywheel" eval "$work/m" --config "$work/env.yaml" --data "$work/e.jsonl" \
+  --set eval.judge=answer > "$work/eval.txt" 2>&1 || { cat "$work/eval.txt"; exit 1; }
+grep -qF '"turns/mean":3' "$work/eval.txt" || { echo "FAIL: $(cat "$work/eval.txt")"; exit 1; }
+
 FLYWHEEL_EXAMPLE_PLUGIN="$plugin" FLYWHEEL_EXAMPLE_CONFIG="$work/config.yaml" "$driver"
 echo "PASS: example plugin built out of tree and loaded"
