@@ -33,7 +33,12 @@ absl::Status run(const MakeDataArgs& args) {
         core::write_file_atomically((fs::path(args.out_dir) / name).string(), text));
   }
   const eval::SyntheticTaskOptions& t = args.task;
-  if (t.task == "calculator") {
+  if (t.task == "guess") {
+    std::cout << "wrote " << t.train << " training and " << t.eval
+              << " held-out games of guessing a number from 1 to " << t.guess_max << ", and "
+              << t.demos << " binary-search demonstration episodes (sft.jsonl; seed " << t.seed
+              << ") to " << args.out_dir << "\n";
+  } else if (t.task == "calculator") {
     std::cout << "wrote " << t.train << " training and " << t.eval << " held-out products of a "
               << t.digits << "-digit and a 2-digit number, and " << std::min(t.demos, t.train)
               << " demonstration episodes (sft.jsonl; seed " << t.seed << ") to " << args.out_dir
@@ -54,9 +59,11 @@ void add_make_data_command(CLI::App& app, int* exit_code) {
       "make-data",
       "Write a built-in synthetic task (train.jsonl and a disjoint eval.jsonl) from a seed");
   command
-      ->add_option("task", args->task.task,
-                   "Task: addition (\"a+b=\" -> the sum) or calculator (\"a*b=\" -> the "
-                   "product, solved with the calculator environment; also writes sft.jsonl)")
+      ->add_option(
+          "task", args->task.task,
+          "Task: addition (\"a+b=\" -> the sum) or calculator (\"a*b=\" -> the "
+          "product, solved with the calculator environment) or guess (the guess_number game); "
+          "calculator and guess also write sft.jsonl")
       ->capture_default_str();
   command->add_option("--out", args->out_dir, "Output directory")->required();
   command
@@ -71,6 +78,8 @@ void add_make_data_command(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}))
       ->capture_default_str();
   command->add_option("--seed", args->task.seed, "Generator seed")->capture_default_str();
+  command->add_option("--max", args->task.guess_max, "guess: the largest hidden number")
+      ->capture_default_str();
   command
       ->add_option("--demos", args->task.demos,
                    "calculator: demonstration episodes in sft.jsonl (two records each)")

@@ -39,15 +39,70 @@ int64_t power_of_ten(int digits) {
   return p;
 }
 
+// `n` zero-padded to `width` digits.
+std::string padded(int64_t n, size_t width) {
+  std::string s = std::to_string(n);
+  return std::string(width > s.size() ? width - s.size() : 0, '0') + s;
+}
+
+std::map<std::string, std::string> guess_task(const SyntheticTaskOptions& o) {
+  const size_t width = std::to_string(o.guess_max).size();
+  const std::string prompt = absl::StrCat("guess 1-", o.guess_max, ":");
+  std::mt19937_64 rng(o.seed);
+  std::uniform_int_distribution<int64_t> target(1, o.guess_max);
+  auto records = [&](int64_t n) {
+    std::string lines;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t t = target(rng);
+      core::Json json = core::Json::object();
+      json.set("prompt", core::Json(prompt));
+      json.set("target", core::Json(t));
+      json.set("answer", core::Json(padded(t, width)));
+      lines += json.dump() + "\n";
+    }
+    return lines;
+  };
+  std::map<std::string, std::string> files;
+  files["eval.jsonl"] = records(o.eval);
+  files["train.jsonl"] = records(o.train);
+  std::string demos;
+  for (int64_t i = 0; i < o.demos; ++i) {
+    const int64_t t = target(rng);
+    std::string stream = prompt;
+    for (int64_t lo = 1, hi = o.guess_max; lo <= hi;) {  // binary search, as the environment
+      const int64_t guess = (lo + hi) / 2;               // answers it
+      const std::string turn = padded(guess, width);
+      demos += line({{"prompt", stream}, {"response", turn}});
+      if (guess == t) break;
+      const char* reply = guess < t ? "higher" : "lower";
+      stream += turn + reply;
+      if (guess < t) {
+        lo = guess + 1;
+      } else {
+        hi = guess - 1;
+      }
+    }
+  }
+  files["sft.jsonl"] = demos;
+  return files;
+}
+
 }  // namespace
 
 absl::StatusOr<std::map<std::string, std::string>> make_synthetic_task(
     const SyntheticTaskOptions& options) {
   const SyntheticTaskOptions& o = options;
   const bool calculator = o.task == "calculator";
+  if (o.task == "guess") {
+    if (o.guess_max < 2 || o.guess_max > 1000000) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("guess: the maximum must be in [2, 1000000], got ", o.guess_max));
+    }
+    return guess_task(o);
+  }
   if (!calculator && o.task != "addition") {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown task '", o.task, "' (available: addition, calculator)"));
+        absl::StrCat("unknown task '", o.task, "' (available: addition, calculator, guess)"));
   }
   if (!calculator && o.digit_order != "msd" && o.digit_order != "sum-lsd" &&
       o.digit_order != "lsd") {

@@ -279,6 +279,42 @@ YAML
     ' "$work/c" || fail "make-data calculator output is wrong"
     expect_exit 0 "$flywheel" validate-config "$src/configs/quickstart_calculator.yaml"
     expect_output "name: calculator" ;;
+  make_data_guess)
+    # The guess_number game: targets in [1, max]; answers zero-padded like every guess; sft.jsonl
+    # replays binary search as the environment answers it, one record per model turn.
+    expect_exit 0 "$flywheel" make-data guess --max 16 --train 50 --eval 10 --demos 30 --seed 4 \
+      --out "$work/g"
+    expect_output "30 binary-search demonstration episodes"
+    node -e '
+      const fs = require("fs");
+      const read = (f) => fs.readFileSync(`${process.argv[1]}/${f}.jsonl`, "utf8").trim().split("\n").map(JSON.parse);
+      const train = read("train"), held = read("eval"), sft = read("sft");
+      if (train.length !== 50 || held.length !== 10) throw new Error("counts");
+      for (const r of [...train, ...held]) {
+        if (r.prompt !== "guess 1-16:" || !(r.target >= 1 && r.target <= 16) ||
+            r.answer !== String(r.target).padStart(2, "0")) throw new Error(JSON.stringify(r));
+      }
+      let episodes = 0;
+      for (let i = 0; i < sft.length;) {  // an episode: prompts extend each other until "correct"
+        let [lo, hi] = [1, 16];
+        if (sft[i].prompt !== "guess 1-16:") throw new Error("episode start " + sft[i].prompt);
+        ++episodes;
+        for (;;) {
+          const want = String(Math.floor((lo + hi) / 2)).padStart(2, "0");
+          if (sft[i].response !== want) throw new Error(`guess ${sft[i].response}, want ${want}`);
+          const next = sft[i + 1];
+          if (!next || next.prompt === "guess 1-16:") { ++i; break; }
+          const reply = next.prompt.slice(sft[i].prompt.length + 2);
+          if (reply === "higher") lo = +want + 1; else if (reply === "lower") hi = +want - 1;
+          else throw new Error("reply " + reply);
+          ++i;
+        }
+      }
+      if (episodes !== 30) throw new Error(`${episodes} episodes`);
+    ' "$work/g" || fail "make-data guess output is wrong"
+    expect_exit 0 "$flywheel" validate-config "$src/configs/guess_number.yaml"
+    expect_exit 2 "$flywheel" make-data guess --max 1 --out "$work/x"
+    expect_output "the maximum must be in [2, 1000000]" ;;
   episodes)
     # generate --environment and eval with an environment: guess_number answers every 4-token
     # turn of the (random) model, three turns; each token carries its source and turn.

@@ -10,8 +10,15 @@
 //                  {"prompt": "123*45=<calc>123*45</calc><result>5535</result>",
 //                   "response": "5535"}
 //
-// Held-out pairs never appear in training; records carry "prompt", "answer" and (addition)
-// "response".
+//   guess:       the guess_number environment's game: "guess 1-16:" with a hidden "target"; the
+//                answer is the target written with as many digits as the maximum ("08"), which
+//                is how every guess is written, so a model's turn is exactly that many tokens.
+//                sft.jsonl holds binary-search demonstration episodes cut into their turns:
+//                  {"prompt": "guess 1-16:", "response": "08"}
+//                  {"prompt": "guess 1-16:08higher", "response": "12"} ...
+//
+// Held-out pairs never appear in training (guess: every target appears in both); records
+// carry "prompt", "answer" and (addition) "response".
 #pragma once
 
 #include <cstdint>
@@ -23,11 +30,12 @@
 namespace flywheel::eval {
 
 struct SyntheticTaskOptions {
-  std::string task = "addition";  // addition | calculator
+  std::string task = "addition";  // addition | calculator | guess
   int digits = 3;                 // of each addend; of the calculator's first factor
   int64_t train = 20000;
   int64_t eval = 200;
-  int64_t demos = 1000;  // calculator: demonstration episodes in sft.jsonl
+  int64_t demos = 1000;    // calculator, guess: demonstration episodes in sft.jsonl
+  int64_t guess_max = 16;  // guess: targets in [1, guess_max]
   uint64_t seed = 7;
   // addition: msd "123+456=" -> "579"; sum-lsd: the sum least-significant digit first,
   // "123+456=" -> "975"; lsd: every number least-significant digit first, "321+654=" -> "975".
