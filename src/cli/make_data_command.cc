@@ -82,7 +82,8 @@ void add_make_data_command(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   command
       ->add_option("--demos", args->task.demos,
-                   "calculator: demonstration episodes in sft.jsonl (two records each)")
+                   "calculator, guess: demonstration episodes in sft.jsonl (one record per "
+                   "model turn)")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}))
       ->capture_default_str();
   CLI::Option* order =
