@@ -85,13 +85,18 @@ grep -q "remote environment at 127.0.0.1:$port: Describe failed (16): missing or
 generate "127.0.0.1:$port" --env-param "token_file=$work/token" ||
   fail "with the token: $(cat "$work/gen.log")"
 
-# 4. The server dies mid-episode (every step takes 1 s): those episodes end with an error that
-# names the address, and generate still writes every line and exits 0.
-start_server
-printf '{"prompt": "word: ", "answer": "zq", "delay_s": 1}\n' > "$work/p.jsonl"
+# 4. The server dies mid-episode (every step takes 2 s; it is killed once it serves a step):
+# those episodes end with an error that names the address, and generate still writes every
+# line and exits 0.
+start_server --verbose
+printf '{"prompt": "word: ", "answer": "zq", "delay_s": 2}\n' > "$work/p.jsonl"
 generate "127.0.0.1:$port" &
 gen=$!
-sleep 1.5
+for _ in $(seq 600); do
+  grep -q "^step " "$work/server.log" && break
+  sleep 0.1
+done
+grep -q "^step " "$work/server.log" || fail "no step reached the server: $(cat "$work/gen.log")"
 kill -9 "${servers[-1]}"
 wait "$gen" || fail "generate failed when the environment died: $(cat "$work/gen.log")"
 node -e '

@@ -34,8 +34,9 @@ from flywheel.v1 import environment_pb2_grpc as pb_grpc
 
 
 class Keyword(pb_grpc.EnvironmentServicer):
-    def __init__(self, token):
+    def __init__(self, token, verbose):
         self._token = token
+        self._verbose = verbose
         self._lock = threading.Lock()
         self._episodes = {}  # episode id -> its record
 
@@ -68,6 +69,8 @@ class Keyword(pb_grpc.EnvironmentServicer):
             record = self._episodes.get(request.episode_id)
         if record is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"no episode {request.episode_id}")
+        if self._verbose:
+            print(f"step {request.episode_id} turn {request.turn_index}", flush=True)
         time.sleep(float(record.get("delay_s", 0)))
         word = record["answer"]
         if word in request.text:
@@ -88,13 +91,14 @@ def main():
     parser.add_argument("--port", type=int, default=0, help="0: any free port")
     parser.add_argument("--token-file", help="require this bearer token")
     parser.add_argument("--threads", type=int, default=8, help="concurrent calls")
+    parser.add_argument("--verbose", action="store_true", help="print every step served")
     args = parser.parse_args()
     token = None
     if args.token_file:
         with open(args.token_file) as f:
             token = f.readline().strip()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.threads))
-    pb_grpc.add_EnvironmentServicer_to_server(Keyword(token), server)
+    pb_grpc.add_EnvironmentServicer_to_server(Keyword(token, args.verbose), server)
     port = server.add_insecure_port(f"{args.host}:{args.port}")
     if port == 0:
         sys.exit(f"keyword_server: cannot listen on {args.host}:{args.port}")
