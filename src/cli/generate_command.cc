@@ -130,7 +130,7 @@ absl::Status run(const GenerateArgs& args) {
         request.sampling = sampling;
         request.sampling.seed = args.sampling.seed + lines.size();
         request.n = args.n;
-        request.record = std::make_shared<core::Json>(*line.record);
+        if (runner) request.record = std::make_shared<core::Json>(*line.record);
         submitted = runner ? runner->submit(std::move(request))
                            : engine->submit({request.id, std::move(request.prompt_ids),
                                              request.sampling, request.n});
@@ -162,22 +162,18 @@ absl::Status run(const GenerateArgs& args) {
   size_t done = 0;
   const size_t valid = lines.size() - invalid;
   while (runner ? !runner->idle() : !engine->idle()) {
-    if (runner) {
+    if (runner) {  // the runner takes the engine's finished groups itself
       runner->step();
       for (rollout::EpisodeGroup& g : runner->take_finished()) {
-        const size_t i = std::stoul(g.request_id);
-        results[i].emplace();
-        for (const rollout::Episode& e : g.episodes) results[i]->samples.push_back(e.sample);
-        episodes[i] = std::move(g);
+        episodes[std::stoul(g.request_id)] = std::move(g);
         ++done;
       }
     } else {
       engine->step();
-    }
-    for (rollout::GroupResult& r : engine->take_finished()) {
-      if (runner) continue;  // the runner's
-      results[std::stoul(r.request_id)] = std::move(r);
-      ++done;
+      for (rollout::GroupResult& r : engine->take_finished()) {
+        results[std::stoul(r.request_id)] = std::move(r);
+        ++done;
+      }
     }
     auto now = std::chrono::steady_clock::now();
     if (now - last_report > std::chrono::seconds(5)) {
@@ -200,10 +196,11 @@ absl::Status run(const GenerateArgs& args) {
       continue;
     }
     core::Json completions = core::Json::array();
-    for (size_t k = 0; k < results[i]->samples.size(); ++k) {
+    const size_t n = runner ? episodes[i].episodes.size() : results[i]->samples.size();
+    for (size_t k = 0; k < n; ++k) {
       const rollout::Episode* episode = runner ? &episodes[i].episodes[k] : nullptr;
-      completions.push_back(
-          rollout::completion_json(results[i]->samples[k], episode, tokenizer.get()));
+      const rollout::Sample& sample = episode ? episode->sample : results[i]->samples[k];
+      completions.push_back(rollout::completion_json(sample, episode, tokenizer.get()));
     }
     record.set("completions", std::move(completions));
     out->write(record);

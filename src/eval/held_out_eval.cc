@@ -51,6 +51,19 @@ bool decode_text(const model::Tokenizer& tokenizer, std::vector<int64_t> ids, bo
   return true;
 }
 
+// A finished sample of `request`, decoded (without its final stop token), not yet judged.
+Completion completion_of(const Request& request, const rollout::Sample& sample,
+                         const model::Tokenizer& tokenizer, const std::vector<int64_t>& stop_ids) {
+  Completion c;
+  c.record = request.record;
+  c.sampled = request.sampled;
+  c.decoded = decode_text(tokenizer, sample.token_ids,
+                          sample.finish_reason == rollout::FinishReason::kStop, stop_ids, &c.text);
+  c.ids.assign(sample.token_ids.begin(), sample.token_ids.end());
+  c.truncated = sample.finish_reason == rollout::FinishReason::kLength;
+  return c;
+}
+
 }  // namespace
 
 struct HeldOutEvaluator::Generated {
@@ -245,16 +258,8 @@ void HeldOutEvaluator::generate(const std::vector<trainer::SftRecord>& records,
     const Request& request = out->requests.at(result.request_id);
     const size_t first = out->done.size();
     for (const rollout::Sample& sample : result.samples) {
-      Completion c;
-      c.record = request.record;
-      c.sampled = request.sampled;
       if (!request.sampled) out->greedy_tokens += static_cast<double>(sample.token_ids.size());
-      c.decoded = decode_text(*tokenizer_, sample.token_ids,
-                              sample.finish_reason == rollout::FinishReason::kStop,
-                              options_.stop_ids, &c.text);
-      c.ids.assign(sample.token_ids.begin(), sample.token_ids.end());
-      c.truncated = sample.finish_reason == rollout::FinishReason::kLength;
-      out->done.push_back(std::move(c));
+      out->done.push_back(completion_of(request, sample, *tokenizer_, options_.stop_ids));
     }
     out->spans[result.request_id] = {first, out->done.size()};
   }
@@ -274,25 +279,21 @@ void HeldOutEvaluator::run_episodes(const std::vector<trainer::SftRecord>& recor
       const size_t first = out->done.size();
       for (const rollout::Episode& episode : group.episodes) {
         const rollout::Sample& sample = episode.sample;
-        const bool stopped = sample.finish_reason == rollout::FinishReason::kStop;
-        Completion c;
-        c.record = request.record;
-        c.sampled = request.sampled;
         if (!request.sampled) {
           out->greedy_tokens += static_cast<double>(sample.token_ids.size());
           out->greedy_turns += static_cast<double>(episode.turns());
           out->greedy_tool_calls += static_cast<double>(episode.tool_calls);
         }
-        c.decoded = decode_text(*tokenizer_, sample.token_ids, stopped, options_.stop_ids, &c.text);
-        // The last model turn: the trailing run of model tokens.
-        size_t turn_start = sample.token_ids.size();
-        while (turn_start > 0 && sample.from_model[turn_start - 1]) --turn_start;
-        std::vector<int64_t> last(sample.token_ids.begin() + static_cast<int64_t>(turn_start),
-                                  sample.token_ids.end());
-        c.decoded = c.decoded && decode_text(*tokenizer_, std::move(last), stopped,
-                                             options_.stop_ids, &c.last_turn);
-        c.ids.assign(sample.token_ids.begin(), sample.token_ids.end());
-        c.truncated = sample.finish_reason == rollout::FinishReason::kLength;
+        Completion c = completion_of(request, sample, *tokenizer_, options_.stop_ids);
+        if (options_.scorer == nullptr) {  // the answer judge reads the last model turn
+          size_t turn_start = sample.token_ids.size();  // its trailing run of model tokens
+          while (turn_start > 0 && sample.from_model[turn_start - 1]) --turn_start;
+          std::vector<int64_t> last(sample.token_ids.begin() + static_cast<int64_t>(turn_start),
+                                    sample.token_ids.end());
+          c.decoded = c.decoded && decode_text(*tokenizer_, std::move(last),
+                                               sample.finish_reason == rollout::FinishReason::kStop,
+                                               options_.stop_ids, &c.last_turn);
+        }
         out->done.push_back(std::move(c));
       }
       out->spans[group.request_id] = {first, out->done.size()};
