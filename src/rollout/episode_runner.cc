@@ -249,7 +249,6 @@ void EpisodeRunner::answer(Group& group, int64_t sample, absl::StatusOr<Environm
     return;
   }
   ++stats_.env_steps;
-  stats_.step_seconds.push_back(seconds);
   episode.step_seconds.push_back(seconds);
   episode.turn_rewards.back() = step->reward;
   episode.tool_calls += step->tool_call ? 1 : 0;

@@ -85,11 +85,10 @@ struct EpisodeGroup {
 };
 
 struct EpisodeStats {
-  int64_t episodes = 0;              // finished
-  int64_t env_steps = 0;             // answered in time
-  int64_t env_errors = 0;            // steps (or resets) that failed, threw or answered badly
-  int64_t env_timeouts = 0;          // steps past step_timeout_s
-  std::vector<double> step_seconds;  // latency of each answered step, in order
+  int64_t episodes = 0;      // finished
+  int64_t env_steps = 0;     // answered in time
+  int64_t env_errors = 0;    // steps (or resets) that failed, threw or answered badly
+  int64_t env_timeouts = 0;  // steps past step_timeout_s
 };
 
 class EpisodeRunner {
