@@ -127,4 +127,13 @@ absl::Status GenerationEngine::end_sample(const std::string& request_id, int64_t
   return absl::OkStatus();
 }
 
+const Sample* GenerationEngine::progress(const std::string& request_id, int64_t sample) const {
+  auto it = groups_.find(request_id);
+  if (it == groups_.end() || sample < 0 ||
+      sample >= static_cast<int64_t>(it->second->samples.size())) {
+    return nullptr;
+  }
+  return &it->second->samples[static_cast<size_t>(sample)];
+}
+
 }  // namespace flywheel::rollout

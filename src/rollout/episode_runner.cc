@@ -78,6 +78,12 @@ struct EpisodeRunner::Group {
   std::vector<std::vector<int64_t>> turn_tail;  // the last model turn's final tokens (markers)
 };
 
+int64_t EpisodeRunner::running_episodes() const {
+  int64_t n = 0;
+  for (const auto& [id, group] : groups_) n += group->request.n;
+  return n;
+}
+
 EpisodeRunner::EpisodeRunner(GenerationEngine* engine,
                              std::shared_ptr<const Environment> environment,
                              const model::Tokenizer* tokenizer, const EpisodeOptions& options)

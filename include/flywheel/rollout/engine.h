@@ -190,6 +190,10 @@ class GenerationEngine {
   // idle().
   absl::Status reset_version(int64_t version);
 
+  // The tokens sample `sample` of `request_id` has so far (streaming), or null when no such
+  // request is queued or active. Valid until the next call that changes the engine.
+  const Sample* progress(const std::string& request_id, int64_t sample) const;
+
   int64_t version() const { return version_; }
   int64_t active_sequences() const { return active_; }
   int64_t queued_requests() const { return static_cast<int64_t>(queue_.size()); }

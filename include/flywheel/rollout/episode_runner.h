@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "flywheel/core/options/environment_options.h"
 #include "flywheel/rollout/engine.h"
 #include "flywheel/rollout/environment.h"
+#include "flywheel/rollout/episode_driver.h"
 #include "flywheel/rollout/turn_markers.h"
 
 namespace flywheel::model {
@@ -75,6 +77,13 @@ struct Episode {
   int64_t tool_calls = 0;
   std::vector<double> step_seconds;  // latency of each environment step answered in time
 
+  // Agent episodes (agent/agent_runner.h): the reward the agent reported on its stdout, which
+  // replaces the rewards' score, and the final assistant message, which the rewards score when
+  // it reported none.
+  std::optional<double> reported_reward;
+  std::optional<std::string> final_message;
+  std::vector<int64_t> prompt_ids;  // agents: this episode's own prompt; empty: the group's
+
   int64_t turns() const { return static_cast<int64_t>(turn_ends.size()); }
 };
 
@@ -91,7 +100,7 @@ struct EpisodeStats {
   int64_t env_timeouts = 0;  // steps past step_timeout_s
 };
 
-class EpisodeRunner {
+class EpisodeRunner : public EpisodeDriver {
  public:
   // `engine` and `tokenizer` must outlive the runner; the runner is the engine's only user.
   // Without a tokenizer, model turns reach the environment without text and text observations
@@ -100,7 +109,7 @@ class EpisodeRunner {
                 const model::Tokenizer* tokenizer, const EpisodeOptions& options);
   // Steps still running on their threads are left to finish on their own; they touch nothing
   // of the runner.
-  ~EpisodeRunner();
+  ~EpisodeRunner() override;
   EpisodeRunner(const EpisodeRunner&) = delete;
   EpisodeRunner& operator=(const EpisodeRunner&) = delete;
 
@@ -108,15 +117,16 @@ class EpisodeRunner {
   // observation into the engine). Errors, after which nothing is started: AlreadyExists for a
   // duplicate id; InvalidArgument for no record, n < 1, a reset that fails, passes its deadline
   // or answers badly (naming the episode), and what the engine's submit() refuses.
-  absl::Status submit(EpisodeRequest request);
+  absl::Status submit(EpisodeRequest request) override;
   // One engine step, then every environment step that ended (or passed its deadline) is
   // answered, and every turn that ended is handed to the environment.
-  void step();
-  bool idle() const { return groups_.empty(); }
+  void step() override;
+  bool idle() const override { return groups_.empty(); }
   // Groups whose episodes all ended, in completion order.
-  std::vector<EpisodeGroup> take_finished();
+  std::vector<EpisodeGroup> take_finished() override;
   // Ends every episode (kAbort) and forgets their groups.
-  void abort_all();
+  void abort_all() override;
+  int64_t running_episodes() const override;
   const EpisodeStats& stats() const { return stats_; }
 
  private:

@@ -39,9 +39,11 @@ std::vector<int32_t> versions(const Sample& sample) {
 
 std::vector<rewards::OwnedSample> samples_to_score(
     const GroupResult& result, const EncodedPrompt& prompt, const v1::PromptLease& lease,
-    const model::Tokenizer& tokenizer, const std::vector<int64_t>& stop_token_ids, bool* failed) {
+    const model::Tokenizer& tokenizer, const std::vector<int64_t>& stop_token_ids,
+    const std::vector<EpisodeSummary>& episodes, bool* failed) {
   std::vector<rewards::OwnedSample> samples;
-  for (const Sample& sample : result.samples) {
+  for (size_t i = 0; i < result.samples.size(); ++i) {
+    const Sample& sample = result.samples[i];
     if (sample.finish_reason == FinishReason::kError ||
         sample.finish_reason == FinishReason::kAbort) {
       if (!sample.error.empty()) FLYWHEEL_LOG_WARN("generation failed: %s", sample.error);
@@ -57,7 +59,10 @@ std::vector<rewards::OwnedSample> samples_to_score(
     owned.record = prompt.record;
     owned.record_name = absl::StrCat("prompt ", lease.prompt_index());
     owned.prompt = prompt.text;
-    absl::StatusOr<std::string> text = tokenizer.decode(ids);
+    const EpisodeSummary* episode = i < episodes.size() ? &episodes[i] : nullptr;
+    absl::StatusOr<std::string> text = episode != nullptr && episode->final_message
+                                           ? absl::StatusOr<std::string>(*episode->final_message)
+                                           : tokenizer.decode(ids);
     if (!text.ok()) {
       FLYWHEEL_LOG_WARN("cannot decode a completion: %s", text.status().message());
       *failed = true;
@@ -87,7 +92,8 @@ buffer::TrajectoryGroup trajectory_group(const std::string& worker_id, const v1:
   for (size_t i = 0; i < group_size; ++i) {
     const Sample& sample = result.samples[i];
     buffer::Trajectory t;
-    t.prompt_ids = to_int32(result.prompt_ids);
+    const bool own_prompt = i < episodes.size() && !episodes[i].prompt_ids.empty();
+    t.prompt_ids = to_int32(own_prompt ? episodes[i].prompt_ids : result.prompt_ids);
     t.response_ids = to_int32(sample.token_ids);
     t.loss_mask = loss_mask(sample);
     t.logprobs = sample.logprobs;
@@ -98,6 +104,10 @@ buffer::TrajectoryGroup trajectory_group(const std::string& worker_id, const v1:
     t.sample_index = static_cast<int64_t>(i);
     if (i < episodes.size()) {
       const EpisodeSummary& e = episodes[i];
+      if (e.reported_reward) {
+        t.reward = *e.reported_reward;  // the agent's own verdict
+        t.reward_breakdown = {{"agent", *e.reported_reward}};
+      }
       for (double r : e.turn_rewards) t.reward += r;
       t.turn_ends = e.turn_ends;
       t.turn_rewards = e.turn_rewards;
@@ -120,6 +130,9 @@ GroupResult as_group_result(EpisodeGroup group, std::vector<EpisodeSummary>* epi
     summary.turn_rewards = std::move(e.turn_rewards);
     summary.tool_calls = static_cast<int32_t>(e.tool_calls);
     summary.step_seconds.assign(e.step_seconds.begin(), e.step_seconds.end());
+    summary.prompt_ids = std::move(e.prompt_ids);
+    summary.reported_reward = e.reported_reward;
+    summary.final_message = std::move(e.final_message);
     episodes->push_back(std::move(summary));
     result.samples.push_back(std::move(e.sample));
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,13 +17,16 @@
 
 namespace flywheel::rollout {
 
+struct EpisodeSummary;
+
 // What rewards score for each sample of `result`: the prompt's record and text, and the
 // completion decoded without a final stop token (an episode's: the whole conversation after
-// the prompt). *failed is set when a sample failed to generate or to decode: its group is not
-// pushed.
+// the prompt; an agent's: its final assistant message, episodes[i].final_message). *failed is
+// set when a sample failed to generate or to decode: its group is not pushed.
 std::vector<rewards::OwnedSample> samples_to_score(
     const GroupResult& result, const EncodedPrompt& prompt, const v1::PromptLease& lease,
-    const model::Tokenizer& tokenizer, const std::vector<int64_t>& stop_token_ids, bool* failed);
+    const model::Tokenizer& tokenizer, const std::vector<int64_t>& stop_token_ids,
+    const std::vector<EpisodeSummary>& episodes, bool* failed);
 
 // What a trajectory carries of its episode (trajectory.proto's episode fields).
 struct EpisodeSummary {
@@ -30,6 +34,11 @@ struct EpisodeSummary {
   std::vector<double> turn_rewards;
   int32_t tool_calls = 0;
   std::vector<float> step_seconds;
+  // Agent episodes: each has its own prompt (what the agent's first request rendered), may
+  // report its reward (which replaces the rewards' score) and has a final message to score.
+  std::vector<int64_t> prompt_ids;
+  std::optional<double> reported_reward;
+  std::optional<std::string> final_message;
 };
 
 // The group the controller receives: the first `group_size` samples (a further scored one is

@@ -54,9 +54,13 @@ RolloutWorker::RolloutWorker(const RolloutWorkerOptions& options, const RolloutW
       encoder_(parts.encoder),
       tokenizer_(parts.tokenizer),
       pool_(parts.pool) {
-  if (parts.environment) {
-    runner_ =
+  if (parts.agents != nullptr) {
+    runner_ = parts.agents;
+    agents_ = true;
+  } else if (parts.environment) {
+    own_runner_ =
         std::make_unique<EpisodeRunner>(engine_, parts.environment, tokenizer_, options_.episodes);
+    runner_ = own_runner_.get();
   }
 }
 
@@ -183,8 +187,10 @@ absl::Status RolloutWorker::acquire(bool* done) {
   // A greedy baseline takes one more slot; an engine of exactly group_size slots queues it.
   const int64_t per_group =
       std::min(options_.max_slots, options_.group_size + (options_.greedy_baseline ? 1 : 0));
-  const int64_t free_slots = options_.max_slots - engine_->active_sequences() -
-                             engine_->queued_requests() * options_.group_size;
+  const int64_t free_slots =
+      options_.max_slots -
+      (agents_ ? runner_->running_episodes()
+               : engine_->active_sequences() + engine_->queued_requests() * options_.group_size);
   const int64_t wanted = free_slots / per_group - static_cast<int64_t>(pending_.size());
   if (wanted < 1) return absl::OkStatus();
   FLYWHEEL_ASSIGN_OR_RETURN(v1::AcquireWorkReply reply, client_->acquire_work(wanted));
@@ -310,7 +316,7 @@ void RolloutWorker::score_group(std::unique_ptr<Active> active,
   }
   std::vector<rewards::OwnedSample> samples =
       samples_to_score(result, active->prompt, active->lease, *tokenizer_,
-                       options_.sampling.stop_token_ids, &failed);
+                       options_.sampling.stop_token_ids, episodes, &failed);
   {
     absl::MutexLock lock(&stats_mu_);
     for (const Sample& sample : result.samples) stats_.generated_tokens += model_tokens(sample);

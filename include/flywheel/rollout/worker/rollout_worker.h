@@ -88,6 +88,10 @@ struct RolloutWorkerParts {
   // reward is the rewards' score of the whole conversation plus the environment's turn rewards.
   // Not with greedy_baseline.
   std::shared_ptr<const Environment> environment;
+  // Set (instead of an environment): every sample is an episode of this driver (the agents of
+  // rollout.agent, agent/agent_runner.h), the engine's only user. Its running episodes count
+  // as the slots they may use. Not owned.
+  EpisodeDriver* agents = nullptr;
 };
 
 // Asked between steps of the loop (and while waiting for weights): true ends run() with OK.
@@ -138,7 +142,9 @@ class RolloutWorker {
   const PromptEncoder* encoder_;
   const model::Tokenizer* tokenizer_;
   rewards::ScoringPool* pool_;
-  std::unique_ptr<EpisodeRunner> runner_;  // with an environment
+  std::unique_ptr<EpisodeRunner> own_runner_;  // with an environment
+  EpisodeDriver* runner_ = nullptr;            // own_runner_ or parts.agents
+  bool agents_ = false;
 
   std::deque<std::unique_ptr<Pending>> pending_;
   std::map<std::string, std::unique_ptr<Active>> active_;
