@@ -19,7 +19,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libspdlog-dev libfmt-dev
   libopenmpi-dev openmpi-bin
-  libabsl-dev nlohmann-json3-dev
+  libabsl-dev nlohmann-json3-dev libcpp-httplib-dev  # the agents' OpenAI endpoint (docs/agents.md)
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev libcli11-dev libutf8proc-dev
   gnuplot-nox clang-format openssl

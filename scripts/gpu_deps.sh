@@ -24,7 +24,7 @@ out=${FLYWHEEL_GPU_DEPS_DIR:-$root/.gpu-deps}
 # pkg-config, which a minimal image may not have.
 roots=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
+  libabsl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev
   libpcre2-dev libutf8proc-dev

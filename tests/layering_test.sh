@@ -48,6 +48,8 @@ check_includes buffer_service "core buffer v1" $(files "$src/src/buffer/service"
 check_includes rollout "core model rollout" $(files "$src/src/rollout" "$src/src/rollout/environments" \
   "$src/include/flywheel/rollout")
 check_includes remote_environment "core model rollout v1" $(files "$src/src/rollout/remote")
+check_includes rollout_agent "core model rollout launcher" $(files "$src/src/rollout/agent" \
+  "$src/include/flywheel/rollout/agent")
 check_includes worker "core model rollout buffer comm rewards v1" \
   $(files "$src/src/rollout/worker" "$src/include/flywheel/rollout/worker")
 check_includes trainer "core comm model algos buffer trainer" \
@@ -82,6 +84,8 @@ forbid flywheel_core 'torch|c10|grpc|protobuf|flywheel_' "core is the bottom lay
 forbid flywheel_buffer 'torch|c10|grpc' "the buffer core links neither LibTorch nor gRPC"
 forbid flywheel_rollout 'grpc|flywheel_(trainer|buffer|rollout_worker)' "the engine links no gRPC"
 forbid flywheel_rollout_worker 'flywheel_trainer' "rollout does not link trainer"
+forbid flywheel_rollout_agent 'grpc|flywheel_(trainer|buffer|rollout_worker)' \
+  "agents: the engine and an HTTP server, no gRPC"
 forbid flywheel_trainer 'grpc|flywheel_(rollout|buffer_service)' "no trainer -> rollout arrow"
 forbid flywheel_algos 'flywheel_rewards' "algos and rewards are independent"
 forbid flywheel_rewards 'flywheel_algos' "algos and rewards are independent"

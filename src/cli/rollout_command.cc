@@ -17,6 +17,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "agent_setup.h"
 #include "commands.h"
 #include "controller_setup.h"
 #include "flywheel/algos/algorithm.h"
@@ -218,6 +219,9 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
     FLYWHEEL_ASSIGN_OR_RETURN(markers, rollout::turn_marker_ids(tokenizers));
   }
   options.episodes = rollout::EpisodeOptions::from_config(c.environment, std::move(markers));
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<rollout::AgentRunner> agents,
+                            make_agent_runner(c, job->config_dir(), engine->get(), tokenizers,
+                                              client_options.token, &options));
   FLYWHEEL_LOG_INFO(
       "rollout worker %s: controller %s, %d slots, groups of %d, %d thread(s), weights over %s",
       worker_id, address, c.rollout.max_slots, c.rollout.group_size, c.cluster.threads_per_process,
@@ -240,6 +244,7 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
   parts.tokenizer = tokenizers.tokenizer.get();
   parts.pool = pool->get();
   parts.environment = environment;
+  parts.agents = agents.get();
   auto worker = std::make_unique<rollout::RolloutWorker>(options, parts);
   *serving = true;
   absl::Status s = worker->run([&stop] { return stop.requested(); });

@@ -80,6 +80,10 @@ std::vector<ConfigIssue> collect_config_issues(const Config& config) {
                       "model.max_seq_len (",
                       config.model.max_seq_len, ") tokens; raise it or lower model.max_seq_len")});
   }
+  if (config.rollout.agent.enabled() && !config.environment.name.empty()) {
+    issues.push_back({"rollout.agent.command",
+                      "an agent and environment.name cannot both drive episodes; set one"});
+  }
   for (size_t i = 0; i < config.plugins.size(); ++i) {
     if (config.plugins[i].empty()) {
       issues.push_back({absl::StrCat("plugins[", i, "]"), "must not be empty"});

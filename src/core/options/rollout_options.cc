@@ -1,5 +1,7 @@
 #include "flywheel/core/options/rollout_options.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace flywheel::core {
 
 absl::Span<const ChoiceName<WeightUpdate>> choice_names(WeightUpdate) {
@@ -44,6 +46,9 @@ void bind_options(FieldBinder& b, RolloutOptions& o) {
                 "learner recomputes) or processed (the truncated distribution sampled from)."));
   b.field("max_prefill_tokens", &o.max_prefill_tokens,
           FieldInfo("Prompt tokens prefilled in one engine step (at least one prompt).").min(1));
+  b.section("agent", &o.agent,
+            "Black-box agents: each episode runs `command`, which talks to the worker's "
+            "OpenAI-compatible endpoint (docs/agents.md).");
 }
 
 absl::Status RolloutOptions::validate() const {
@@ -51,6 +56,9 @@ absl::Status RolloutOptions::validate() const {
     return absl::InvalidArgumentError(
         "max_slots: must be >= group_size so that one prompt's group fits in the engine");
   }
+  absl::Status agent_status = agent.validate();
+  if (!agent_status.ok())
+    return absl::InvalidArgumentError(absl::StrCat("agent.", agent_status.message()));
   return absl::OkStatus();
 }
 

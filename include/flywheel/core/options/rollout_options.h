@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "flywheel/core/field_binder.h"
+#include "flywheel/core/options/agent_options.h"
 
 namespace flywheel::core {
 
@@ -33,6 +34,7 @@ struct RolloutOptions {
   bool recompute_kv_on_update = false;  // re-prefill active sequences under new weights
   LogprobMode logprob_mode = LogprobMode::kTemperatureScaled;
   int64_t max_prefill_tokens = 8192;  // prompt tokens prefilled per engine step
+  AgentOptions agent;                 // black-box agents through the OpenAI endpoint
 
   absl::Status validate() const;
 };

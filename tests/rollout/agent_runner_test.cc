@@ -1,0 +1,204 @@
+// Agents as episodes: a Python agent (agent_protocol_check.py) talks to the runner's endpoint
+// over real HTTP; the test checks what the episodes recorded against what the agent was told.
+#include "flywheel/rollout/agent/agent_runner.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <ATen/ATen.h>
+
+#include "engine_test_util.h"
+#include "flywheel/core/json.h"
+#include "flywheel/core/plugin_registry.h"
+#include "flywheel/model/tokenizer/tokenizer.h"
+#include "flywheel/rollout/logits_processor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/scratch_dir.h"
+
+namespace flywheel::rollout {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kEos = 2;  // the char tokenizer's <eos>
+
+// A scripted policy over the char tokenizer's text: "LONG" anywhere -> a's; after a </result>
+// -> "6" and eos; after the last "=" -> <calc>2*3</calc> and eos.
+class Script : public LogitsProcessor {
+ public:
+  static absl::StatusOr<std::unique_ptr<LogitsProcessor>> create(const LogitsProcessorParams&) {
+    auto tokenizer = model::load_tokenizer("/nonexistent-dir", core::TokenizerType::kChar);
+    if (!tokenizer.ok()) return tokenizer.status();
+    return std::unique_ptr<LogitsProcessor>(new Script(std::move(*tokenizer)));
+  }
+  void apply(at::Tensor& logits, const std::vector<int64_t>& tokens) const override {
+    const std::string text = tokenizer_->decode(tokens).value_or("");
+    std::string target = "a";
+    size_t from = std::string::npos;
+    if (text.find("LONG") == std::string::npos) {
+      from = text.rfind("</result>");
+      if (from != std::string::npos) {
+        from += 9;
+        target = "6";
+      } else {
+        from = text.rfind('=') + 1;
+        target = "<calc>2*3</calc>";
+      }
+    }
+    int64_t next = kEos;
+    if (from == std::string::npos) {
+      next = *tokenizer_->token_to_id("a");
+    } else {
+      const std::string so_far = text.substr(from);
+      if (so_far.size() < target.size()) {
+        next = *tokenizer_->token_to_id(target.substr(so_far.size(), 1));
+      }
+    }
+    const float kept = logits[next].item<float>();
+    logits.fill_(-std::numeric_limits<float>::infinity());
+    logits[next] = kept;
+  }
+
+ private:
+  explicit Script(std::unique_ptr<model::Tokenizer> t) : tokenizer_(std::move(t)) {}
+  std::unique_ptr<model::Tokenizer> tokenizer_;
+};
+
+core::Json read_json(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<core::Json> json = core::Json::parse(text.str());
+  EXPECT_TRUE(json.ok()) << path << ": " << json.status();
+  return json.ok() ? *json : core::Json();
+}
+
+// log_softmax of the model's full forward at each model token of the episode.
+std::vector<float> recomputed_logprobs(const model::DecoderModel& m, const Episode& e) {
+  std::vector<int64_t> tokens = e.prompt_ids;
+  tokens.insert(tokens.end(), e.sample.token_ids.begin(), e.sample.token_ids.end());
+  at::NoGradGuard no_grad;
+  model::ForwardBatch b;
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  b.tokens = at::tensor(tokens, at::kLong).view({1, T});
+  b.positions = at::arange(T, at::kLong).view({1, T});
+  at::Tensor logprobs = at::log_softmax(m.logits(m.forward(b))[0], -1);
+  std::vector<float> out;
+  const int64_t start = static_cast<int64_t>(e.prompt_ids.size());
+  for (size_t i = 0; i < e.sample.token_ids.size(); ++i) {
+    if (!e.sample.from_model[i]) continue;
+    out.push_back(
+        logprobs[start + static_cast<int64_t>(i) - 1][e.sample.token_ids[i]].item<float>());
+  }
+  return out;
+}
+
+TEST(AgentRunnerTest, AnAgentOverHttpIsRecordedAsOneExactTokenStream) {
+  flywheel::testing::ScratchDir dir("agent_runner");
+  core::PluginRegistry registry;
+  auto& processors = registry.get<LogitsProcessor, const LogitsProcessorParams&>();
+  ASSERT_TRUE(processors.add("script", &Script::create).ok());
+  model::TokenizerSetup tokenizers;
+  tokenizers.tokenizer = *model::load_tokenizer("/nonexistent-dir", core::TokenizerType::kChar);
+  EngineContext context;
+  context.registry = &registry;
+  context.tokenizer = tokenizers.tokenizer.get();
+  EngineOptions engine_options;
+  engine_options.max_seq_len = 512;
+  auto model = shared_model("qwen2");
+  auto engine = make_engine(model, engine_options, context);
+
+  AgentRunnerOptions options;
+  options.agent.command = {"python3",
+                           std::string(FLYWHEEL_TEST_SOURCE_DIR) + "/agent_protocol_check.py"};
+  options.agent.on_rewrite = core::OnRewrite::kDrop;
+  options.agent.max_request_bytes = 65536;
+  options.agent.timeout_s = 120;
+  options.sampling.temperature = 1.0;
+  options.sampling.max_new_tokens = 450;
+  options.sampling.stop_token_ids = {kEos};
+  options.sampling.logits_processors = {{"script", {}}};
+  options.max_slots = 8;
+  const std::string report = dir.sub("report");
+  setenv("AGENT_REPORT", report.c_str(), 1);
+  auto runner = AgentRunner::create(engine.get(), tokenizers, options);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  EXPECT_THAT((*runner)->base_url(), ::testing::EndsWith("/v1"));
+
+  EpisodeRequest request;
+  request.id = "lease-1";
+  request.prompt_ids = {5};
+  auto record = std::make_shared<core::Json>(core::Json::object());
+  record->set("prompt", "2*3=");
+  request.record = record;
+  request.n = 3;
+  ASSERT_TRUE((*runner)->submit(request).ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!(*runner)->idle() && std::chrono::steady_clock::now() < deadline) (*runner)->step();
+  std::vector<EpisodeGroup> groups = (*runner)->take_finished();
+  ASSERT_EQ(groups.size(), 1u);
+  ASSERT_EQ(groups[0].episodes.size(), 3u);
+  const Episode& chat = groups[0].episodes[0];
+  ASSERT_EQ(chat.sample.finish_reason, FinishReason::kStop) << chat.sample.error;
+  const Episode& completions = groups[0].episodes[1];
+  EXPECT_EQ(completions.sample.finish_reason, FinishReason::kError);
+  EXPECT_THAT(completions.sample.error, HasSubstr("rewrites the episode's history"));
+  const Episode& dropped = groups[0].episodes[2];
+  ASSERT_EQ(dropped.sample.finish_reason, FinishReason::kStop) << dropped.sample.error;
+
+  // The chat episode's stream: the prompt, the model's call, the tool result rendered alone,
+  // the model's answer; model tokens as sampled, the rest masked.
+  const model::Tokenizer& tok = *tokenizers.tokenizer;
+  EXPECT_EQ(*tok.decode(chat.prompt_ids, {true}), "2*3=");
+  const std::vector<int64_t> call = *tok.encode("<calc>2*3</calc>", {false});
+  const std::vector<int64_t> result = *tok.encode("<result>6</result>", {false});
+  std::vector<int64_t> expected = call;
+  expected.insert(expected.end(), result.begin(), result.end());
+  expected.push_back(tok.encode("6", {false})->front());
+  expected.push_back(kEos);
+  EXPECT_EQ(chat.sample.token_ids, expected);
+  std::vector<uint8_t> mask(call.size(), 1);
+  mask.insert(mask.end(), result.size(), 0);
+  mask.insert(mask.end(), {1, 1});
+  EXPECT_EQ(chat.sample.from_model, mask);
+  EXPECT_EQ(chat.turn_ends, (std::vector<int64_t>{static_cast<int64_t>(call.size()),
+                                                  static_cast<int64_t>(expected.size())}));
+  EXPECT_EQ(chat.tool_calls, 1);
+  ASSERT_TRUE(chat.reported_reward.has_value());
+  EXPECT_DOUBLE_EQ(*chat.reported_reward, 0.75);  // the last stdout line with a reward
+  EXPECT_EQ(chat.final_message.value_or(""), "6");
+
+  // usage equals what was recorded; the log-probs returned are the recorded ones, which the
+  // model's own full forward reproduces.
+  const core::Json got = read_json(report + ".0");
+  const core::Json::Array& usage = got.find("usage")->as_array();
+  ASSERT_EQ(usage.size(), 2u);
+  EXPECT_EQ(usage[0].find("prompt_tokens")->as_int(), static_cast<int64_t>(chat.prompt_ids.size()));
+  EXPECT_EQ(usage[0].find("completion_tokens")->as_int(), static_cast<int64_t>(call.size()));
+  EXPECT_EQ(usage[1].find("prompt_tokens")->as_int(),
+            static_cast<int64_t>(chat.prompt_ids.size() + call.size() + result.size()));
+  EXPECT_EQ(usage[1].find("completion_tokens")->as_int(), 2);
+  const core::Json::Array& returned = got.find("logprobs")->as_array();
+  const std::vector<float> recomputed = recomputed_logprobs(*model, chat);
+  std::vector<float> recorded;
+  for (size_t i = 0; i < chat.sample.token_ids.size(); ++i) {
+    if (chat.sample.from_model[i]) recorded.push_back(chat.sample.logprobs[i]);
+  }
+  ASSERT_EQ(recorded.size(), recomputed.size());
+  for (size_t i = 0; i < recorded.size(); ++i) {
+    EXPECT_NEAR(recorded[i], recomputed[i], 1e-4) << "model token " << i;
+    if (i < returned.size()) {
+      EXPECT_NEAR(returned[i].as_double(), recorded[i], 1e-6);
+    }
+  }
+  EXPECT_EQ(returned.size(), call.size());
+  const AgentRunnerStats stats = (*runner)->stats();
+  EXPECT_GE(stats.rewrites, 1);
+}
+
+}  // namespace
+}  // namespace flywheel::rollout
