@@ -166,7 +166,19 @@ def episode_2():
     check(status == 200 and json.loads(body)["choices"][0]["text"] == "aaa", body)
 
 
+def saturated():
+    # rollout.agent.max_queued_requests 0: every completion is refused, to be retried.
+    status, body, headers = post("/chat/completions", {"messages": [{"role": "user",
+                                                                     "content": "2*3="}]})
+    error_of(status, body, 429, "saturated")
+    check(headers["Retry-After"] == "1", "429 says when to retry")
+    with open(REPORT, "w") as f:
+        json.dump({"saturated": True}, f)
+
+
 def main():
+    if os.environ.get("AGENT_EXPECT") == "429":
+        return saturated()
     record = json.loads(sys.stdin.readline())
     check(record.get("prompt") == "2*3=", "the record on stdin: %r" % record)
     {"0": episode_0, "1": episode_1, "2": episode_2}[EPISODE.rsplit(".", 1)[1]]()

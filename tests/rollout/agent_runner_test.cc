@@ -200,5 +200,41 @@ TEST(AgentRunnerTest, AnAgentOverHttpIsRecordedAsOneExactTokenStream) {
   EXPECT_GE(stats.rewrites, 1);
 }
 
+// A saturated engine answers 429 with Retry-After, and the agent that gets nothing to train on
+// ends its episode with an error; the runner goes on.
+TEST(AgentRunnerTest, ASaturatedEngineAnswers429) {
+  flywheel::testing::ScratchDir dir("agent_runner_429");
+  model::TokenizerSetup tokenizers;
+  tokenizers.tokenizer = *model::load_tokenizer("/nonexistent-dir", core::TokenizerType::kChar);
+  EngineContext context;
+  context.tokenizer = tokenizers.tokenizer.get();
+  auto engine = make_engine(shared_model("qwen2"), {}, context);
+  AgentRunnerOptions options;
+  options.agent.command = {"python3",
+                           std::string(FLYWHEEL_TEST_SOURCE_DIR) + "/agent_protocol_check.py"};
+  options.agent.on_rewrite = core::OnRewrite::kDrop;
+  options.agent.max_queued_requests = 0;
+  options.sampling.stop_token_ids = {kEos};
+  const std::string report = dir.sub("report");
+  setenv("AGENT_REPORT", report.c_str(), 1);
+  setenv("AGENT_EXPECT", "429", 1);
+  auto runner = AgentRunner::create(engine.get(), tokenizers, options);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  EpisodeRequest request;
+  request.id = "lease-2";
+  request.record = std::make_shared<core::Json>(core::Json::object());
+  ASSERT_TRUE((*runner)->submit(request).ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!(*runner)->idle() && std::chrono::steady_clock::now() < deadline) (*runner)->step();
+  unsetenv("AGENT_EXPECT");
+  std::vector<EpisodeGroup> groups = (*runner)->take_finished();
+  ASSERT_EQ(groups.size(), 1u);
+  const Episode& e = groups[0].episodes[0];
+  EXPECT_EQ(e.sample.finish_reason, FinishReason::kError);
+  EXPECT_THAT(e.sample.error, HasSubstr("exited without a completion"));
+  EXPECT_TRUE(read_json(report + ".0").find("saturated") != nullptr);
+  EXPECT_EQ((*runner)->stats().agent_errors, 1);
+}
+
 }  // namespace
 }  // namespace flywheel::rollout

@@ -114,6 +114,10 @@ absl::StatusOr<std::unique_ptr<AgentRunner>> AgentRunner::create(
   };
   server.submit = [self](std::shared_ptr<AgentCall> call) {
     absl::MutexLock lock(&self->mu_);
+    if (self->closing_) {
+      call->respond(503, agent::error_body("the worker is stopping", "server_error"));
+      return;
+    }
     self->inbox_.push_back(std::move(call));
     self->calls_cv_.Signal();
   };
@@ -129,6 +133,7 @@ AgentRunner::~AgentRunner() {
   abort_all();
   {
     absl::MutexLock lock(&mu_);
+    closing_ = true;  // from now on calls are answered as they arrive
     for (const std::shared_ptr<AgentCall>& call : inbox_) {
       call->respond(503, agent::error_body("the worker is stopping", "server_error"));
     }

@@ -109,6 +109,7 @@ class AgentRunner : public EpisodeDriver {
   std::map<std::string, std::string> keys_ ABSL_GUARDED_BY(mu_);  // API key -> episode id
   std::vector<std::shared_ptr<agent::AgentCall>> inbox_ ABSL_GUARDED_BY(mu_);
   int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // the engine's queued requests, as last seen
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace flywheel::rollout
