@@ -113,7 +113,8 @@ TEST(AgentRunnerTest, AnAgentOverHttpIsRecordedAsOneExactTokenStream) {
   auto engine = make_engine(model, engine_options, context);
 
   AgentRunnerOptions options;
-  options.agent.command = {"python3",
+  // /usr/bin/python3: the test needs only its standard library, and a pyenv shim starts slower.
+  options.agent.command = {"/usr/bin/python3",
                            std::string(FLYWHEEL_TEST_SOURCE_DIR) + "/agent_protocol_check.py"};
   options.agent.on_rewrite = core::OnRewrite::kDrop;
   options.agent.max_request_bytes = 65536;
@@ -210,7 +211,8 @@ TEST(AgentRunnerTest, ASaturatedEngineAnswers429) {
   context.tokenizer = tokenizers.tokenizer.get();
   auto engine = make_engine(shared_model("qwen2"), {}, context);
   AgentRunnerOptions options;
-  options.agent.command = {"python3",
+  // /usr/bin/python3: the test needs only its standard library, and a pyenv shim starts slower.
+  options.agent.command = {"/usr/bin/python3",
                            std::string(FLYWHEEL_TEST_SOURCE_DIR) + "/agent_protocol_check.py"};
   options.agent.on_rewrite = core::OnRewrite::kDrop;
   options.agent.max_queued_requests = 0;
