@@ -131,6 +131,11 @@ absl::StatusOr<std::unique_ptr<AgentRunner>> AgentRunner::create(
 
 AgentRunner::~AgentRunner() {
   abort_all();
+  FLYWHEEL_LOG_INFO(
+      "agents: %d episodes, %d requests (%d refused), %d agent errors, %d rewrites, %d replies "
+      "discarded",
+      stats_.episodes, stats_.requests, stats_.refused, stats_.agent_errors, stats_.rewrites,
+      stats_.discarded_replies);
   {
     absl::MutexLock lock(&mu_);
     closing_ = true;  // from now on calls are answered as they arrive
