@@ -17,22 +17,23 @@ extern char** environ;
 
 namespace flywheel::launcher {
 
-absl::StatusOr<ChildProcess> ChildProcess::start(const ChildOptions& options) {
-  if (options.argv.empty()) return absl::InvalidArgumentError("no program to start");
-  // Everything the child needs is built before fork: only async-signal-safe calls after it.
-  std::vector<std::string> env_strings;
+ExecArgs::ExecArgs(const std::vector<std::string>& argv,
+                   const std::map<std::string, std::string>& env)
+    : args_(argv) {
   for (char** e = environ; *e != nullptr; ++e) {
     std::string entry(*e);
-    const std::string name = entry.substr(0, entry.find('='));
-    if (options.env.count(name) == 0) env_strings.push_back(entry);
+    if (env.count(entry.substr(0, entry.find('='))) == 0) env_.push_back(std::move(entry));
   }
-  for (const auto& [name, value] : options.env) env_strings.push_back(name + "=" + value);
-  std::vector<char*> envp, argv;
-  for (std::string& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args = options.argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  for (const auto& [name, value] : env) env_.push_back(name + "=" + value);
+  for (std::string& a : args_) argv_.push_back(a.data());
+  argv_.push_back(nullptr);
+  for (std::string& e : env_) envp_.push_back(e.data());
+  envp_.push_back(nullptr);
+}
+
+absl::StatusOr<ChildProcess> ChildProcess::start(const ChildOptions& options) {
+  if (options.argv.empty()) return absl::InvalidArgumentError("no program to start");
+  const ExecArgs exec(options.argv, options.env);  // before fork
   std::string program = options.argv[0];
   if (program.find('/') == std::string::npos) program = find_on_path(program);
   if (program.empty()) {
@@ -67,7 +68,7 @@ absl::StatusOr<ChildProcess> ChildProcess::start(const ChildOptions& options) {
       dup2(log_fd, STDOUT_FILENO);
       dup2(log_fd, STDERR_FILENO);
     }
-    execve(program.c_str(), argv.data(), envp.data());
+    execve(program.c_str(), exec.argv(), exec.envp());
     _exit(127);
   }
   if (log_fd >= 0) close(log_fd);

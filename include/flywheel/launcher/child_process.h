@@ -36,6 +36,23 @@ class ChildProcess {
   bool running_ = false;
 };
 
+// What execve() takes, built before fork() (after it only async-signal-safe calls may run):
+// argv, and this process's environment with `env` added (or replacing), as char* arrays that
+// point into strings this object owns. Not copyable: the arrays point into its own strings.
+class ExecArgs {
+ public:
+  ExecArgs(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env);
+  ExecArgs(const ExecArgs&) = delete;
+  ExecArgs& operator=(const ExecArgs&) = delete;
+
+  char* const* argv() const { return argv_.data(); }
+  char* const* envp() const { return envp_.data(); }
+
+ private:
+  std::vector<std::string> args_, env_;
+  std::vector<char*> argv_, envp_;
+};
+
 // "exit 3", "signal 9 (Killed)".
 std::string describe_exit(int status);
 

@@ -16,8 +16,6 @@
 #include "flywheel/core/json.h"
 #include "flywheel/launcher/child_process.h"
 
-extern char** environ;
-
 namespace flywheel::rollout::agent {
 namespace {
 
@@ -46,19 +44,7 @@ absl::StatusOr<std::unique_ptr<AgentProcess>> AgentProcess::start(
     return absl::NotFoundError(
         absl::StrCat("rollout.agent.command: ", program, " is not an executable file"));
   }
-  // Everything the child needs is built before fork: only async-signal-safe calls after it.
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string entry(*e);
-    if (options.env.count(entry.substr(0, entry.find('='))) == 0) env_strings.push_back(entry);
-  }
-  for (const auto& [name, value] : options.env) env_strings.push_back(name + "=" + value);
-  std::vector<char*> envp, argv;
-  for (std::string& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args = options.command;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  const launcher::ExecArgs exec(options.command, options.env);  // before fork
 
   const int in_fd = memfd_create("flywheel-agent-stdin", MFD_CLOEXEC);
   if (in_fd < 0) return os_error("memfd_create");
@@ -103,7 +89,7 @@ absl::StatusOr<std::unique_ptr<AgentProcess>> AgentProcess::start(
     dup2(out[1], STDOUT_FILENO);
     dup2(err[1], STDERR_FILENO);
     if (dir != nullptr && chdir(dir) != 0) _exit(126);
-    execve(program.c_str(), argv.data(), envp.data());
+    execve(program.c_str(), exec.argv(), exec.envp());
     _exit(127);
   }
   setpgid(pid, pid);

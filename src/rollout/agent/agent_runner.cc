@@ -330,17 +330,14 @@ void AgentRunner::stream_progress() {
       if (!text.ok()) continue;
       std::string shown = *text;
       // Not yet: a character still being written, or a stop sequence perhaps beginning.
-      while (!shown.empty() && absl::EndsWith(shown, "\xEF\xBF\xBD"))
-        shown.resize(shown.size() - 3);
-      shown.resize(
-          shown.size() > (hold > 0 ? hold - 1 : 0) ? shown.size() - (hold > 0 ? hold - 1 : 0) : 0);
+      while (absl::EndsWith(shown, "\xEF\xBF\xBD")) shown.resize(shown.size() - 3);
+      shown.resize(shown.size() - std::min(shown.size(), hold > 0 ? hold - 1 : 0));
       std::string& emitted = run->emitted[static_cast<size_t>(i)];
       if (shown.size() <= emitted.size() || !absl::StartsWith(shown, emitted)) continue;
-      if (!r.stop.empty()) {
-        std::string cut, probe = shown;
-        if (cut_at_stop(r.stop, &probe, &cut)) shown = probe;
-        if (shown.size() <= emitted.size()) continue;
-      }
+      std::string cut;
+      cut_at_stop(r.stop, &shown,
+                  &cut);  // a stop sequence written in full: the text ends before it
+      if (shown.size() <= emitted.size()) continue;
       call->send_event(agent::chunk_json(head, i, shown.substr(emitted.size()),
                                          emitted.empty() && r.chat, nullptr)
                            .dump());
@@ -493,6 +490,7 @@ void AgentRunner::end_run(Run& run, FinishReason reason, const std::string& erro
   }
   const agent::EpisodeStreamStats& stream_stats = run.stream->stats();
   stats_.discarded_replies += stream_stats.discarded_replies;
+  stats_.rewrites += stream_stats.rewrites;  // segments started (drop refusals are counted above)
   std::vector<agent::Segment> segments = run.stream->finish();
   Episode& e = run.episode;
   std::string why = error;
