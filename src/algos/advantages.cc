@@ -32,6 +32,9 @@ absl::Status check_common(const AdvantageInput& in, bool needs_groups) {
   if (needs_groups && (!in.group_ids.defined() || in.group_ids.numel() != B)) {
     return absl::InvalidArgumentError("group estimators need group_ids of shape [B]");
   }
+  if (in.episode_ids.defined() && in.episode_ids.numel() != B) {
+    return absl::InvalidArgumentError("episode_ids must have shape [B]");
+  }
   return absl::OkStatus();
 }
 
@@ -63,18 +66,29 @@ struct GroupStats {
   int64_t size = 0;
 };
 
-std::vector<GroupStats> row_group_stats(const std::vector<double>& r, const at::Tensor& ids) {
+// Statistics of each row's group over its episodes: one r per episode (that of the episode's
+// last row) when episode_ids are given, else one per row.
+std::vector<GroupStats> row_group_stats(const std::vector<double>& r, const AdvantageInput& in) {
   std::vector<GroupStats> out(r.size());
-  for (const auto& [id, rows] : groups_of(ids)) {
+  at::Tensor episodes;
+  if (in.episode_ids.defined()) episodes = in.episode_ids.to(at::kLong).contiguous();
+  for (const auto& [id, rows] : groups_of(in.group_ids)) {
+    std::vector<double> values;
+    for (size_t k = 0; k < rows.size(); ++k) {
+      const bool last_of_episode =
+          !episodes.defined() || k + 1 == rows.size() ||
+          episodes.data_ptr<int64_t>()[rows[k]] != episodes.data_ptr<int64_t>()[rows[k + 1]];
+      if (last_of_episode) values.push_back(r[rows[k]]);
+    }
     GroupStats s;
-    s.size = rows.size();
-    if (rows.size() > 1) {
+    s.size = static_cast<int64_t>(values.size());
+    if (values.size() > 1) {
       double sum = 0;
-      for (int64_t i : rows) sum += r[i];
-      s.mean = sum / rows.size();
+      for (double v : values) sum += v;
+      s.mean = sum / values.size();
       double sq = 0;
-      for (int64_t i : rows) sq += (r[i] - s.mean) * (r[i] - s.mean);
-      s.std = std::sqrt(sq / (rows.size() - 1));
+      for (double v : values) sq += (v - s.mean) * (v - s.mean);
+      s.std = std::sqrt(sq / (values.size() - 1));
     }
     for (int64_t i : rows) out[i] = s;
   }
@@ -138,7 +152,7 @@ class Grpo : public AdvantageEstimator {
   absl::StatusOr<AdvantageResult> compute(const AdvantageInput& in) const override {
     FLYWHEEL_RETURN_IF_ERROR(check_common(in, true));
     std::vector<double> r = row_scores(in);
-    std::vector<GroupStats> stats = row_group_stats(r, in.group_ids);
+    std::vector<GroupStats> stats = row_group_stats(r, in);
     std::vector<double> a(r.size());
     for (size_t i = 0; i < r.size(); ++i) {
       a[i] = r[i] - stats[i].mean;
@@ -157,7 +171,7 @@ class Rloo : public AdvantageEstimator {
   absl::StatusOr<AdvantageResult> compute(const AdvantageInput& in) const override {
     FLYWHEEL_RETURN_IF_ERROR(check_common(in, true));
     std::vector<double> r = row_scores(in);
-    std::vector<GroupStats> stats = row_group_stats(r, in.group_ids);
+    std::vector<GroupStats> stats = row_group_stats(r, in);
     std::vector<double> a(r.size());
     for (size_t i = 0; i < r.size(); ++i) {
       const double n = stats[i].size;
@@ -198,7 +212,7 @@ class ReinforcePpBaseline : public AdvantageEstimator {
   absl::StatusOr<AdvantageResult> compute(const AdvantageInput& in) const override {
     FLYWHEEL_RETURN_IF_ERROR(check_common(in, true));
     std::vector<double> r = row_scores(in);
-    std::vector<GroupStats> stats = row_group_stats(r, in.group_ids);
+    std::vector<GroupStats> stats = row_group_stats(r, in);
     std::vector<double> centered(r.size());
     for (size_t i = 0; i < r.size(); ++i) centered[i] = r[i] - stats[i].mean;
     at::Tensor s = broadcast_rows(centered, in.mask);

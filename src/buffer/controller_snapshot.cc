@@ -42,6 +42,7 @@ Json trajectory_json(const Trajectory& t) {
     j.set("tool_calls", Json(static_cast<int64_t>(t.tool_calls)));
     j.set("env_step_seconds", numbers(t.env_step_seconds));
   }
+  if (t.segment != 0) j.set("segment", Json(static_cast<int64_t>(t.segment)));
   return j;
 }
 
@@ -96,6 +97,11 @@ struct Reader {
       t.turn_rewards = list<double>(j.find("turn_rewards"));
       t.tool_calls = static_cast<int32_t>(integer(j.find("tool_calls")));
       t.env_step_seconds = list<float>(j.find("env_step_seconds"));
+    }
+    if (j.find("segment") != nullptr) {
+      const int64_t segment = integer(j.find("segment"));
+      if (segment < 0 || segment > std::numeric_limits<int32_t>::max()) ok = false;
+      t.segment = static_cast<int32_t>(segment);
     }
     return t;
   }

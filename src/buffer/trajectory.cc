@@ -71,6 +71,53 @@ absl::Status validate_episode(const Trajectory& t, const std::string& at, size_t
   return absl::OkStatus();
 }
 
+// The group's shape: group_size trajectories, or, with segments, every sample index from 0 to
+// group_size - 1 in order, each followed by its further segments 1, 2, ... (at most
+// max_segments in all).
+absl::Status validate_layout(const TrajectoryGroup& group, const ValidationLimits& limits) {
+  const int64_t n = static_cast<int64_t>(group.trajectories.size());
+  const bool segmented = std::any_of(group.trajectories.begin(), group.trajectories.end(),
+                                     [](const Trajectory& t) { return t.segment != 0; });
+  if (!segmented) {
+    if (n == limits.group_size) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("trajectories: expected ", limits.group_size,
+                                                   " trajectories (the group size), got ", n));
+  }
+  if (limits.max_segments <= 1) {
+    return absl::InvalidArgumentError(
+        "trajectories: a segment other than 0, but this run trains no segments "
+        "(rollout.agent.on_rewrite is not segment)");
+  }
+  int64_t episode = -1;
+  int32_t previous = -1;  // the previous trajectory's segment
+  for (int64_t i = 0; i < n; ++i) {
+    const Trajectory& t = group.trajectories[i];
+    const std::string at = absl::StrCat("trajectories[", i, "]");
+    if (t.segment == 0) {
+      ++episode;
+      if (t.sample_index != episode) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, ".sample_index: expected ", episode, " (episodes in order), got ", t.sample_index));
+      }
+    } else if (t.segment != previous + 1 || t.sample_index != episode) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, ".segment: expected segment 0 or ", previous + 1, " of episode ",
+                       episode, ", got segment ", t.segment, " of episode ", t.sample_index));
+    }
+    if (t.segment >= limits.max_segments) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, ".segment: ", t.segment, " is past max_segments (", limits.max_segments, ")"));
+    }
+    previous = t.segment;
+  }
+  if (episode + 1 != limits.group_size) {
+    return absl::InvalidArgumentError(absl::StrCat("trajectories: expected ", limits.group_size,
+                                                   " episodes (the group size), got ",
+                                                   episode + 1));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int64_t Trajectory::min_version() const {
@@ -99,7 +146,9 @@ size_t TrajectoryGroup::bytes() const {
 
 std::vector<double> TrajectoryGroup::rewards() const {
   std::vector<double> r;
-  for (const Trajectory& t : trajectories) r.push_back(t.reward);
+  for (const Trajectory& t : trajectories) {
+    if (t.segment == 0) r.push_back(t.reward);
+  }
   return r;
 }
 
@@ -126,11 +175,7 @@ absl::Status validate_group(const TrajectoryGroup& group, const ValidationLimits
     return bad("baseline_reward", "must be finite");
   }
   if (group.env_errors < 0) return bad("env_errors", "must be >= 0");
-  if (static_cast<int64_t>(group.trajectories.size()) != limits.group_size) {
-    return bad("trajectories",
-               absl::StrCat("expected ", limits.group_size, " trajectories (the group size), got ",
-                            group.trajectories.size()));
-  }
+  FLYWHEEL_RETURN_IF_ERROR(validate_layout(group, limits));
   if (static_cast<int64_t>(group.bytes()) > limits.max_group_bytes) {
     return bad("group",
                absl::StrCat(group.bytes(), " bytes exceed the limit of ", limits.max_group_bytes));

@@ -56,6 +56,7 @@ enum TrajectoryField {
   kTurnRewards = 11,
   kToolCalls = 12,
   kEnvStepSeconds = 13,
+  kSegment = 14,
 };
 
 constexpr int kMaxGroupDepth = 64;
@@ -254,6 +255,8 @@ const char* trajectory_field_name(uint32_t number) {
       return "tool_calls";
     case kEnvStepSeconds:
       return "env_step_seconds";
+    case kSegment:
+      return "segment";
     default:
       return "an unknown field";
   }
@@ -305,6 +308,9 @@ bool read_trajectory(Reader& r, Trajectory* t, const char** field) {
         break;
       case kEnvStepSeconds:
         ok = r.fixed32s(tag, &t->env_step_seconds);
+        break;
+      case kSegment:
+        ok = r.varint(tag, &t->segment);
         break;
       default:
         ok = number != 0 && r.skip(tag);
@@ -409,6 +415,10 @@ void write_trajectory(const Trajectory& t, Sink* out) {
     out->varint(static_cast<uint64_t>(static_cast<int64_t>(t.tool_calls)));  // as protobuf does
   }
   out->delimited(kEnvStepSeconds, t.env_step_seconds.data(), t.env_step_seconds.size() * 4);
+  if (t.segment != 0) {
+    out->varint(tag(kSegment, kVarint));
+    out->varint(static_cast<uint64_t>(static_cast<int64_t>(t.segment)));
+  }
 }
 
 void write_group(const TrajectoryGroup& group, absl::string_view worker_id, Sink* out) {

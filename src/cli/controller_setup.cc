@@ -56,6 +56,9 @@ absl::StatusOr<ControllerSetup> prepare_controller(const JobSetup& job, int64_t 
   o.worker_timeout_s = c.buffer.heartbeat_interval_s * c.buffer.missed_heartbeats;
   o.limits.vocab_size = vocab_size;
   o.limits.group_size = c.rollout.group_size;
+  if (c.rollout.agent.enabled() && c.rollout.agent.on_rewrite == core::OnRewrite::kSegment) {
+    o.limits.max_segments = c.rollout.agent.max_segments;  // an episode's streams (agents)
+  }
   // A sequence must fit the context and one learner micro-batch (config validation checks the
   // second holds whatever the context; this keeps the learners safe from any other client).
   o.limits.max_tokens = std::min(c.model.max_seq_len, c.trainer.micro_batch_tokens);

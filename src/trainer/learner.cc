@@ -321,6 +321,8 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
   Batch& batch = *out;
   std::vector<int64_t> first_of_group;  // first sequence index of each group
   std::vector<int64_t> group_id;
+  std::vector<int64_t> episode_id;  // a segment after an episode's first continues its episode
+  bool segmented = false;
   std::vector<double> baselines;
   const bool needs_baseline = algorithm_.estimator->needs_greedy_baseline();
   for (int64_t g = 0; g < G; ++g) {
@@ -333,6 +335,9 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
     for (const buffer::Trajectory& t : groups[g].trajectories) {
       batch.sequences.push_back(&t);
       group_id.push_back(g);
+      segmented = segmented || t.segment != 0;
+      const int64_t previous = episode_id.empty() ? -1 : episode_id.back();
+      episode_id.push_back(t.segment == 0 ? previous + 1 : previous);
       if (needs_baseline) baselines.push_back(groups[g].baseline_reward);
       batch.max_response = std::max<int64_t>(batch.max_response, t.response_ids.size());
     }
@@ -420,6 +425,7 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
   in.scores = batch.scores.to(at::kFloat);
   in.mask = batch.mask;
   in.group_ids = batch.group_ids;
+  if (segmented) in.episode_ids = at::tensor(episode_id, at::kLong);
   if (needs_baseline) {
     in.baselines = at::tensor(baselines, at::kDouble).to(at::kFloat);  // [S]
     // One value per group: the mean over sequences weighs groups equally (equal sizes).

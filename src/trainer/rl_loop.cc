@@ -28,25 +28,32 @@ double quantile(std::vector<double>& v, double p) {
 }
 
 std::map<std::string, double> episode_stats(const std::vector<buffer::TrajectoryGroup>& groups) {
-  double episodes = 0, turns = 0, tool_calls = 0, model = 0, env = 0, truncated = 0, errors = 0;
+  double episodes = 0, segments = 0, turns = 0, tool_calls = 0, model = 0, env = 0;
+  double truncated = 0, errors = 0;
   std::vector<double> latencies;
   for (const buffer::TrajectoryGroup& g : groups) {
     errors += static_cast<double>(g.env_errors);
-    for (const buffer::Trajectory& t : g.trajectories) {
+    const std::vector<buffer::Trajectory>& ts = g.trajectories;
+    for (size_t k = 0; k < ts.size(); ++k) {
+      const buffer::Trajectory& t = ts[k];
       if (t.turn_ends.empty()) continue;
-      ++episodes;
+      // An agent's episode may span several trajectories (segments); its last holds its end.
+      episodes += t.segment == 0 ? 1 : 0;
+      ++segments;
+      const bool last_segment = k + 1 == ts.size() || ts[k + 1].segment == 0;
       turns += static_cast<double>(t.turn_ends.size());
       tool_calls += t.tool_calls;
       const double from_model = std::count(t.loss_mask.begin(), t.loss_mask.end(), uint8_t{1});
       model += from_model;
       env += static_cast<double>(t.loss_mask.size()) - from_model;
-      truncated += t.finish_reason == "length" ? 1 : 0;
+      truncated += last_segment && t.finish_reason == "length" ? 1 : 0;
       latencies.insert(latencies.end(), t.env_step_seconds.begin(), t.env_step_seconds.end());
     }
   }
   std::map<std::string, double> out;
   if (episodes == 0) return out;
   out["episode/turns/mean"] = turns / episodes;
+  out["episode/segments/mean"] = segments / episodes;
   out["episode/tool_calls/mean"] = tool_calls / episodes;
   out["episode/model_tokens/mean"] = model / episodes;
   out["episode/env_tokens/mean"] = env / episodes;

@@ -67,6 +67,24 @@ TEST(RlooTest, LeaveOneOutBaselineAndSingletonKeepsItsScore) {
                               0, -1.f / 3, 0, 0, 0, 0, 0,        0,        0,        0});
 }
 
+// Issue 29: the segments of one agent episode (episode_ids) count once in their group's
+// statistics, and each segment gets its episode's advantage.
+TEST(GroupEstimatorsTest, ASegmentedEpisodeCountsOnceInItsGroup) {
+  AdvantageInput in;
+  in.scores = at::tensor(std::vector<float>{1, 1, 0, 0});  // episode 0 has two segments
+  in.group_ids = at::tensor(std::vector<int64_t>{0, 0, 0, 0});
+  in.episode_ids = at::tensor(std::vector<int64_t>{0, 0, 1, 2});
+  in.mask = T({1, 1, 1, 1}, {4, 1});
+  auto dr = make_dr_grpo({})->get()->compute(in);
+  ASSERT_TRUE(dr.ok()) << dr.status();
+  expect_near(dr->advantages, {2.f / 3, 2.f / 3, -1.f / 3, -1.f / 3});  // mean 1/3, not 1/2
+  auto rloo = make_rloo({})->get()->compute(in);
+  ASSERT_TRUE(rloo.ok()) << rloo.status();
+  expect_near(rloo->advantages, {1, 1, -0.5, -0.5});  // n = 3 episodes
+  in.episode_ids = at::tensor(std::vector<int64_t>{0, 1});
+  EXPECT_FALSE(make_rloo({})->get()->compute(in).ok());  // one id per row
+}
+
 TEST(GaeTest, HandComputedWithoutWhitening) {
   AdvantageInput in;
   in.scores = at::tensor(std::vector<float>{1});

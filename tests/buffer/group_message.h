@@ -30,6 +30,7 @@ inline v1::TrajectoryGroup to_message(const TrajectoryGroup& g, const std::strin
     for (double r : t.turn_rewards) tp->add_turn_rewards(r);
     tp->set_tool_calls(t.tool_calls);
     for (float s : t.env_step_seconds) tp->add_env_step_seconds(s);
+    tp->set_segment(t.segment);
   }
   if (g.has_baseline) p.set_baseline_reward(g.baseline_reward);
   if (g.prompt_index != -1) p.set_prompt_index(g.prompt_index);
@@ -58,6 +59,7 @@ inline TrajectoryGroup from_message(const v1::TrajectoryGroup& p) {
     for (double r : tp.turn_rewards()) t.turn_rewards.push_back(r);
     t.tool_calls = tp.tool_calls();
     for (float s : tp.env_step_seconds()) t.env_step_seconds.push_back(s);
+    t.segment = tp.segment();
     g.trajectories.push_back(std::move(t));
   }
   g.env_errors = p.env_errors();

@@ -110,6 +110,44 @@ TEST(ValidateGroupTest, EpisodeFieldsAreChecked) {
   EXPECT_THAT(error(g), HasSubstr("env_errors: must be >= 0"));
 }
 
+// Issue 29: an agent episode cut into segments adds trajectories of its sample index, segments
+// 0, 1, ... adjacent and in order; only a run that trains segments accepts them.
+TEST(ValidateGroupTest, SegmentsOfAnEpisodeFollowEachOther) {
+  TrajectoryGroup g = good();
+  g.trajectories[1].sample_index = 1;
+  g.trajectories.insert(g.trajectories.begin() + 1, g.trajectories[0]);
+  g.trajectories[1].segment = 1;  // episode 0: segments 0 and 1; episode 1: segment 0
+  ValidationLimits l = limits();
+  EXPECT_THAT(error(g), HasSubstr("this run trains no segments"));
+  l.max_segments = 2;
+  EXPECT_TRUE(validate_group(g, l, 4).ok());
+  EXPECT_EQ(g.rewards().size(), 2u);  // one per episode
+  auto bad = [&](const TrajectoryGroup& group, const ValidationLimits& limits) {
+    absl::Status s = validate_group(group, limits, 4);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    return std::string(s.message());
+  };
+  TrajectoryGroup wrong = g;
+  wrong.trajectories[1].segment = 2;
+  EXPECT_THAT(bad(wrong, l), HasSubstr("trajectories[1].segment: expected segment 0 or 1"));
+  l.max_segments = 3;
+  EXPECT_THAT(bad(wrong, l), HasSubstr("trajectories[1].segment"));
+  wrong = g;
+  wrong.trajectories[1].sample_index = 1;
+  EXPECT_THAT(bad(wrong, l), HasSubstr("of episode 0, got segment 1 of episode 1"));
+  wrong = g;
+  wrong.trajectories[2].sample_index = 3;
+  EXPECT_THAT(bad(wrong, l), HasSubstr("trajectories[2].sample_index: expected 1"));
+  wrong = g;
+  wrong.trajectories.pop_back();
+  EXPECT_THAT(bad(wrong, l), HasSubstr("expected 2 episodes (the group size), got 1"));
+  l.max_segments = 2;
+  wrong = g;
+  wrong.trajectories.insert(wrong.trajectories.begin() + 2, wrong.trajectories[1]);
+  wrong.trajectories[2].segment = 2;
+  EXPECT_THAT(bad(wrong, l), HasSubstr("trajectories[2].segment: 2 is past max_segments (2)"));
+}
+
 // An estimator that needs the greedy baseline (remax) makes it required.
 TEST(ValidateGroupTest, RequiresTheBaselineWhenAsked) {
   ValidationLimits l = limits();

@@ -65,6 +65,7 @@ void expect_same(const TrajectoryGroup& a, const TrajectoryGroup& b) {
     }
     EXPECT_EQ(x.tool_calls, y.tool_calls);
     EXPECT_TRUE(same_bits(x.env_step_seconds, y.env_step_seconds));
+    EXPECT_EQ(x.segment, y.segment);
   }
   EXPECT_EQ(a.env_errors, b.env_errors);
 }
@@ -101,6 +102,7 @@ TrajectoryGroup random_group(std::mt19937& rng) {
       }
       t.tool_calls = pick(3) == 0 ? -pick(3) : pick(4);  // negative int32: a 10-byte varint
     }
+    if (pick(3) == 0) t.segment = pick(3) == 0 ? -pick(3) : pick(5);  // an agent's segment
     g.trajectories.push_back(std::move(t));
   }
   if (pick(2) == 0) g.env_errors = pick(3) == 0 ? 0 : static_cast<int64_t>(rng() >> 1);

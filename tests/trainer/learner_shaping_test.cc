@@ -155,6 +155,38 @@ TEST(LearnerShapingTest, OverlongResponsesArePenalisedByDaposFormula) {
   }
 }
 
+// Issue 29: an agent episode cut into segments (segment 0 and 1 of one sample index) is one
+// episode of its group: GRPO's mean and std are over the group's episodes, and both segments get
+// the episode's advantage; the learner then steps on the variable-size group.
+TEST(LearnerShapingTest, SegmentsOfAnEpisodeCountOnceInTheirGroup) {
+  auto world = flywheel::testing::world_communicator();
+  constexpr int64_t kGroupSize = 4;
+  auto groups = testing::synthetic_groups(5, /*groups=*/2, kGroupSize, /*vocab=*/97);
+  std::vector<buffer::Trajectory>& ts = groups[0].trajectories;
+  for (buffer::Trajectory& t : ts) t.loss_mask.assign(t.loss_mask.size(), 1);
+  ts[0].reward = 1;
+  ts[1].reward = ts[2].reward = ts[3].reward = 0;
+  buffer::Trajectory second = ts[0];  // a further stream of episode 0, with its reward
+  second.segment = 1;
+  second.response_ids.push_back(5);
+  second.loss_mask.push_back(1);
+  second.logprobs.push_back(-1.0f);
+  second.versions.push_back(0);
+  ts.insert(ts.begin() + 1, second);
+  std::unique_ptr<Learner> learner = make_learner(*world, shaping_options());
+  absl::StatusOr<AdvantageTrace> trace = learner->advantages(groups);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  // Episodes {1, 0, 0, 0}: mean 0.25, std 0.5; with the segment counted twice the mean would be
+  // 0.4.
+  const double high = 0.75 / (0.5 + 1e-6), low = -0.25 / (0.5 + 1e-6);
+  const std::vector<double> expected = {high, high, low, low, low};
+  for (int64_t row = 0; row < 5; ++row) {
+    EXPECT_NEAR(trace->advantages[row][0].item<double>(), expected[row], 1e-5) << "row " << row;
+  }
+  absl::StatusOr<Metrics> m = learner->step(groups);
+  ASSERT_TRUE(m.ok()) << m.status();
+}
+
 }  // namespace
 }  // namespace flywheel::trainer
 

@@ -271,6 +271,7 @@ TEST(BatchStatsTest, EpisodesHaveTheirMetrics) {
   g.trajectories[1].env_step_seconds = {0.2f};
   const std::map<std::string, double> e = batch_stats({g}, 0, 1).episode;
   EXPECT_DOUBLE_EQ(e.at("episode/turns/mean"), 1.5);
+  EXPECT_DOUBLE_EQ(e.at("episode/segments/mean"), 1.0);
   EXPECT_DOUBLE_EQ(e.at("episode/tool_calls/mean"), 0.5);
   EXPECT_DOUBLE_EQ(e.at("episode/model_tokens/mean"), 1.5);
   EXPECT_DOUBLE_EQ(e.at("episode/env_tokens/mean"), 0.5);
@@ -278,6 +279,28 @@ TEST(BatchStatsTest, EpisodesHaveTheirMetrics) {
   EXPECT_DOUBLE_EQ(e.at("episode/env_errors"), 3);
   EXPECT_NEAR(e.at("episode/step_latency_p50"), 0.2, 1e-6);
   EXPECT_NEAR(e.at("episode/step_latency_p99"), 0.3, 1e-6);
+}
+
+// Issue 29: an agent episode cut into segments (a rewritten history) is one episode: its
+// segments' turns add up, and only its last segment says whether it was truncated.
+TEST(BatchStatsTest, AnEpisodeOfSeveralSegmentsCountsOnce) {
+  buffer::TrajectoryGroup g = group_at(0);  // [0]: "stop", [1]: "length"
+  g.trajectories.insert(g.trajectories.begin() + 1, g.trajectories[1]);
+  for (buffer::Trajectory& t : g.trajectories) {
+    t.turn_ends = {1, 2};
+    t.turn_rewards = {0, 0};
+  }
+  // Episode 0: segments 0 ("stop") and 1 ("length"); episode 1: one segment, "length".
+  g.trajectories[0].finish_reason = "length";
+  g.trajectories[1].finish_reason = "stop";
+  g.trajectories[1].segment = 1;
+  g.trajectories[1].sample_index = 0;
+  g.trajectories[1].turn_ends = {2};
+  g.trajectories[1].turn_rewards = {0};
+  const std::map<std::string, double> e = batch_stats({g}, 0, 1).episode;
+  EXPECT_DOUBLE_EQ(e.at("episode/segments/mean"), 1.5);
+  EXPECT_DOUBLE_EQ(e.at("episode/turns/mean"), 2.5);  // (2 + 1) and 2
+  EXPECT_DOUBLE_EQ(e.at("episode/truncated"), 0.5);   // episode 0 ended "stop"
 }
 
 TEST(RlLoopTest, ErrorsOfTheStepAndTheHooksEndTheLoop) {

@@ -22,6 +22,9 @@ struct AdvantageInput {
                                // valid token t to the next valid one (episodes' turn ends)
   at::Tensor values;           // [B, T] critic values at rollout time (gae only)
   at::Tensor group_ids;        // [B] int64: rows with equal ids are one prompt's group
+  at::Tensor episode_ids;      // [B] int64, optional: rows with equal ids are segments of one
+                               // episode (an agent's rewritten history); group estimators
+                               // count each episode once, with the r_i of its last row
   at::Tensor baselines;        // [B] reward of the greedy response to the row's prompt (remax)
 };
 

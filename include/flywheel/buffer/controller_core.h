@@ -187,6 +187,10 @@ class ControllerCore {
   int64_t version() const;
   uint32_t incarnation() const { return options_.incarnation; }
   int64_t group_size() const { return options_.limits.group_size; }
+  // Trajectories a group may hold: group_size, times max_segments for agents' segments.
+  int64_t max_trajectories() const {
+    return options_.limits.group_size * options_.limits.max_segments;
+  }
   int64_t num_prompts() const { return options_.num_prompts; }
   int64_t in_flight() const;
   // Training is over: acquire() answers kDone from now on (workers stop cleanly).

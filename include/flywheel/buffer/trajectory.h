@@ -28,6 +28,9 @@ struct Trajectory {
   std::vector<double> turn_rewards;
   int32_t tool_calls = 0;
   std::vector<float> env_step_seconds;
+  // An agent episode's segment (trajectory.proto): 0, or the index of a further token stream of
+  // the episode after its agent rewrote its history.
+  int32_t segment = 0;
 
   // Smallest token version; INT64_MAX for an empty response.
   int64_t min_version() const;
@@ -49,12 +52,14 @@ struct TrajectoryGroup {
 
   int64_t min_version() const;  // over all trajectories
   size_t bytes() const;
+  // One reward per episode (a segment after the first repeats its episode's reward).
   std::vector<double> rewards() const;
 };
 
 struct ValidationLimits {
   int64_t vocab_size = 0;        // ids must be < vocab_size (> 0 required)
-  int64_t group_size = 0;        // trajectories per group
+  int64_t group_size = 0;        // episodes (trajectories unless segmented) per group
+  int64_t max_segments = 1;      // trajectories per episode (rollout.agent.max_segments)
   int64_t max_tokens = 1 << 20;  // prompt + response tokens per trajectory
   int64_t max_group_bytes = int64_t{1} << 30;
   // group_id, worker_id and reward_breakdown names: ids are remembered and echoed in acks, so
@@ -66,7 +71,9 @@ struct ValidationLimits {
 // InvalidArgument naming the field ("trajectories[2].logprobs[5]: ..."): ids outside the
 // vocabulary, lengths of response_ids / logprobs / versions / loss_mask that differ, non-finite
 // or positive log-probs, non-finite rewards, a missing (when required) or non-finite
-// baseline_reward, a wrong group size, token versions above
+// baseline_reward, a wrong group size or segment layout (every sample index from 0 to
+// group_size - 1, each with its segments 0, 1, ... adjacent and in order, at most max_segments;
+// segments only when max_segments > 1), token versions above
 // `current_version` (from the future) or negative, sizes above the limits (ids and reward names
 // longer than max_id_bytes included).
 absl::Status validate_group(const TrajectoryGroup& group, const ValidationLimits& limits,

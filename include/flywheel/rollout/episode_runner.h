@@ -65,6 +65,16 @@ struct EpisodeRequest {
   int64_t n = 1;                             // episodes of this prompt (the group)
 };
 
+// A token stream of an agent episode that its agent rewrote (rollout.agent.on_rewrite:
+// segment): trained as a further sequence of the group, with the episode's reward.
+struct EpisodeSegment {
+  std::vector<int64_t> prompt_ids;
+  Sample sample;                     // from_model marks the model's tokens
+  std::vector<int64_t> turn_ends;    // per reply: the index just past its last token
+  std::vector<double> step_seconds;  // per reply taken up: the agent's time until it did
+  int64_t tool_calls = 0;
+};
+
 // One episode.
 struct Episode {
   // Everything after the prompt, one entry per token (engine.h): from_model is 1 on the model's
@@ -83,6 +93,8 @@ struct Episode {
   std::optional<double> reported_reward;
   std::optional<std::string> final_message;
   std::vector<int64_t> prompt_ids;  // agents: this episode's own prompt; empty: the group's
+  // Agents: the streams before the last rewrite, in order (the fields above are the last).
+  std::vector<EpisodeSegment> earlier_segments;
 
   int64_t turns() const { return static_cast<int64_t>(turn_ends.size()); }
 };

@@ -95,7 +95,7 @@ void ServerPushStream::OnReadDone(bool ok) {
   {
     grpc::ProtoBufferReader reader(&pending->bytes);
     DecodeLimits limits;
-    limits.max_trajectories = context_.core->group_size();
+    limits.max_trajectories = context_.core->max_trajectories();
     pending->status = decode_group(&reader, pending->bytes.Length(), limits, &pending->group);
   }
   pending->bytes.Clear();

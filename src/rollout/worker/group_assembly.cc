@@ -102,18 +102,40 @@ buffer::TrajectoryGroup trajectory_group(const std::string& worker_id, const v1:
     t.reward_breakdown = scored[i].parts;
     t.finish_reason = finish_reason_name(sample.finish_reason);
     t.sample_index = static_cast<int64_t>(i);
-    if (i < episodes.size()) {
-      const EpisodeSummary& e = episodes[i];
-      if (e.reported_reward) {
-        t.reward = *e.reported_reward;  // the agent's own verdict
-        t.reward_breakdown = {{"agent", *e.reported_reward}};
-      }
-      for (double r : e.turn_rewards) t.reward += r;
-      t.turn_ends = e.turn_ends;
-      t.turn_rewards = e.turn_rewards;
-      t.tool_calls = e.tool_calls;
-      t.env_step_seconds = e.step_seconds;
+    if (i >= episodes.size()) {
+      group.trajectories.push_back(std::move(t));
+      continue;
     }
+    const EpisodeSummary& e = episodes[i];
+    if (e.reported_reward) {
+      t.reward = *e.reported_reward;  // the agent's own verdict
+      t.reward_breakdown = {{"agent", *e.reported_reward}};
+    }
+    for (double r : e.turn_rewards) t.reward += r;
+    t.turn_ends = e.turn_ends;
+    t.turn_rewards = e.turn_rewards;
+    t.tool_calls = e.tool_calls;
+    t.env_step_seconds = e.step_seconds;
+    for (size_t k = 0; k < e.earlier_segments.size(); ++k) {
+      const EpisodeSegment& s = e.earlier_segments[k];
+      buffer::Trajectory earlier;
+      earlier.prompt_ids = to_int32(s.prompt_ids);
+      earlier.response_ids = to_int32(s.sample.token_ids);
+      earlier.loss_mask = loss_mask(s.sample);
+      earlier.logprobs = s.sample.logprobs;
+      earlier.versions = versions(s.sample);
+      earlier.reward = t.reward;
+      earlier.reward_breakdown = t.reward_breakdown;
+      earlier.finish_reason = finish_reason_name(s.sample.finish_reason);
+      earlier.sample_index = t.sample_index;
+      earlier.turn_ends = to_int32(s.turn_ends);
+      earlier.turn_rewards.assign(s.turn_ends.size(), 0.0);
+      earlier.tool_calls = static_cast<int32_t>(s.tool_calls);
+      earlier.env_step_seconds.assign(s.step_seconds.begin(), s.step_seconds.end());
+      earlier.segment = static_cast<int32_t>(k);
+      group.trajectories.push_back(std::move(earlier));
+    }
+    t.segment = static_cast<int32_t>(e.earlier_segments.size());
     group.trajectories.push_back(std::move(t));
   }
   return group;
@@ -133,6 +155,7 @@ GroupResult as_group_result(EpisodeGroup group, std::vector<EpisodeSummary>* epi
     summary.prompt_ids = std::move(e.prompt_ids);
     summary.reported_reward = e.reported_reward;
     summary.final_message = std::move(e.final_message);
+    summary.earlier_segments = std::move(e.earlier_segments);
     episodes->push_back(std::move(summary));
     result.samples.push_back(std::move(e.sample));
   }

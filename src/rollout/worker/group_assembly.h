@@ -39,13 +39,16 @@ struct EpisodeSummary {
   std::vector<int64_t> prompt_ids;
   std::optional<double> reported_reward;
   std::optional<std::string> final_message;
+  // Agents: the episode's streams before its last rewrite, each a trajectory of its own.
+  std::vector<EpisodeSegment> earlier_segments;
 };
 
 // The group the controller receives: the first `group_size` samples (a further scored one is
 // the greedy baseline), each with its score plus, for episodes[i] (empty for single-turn
 // groups), its environment rewards, and the episode's turns, tool calls and step latencies. An
 // episode's environment tokens have loss mask 0 and the version of the model token before
-// them, so staleness is that of the oldest model token.
+// them, so staleness is that of the oldest model token. An agent episode's earlier segments
+// come before its last one, as trajectories of the same sample index with the episode's reward.
 buffer::TrajectoryGroup trajectory_group(const std::string& worker_id, const v1::PromptLease& lease,
                                          const GroupResult& result,
                                          const std::vector<rewards::ScoredSample>& scored,

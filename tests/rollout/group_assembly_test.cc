@@ -1,0 +1,91 @@
+// The rollout worker's trajectory groups: what an episode group becomes on the wire.
+#include "group_assembly.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace flywheel::rollout {
+namespace {
+
+// A stream of `model` model tokens (id 7, log-prob -0.5, version 3) then `env` masked ones.
+Sample stream(int model, int env, FinishReason reason = FinishReason::kStop) {
+  Sample s;
+  for (int i = 0; i < model + env; ++i) {
+    const bool from_model = i < model;
+    s.token_ids.push_back(from_model ? 7 : 8);
+    s.logprobs.push_back(from_model ? -0.5f : 0.0f);
+    s.versions.push_back(from_model ? 3 : -1);
+    s.from_model.push_back(from_model ? 1 : 0);
+  }
+  s.finish_reason = reason;
+  return s;
+}
+
+// Issue 29: an agent episode whose agent rewrote its history (on_rewrite: segment) is pushed as
+// its earlier streams, then its last, each a trajectory of the episode's sample index and
+// reward; the controller's validation accepts the group when the run trains segments.
+TEST(GroupAssemblyTest, AnEpisodesEarlierSegmentsComeFirstWithItsReward) {
+  EpisodeGroup group;
+  group.request_id = "lease-9";
+  group.prompt_ids = {1, 2};
+  for (int i = 0; i < 2; ++i) {
+    Episode e;
+    e.sample = stream(/*model=*/2, /*env=*/1);
+    e.turn_ends = {2};
+    e.turn_rewards = {0};
+    e.prompt_ids = {1, 2, 3};
+    group.episodes.push_back(std::move(e));
+  }
+  Episode& rewritten = group.episodes[0];
+  rewritten.reported_reward = 0.25;
+  EpisodeSegment earlier;
+  earlier.prompt_ids = {4, 5};
+  earlier.sample = stream(/*model=*/3, /*env=*/0, FinishReason::kLength);
+  earlier.turn_ends = {3};
+  earlier.step_seconds = {0.5};
+  earlier.tool_calls = 1;
+  rewritten.earlier_segments.push_back(earlier);
+
+  std::vector<EpisodeSummary> summaries;
+  GroupResult result = as_group_result(std::move(group), &summaries);
+  std::vector<rewards::ScoredSample> scored(2);
+  scored[0].reward = 1;  // the agent's reported 0.25 replaces it
+  scored[1].reward = 0.5;
+  v1::PromptLease lease;
+  lease.set_lease_id(9);
+  lease.set_prompt_index(4);
+  buffer::TrajectoryGroup g = trajectory_group("w", lease, result, scored, summaries, 2);
+
+  ASSERT_EQ(g.trajectories.size(), 3u);
+  const buffer::Trajectory& first = g.trajectories[0];
+  EXPECT_EQ(first.segment, 0);
+  EXPECT_EQ(first.sample_index, 0);
+  EXPECT_EQ(first.prompt_ids, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(first.response_ids, (std::vector<int32_t>{7, 7, 7}));
+  EXPECT_EQ(first.finish_reason, "length");
+  EXPECT_EQ(first.tool_calls, 1);
+  EXPECT_DOUBLE_EQ(first.reward, 0.25);
+  EXPECT_EQ(first.reward_breakdown.at("agent"), 0.25);
+  const buffer::Trajectory& last = g.trajectories[1];
+  EXPECT_EQ(last.segment, 1);
+  EXPECT_EQ(last.sample_index, 0);
+  EXPECT_EQ(last.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(last.loss_mask, (std::vector<uint8_t>{1, 1, 0}));
+  EXPECT_EQ(last.versions, (std::vector<int32_t>{3, 3, 3}));  // the environment's: the model's
+  EXPECT_DOUBLE_EQ(last.reward, 0.25);
+  EXPECT_EQ(g.trajectories[2].segment, 0);
+  EXPECT_EQ(g.trajectories[2].sample_index, 1);
+  EXPECT_DOUBLE_EQ(g.trajectories[2].reward, 0.5);
+  EXPECT_EQ(g.rewards(), (std::vector<double>{0.25, 0.5}));
+
+  buffer::ValidationLimits limits;
+  limits.vocab_size = 16;
+  limits.group_size = 2;
+  limits.max_segments = 2;
+  EXPECT_TRUE(buffer::validate_group(g, limits, 3).ok());
+  limits.max_segments = 1;
+  EXPECT_FALSE(buffer::validate_group(g, limits, 3).ok());
+}
+
+}  // namespace
+}  // namespace flywheel::rollout
