@@ -1,11 +1,17 @@
 #!/usr/bin/env python3
 """A black-box agent for flywheel's OpenAI-compatible endpoint (docs/agents.md).
 
-It knows nothing of flywheel: it reads the task from stdin (the prompt record as one JSON line),
-talks to OPENAI_BASE_URL with OPENAI_API_KEY as any OpenAI client would (the Python standard
-library's urllib only), offers the model one tool, `calc`, runs the calls the model makes and
-sends their results back, and stops at the first reply without a call: the model's answer,
-which the run's rewards score. Any OpenAI SDK pointed at the same URL works the same way.
+It knows nothing of flywheel: it reads the task (the prompt record as one JSON line), talks to
+OPENAI_BASE_URL with its API key as any OpenAI client would (the Python standard library's
+urllib only), offers the model one tool, `calc`, runs the calls the model makes and sends their
+results back, and stops at the first reply without a call: the model's answer, which the run's
+rewards score. Any OpenAI SDK pointed at the same URL works the same way.
+
+It runs either way flywheel starts agents (rollout.agent.mode):
+- episode: one run per episode; the record on stdin, the key in OPENAI_API_KEY.
+- persistent (FLYWHEEL_AGENT_MODE=persistent): one run for many episodes; each stdin line is
+  {"episode_id", "api_key", "base_url", "record"}, and each episode ends with the line
+  {"episode_id": ..., "done": true} on stdout.
 """
 import json
 import os
@@ -27,13 +33,12 @@ TOOLS = [{
 }]
 
 
-def chat(messages, max_tokens):
+def chat(base_url, api_key, messages, max_tokens):
     body = json.dumps({"model": "policy", "messages": messages, "tools": TOOLS,
                        "max_tokens": max_tokens}).encode()
     request = urllib.request.Request(
-        os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body,
-        headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
-                 "Content-Type": "application/json"})
+        base_url + "/chat/completions", data=body,
+        headers={"Authorization": "Bearer " + api_key, "Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=120) as response:
         return json.load(response)["choices"][0]["message"]
 
@@ -48,17 +53,17 @@ def calc(expression):
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def main():
-    record = json.loads(sys.stdin.readline())
+def episode(record, base_url, api_key):
+    """Runs one episode; returns None, or an error message."""
     messages = [{"role": "user", "content": record["prompt"]}]
     max_turns = int(os.environ.get("AGENT_MAX_TURNS", "2"))
     for _ in range(max_turns):
         try:
-            message = chat(messages, max_tokens=24)
+            message = chat(base_url, api_key, messages, max_tokens=24)
         except urllib.error.HTTPError as error:
             # 400 when the episode's token budget is spent: the episode is over.
-            print(error.read().decode(), file=sys.stderr)
-            return 0 if error.code == 400 else 1
+            text = error.read().decode()
+            return None if error.code == 400 else "HTTP %d: %s" % (error.code, text)
         messages.append(message)
         calls = message.get("tool_calls") or []
         if not calls:
@@ -67,6 +72,26 @@ def main():
             arguments = json.loads(call["function"]["arguments"])
             messages.append({"role": "tool", "tool_call_id": call["id"],
                              "content": calc(arguments.get("expression", ""))})
+    return None
+
+
+def main():
+    if os.environ.get("FLYWHEEL_AGENT_MODE") != "persistent":
+        record = json.loads(sys.stdin.readline())
+        error = episode(record, os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"])
+        if error:
+            print(error, file=sys.stderr)
+        return 1 if error else 0
+    for line in sys.stdin:
+        job = json.loads(line)
+        try:
+            error = episode(job["record"], job["base_url"], job["api_key"])
+        except Exception as exception:  # one bad episode does not end the others
+            error = "%s: %s" % (type(exception).__name__, exception)
+        done = {"episode_id": job["episode_id"], "done": True}
+        if error:
+            done["error"] = error
+        print(json.dumps(done), flush=True)
     return 0
 
 

@@ -5,6 +5,8 @@ checks every answer against the OpenAI API's shapes; exits 1 naming the first fa
 Episode .0: the protocol checks, then a two-turn chat with a tool call (the second streamed).
 Episode .1: /v1/completions, then a rewritten history (refused: on_rewrite drop).
 Episode .2: a stream the client drops mid-way, then the same request again.
+With AGENT_EXPECT=429: a saturated engine's answer; with AGENT_EXPECT=segment: a rewritten
+history answered from a new segment (on_rewrite segment).
 The scripted policy (the test's logits processor) answers "2*3=" with <calc>2*3</calc>, a
 <result> with 6, and anything with LONG in it with a's until max_tokens.
 """
@@ -176,9 +178,23 @@ def saturated():
         json.dump({"saturated": True}, f)
 
 
+def rewritten():
+    # on_rewrite segment: a request that rewrites the history is answered from a new segment.
+    status, body, _ = post("/completions", {"prompt": "2*3=", "max_tokens": 20})
+    check(status == 200 and json.loads(body)["choices"][0]["text"] == "<calc>2*3</calc>", body)
+    status, body, _ = post("/completions", {
+        "prompt": "2*3=<calc>2*3</calc><result>6</result>", "max_tokens": 4})
+    check(status == 200 and json.loads(body)["choices"][0]["text"] == "6", body)
+    status, body, _ = post("/completions", {"prompt": "7*7=", "max_tokens": 20})
+    check(status == 200 and json.loads(body)["choices"][0]["text"] == "<calc>2*3</calc>", body)
+    print(json.dumps({"reward": 1.0}))
+
+
 def main():
     if os.environ.get("AGENT_EXPECT") == "429":
         return saturated()
+    if os.environ.get("AGENT_EXPECT") == "segment":
+        return rewritten()
     record = json.loads(sys.stdin.readline())
     check(record.get("prompt") == "2*3=", "the record on stdin: %r" % record)
     {"0": episode_0, "1": episode_1, "2": episode_2}[EPISODE.rsplit(".", 1)[1]]()

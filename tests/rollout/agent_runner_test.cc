@@ -238,5 +238,168 @@ TEST(AgentRunnerTest, ASaturatedEngineAnswers429) {
   EXPECT_EQ((*runner)->stats().agent_errors, 1);
 }
 
+// Issue 29: under on_rewrite segment, a request that rewrites the history starts a new token
+// stream from the conversation rendered afresh; the episode ends with both, the earlier first.
+// The earlier one holds the replies a request took up (the agent's second reply, which the
+// rewrite did not carry, is discarded).
+TEST(AgentRunnerTest, ARewrittenHistoryStartsASegment) {
+  flywheel::testing::ScratchDir dir("agent_runner_segment");
+  core::PluginRegistry registry;
+  auto& processors = registry.get<LogitsProcessor, const LogitsProcessorParams&>();
+  ASSERT_TRUE(processors.add("script", &Script::create).ok());
+  model::TokenizerSetup tokenizers;
+  tokenizers.tokenizer = *model::load_tokenizer("/nonexistent-dir", core::TokenizerType::kChar);
+  EngineContext context;
+  context.registry = &registry;
+  context.tokenizer = tokenizers.tokenizer.get();
+  auto engine = make_engine(shared_model("qwen2"), {}, context);
+  AgentRunnerOptions options;
+  options.agent.command = {"/usr/bin/python3",
+                           std::string(FLYWHEEL_TEST_SOURCE_DIR) + "/agent_protocol_check.py"};
+  ASSERT_EQ(options.agent.on_rewrite, core::OnRewrite::kSegment);  // the default
+  options.sampling.max_new_tokens = 64;
+  options.sampling.stop_token_ids = {kEos};
+  options.sampling.logits_processors = {{"script", {}}};
+  const std::string report = dir.sub("report");
+  setenv("AGENT_REPORT", report.c_str(), 1);
+  setenv("AGENT_EXPECT", "segment", 1);
+  auto runner = AgentRunner::create(engine.get(), tokenizers, options);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  EpisodeRequest request;
+  request.id = "lease-3";
+  request.record = std::make_shared<core::Json>(core::Json::object());
+  ASSERT_TRUE((*runner)->submit(request).ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!(*runner)->idle() && std::chrono::steady_clock::now() < deadline) (*runner)->step();
+  unsetenv("AGENT_EXPECT");
+  std::vector<EpisodeGroup> groups = (*runner)->take_finished();
+  ASSERT_EQ(groups.size(), 1u);
+  const Episode& e = groups[0].episodes[0];
+  ASSERT_EQ(e.sample.finish_reason, FinishReason::kStop) << e.sample.error;
+  const model::Tokenizer& tok = *tokenizers.tokenizer;
+  std::vector<int64_t> call = *tok.encode("<calc>2*3</calc>", {false});
+  call.push_back(kEos);
+  ASSERT_EQ(e.earlier_segments.size(), 1u);
+  const EpisodeSegment& earlier = e.earlier_segments[0];
+  EXPECT_EQ(*tok.decode(earlier.prompt_ids, {true}), "2*3=");
+  EXPECT_EQ(earlier.sample.token_ids, call);
+  EXPECT_EQ(earlier.sample.from_model, std::vector<uint8_t>(call.size(), 1));
+  EXPECT_EQ(earlier.turn_ends, std::vector<int64_t>{static_cast<int64_t>(call.size())});
+  EXPECT_EQ(*tok.decode(e.prompt_ids, {true}), "7*7=");
+  EXPECT_EQ(e.sample.token_ids, call);
+  ASSERT_TRUE(e.reported_reward.has_value());
+  EXPECT_DOUBLE_EQ(*e.reported_reward, 1.0);
+  EXPECT_EQ((*runner)->stats().rewrites, 1);
+  EXPECT_EQ((*runner)->stats().discarded_replies, 1);
+}
+
+// Runs a runner until it is idle (or `seconds` pass) and returns what finished.
+std::vector<EpisodeGroup> run_until_idle(AgentRunner& runner, int seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (!runner.idle() && std::chrono::steady_clock::now() < deadline) runner.step();
+  return runner.take_finished();
+}
+
+EpisodeRequest agent_request(const std::string& id, const std::string& prompt, int64_t n) {
+  EpisodeRequest request;
+  request.id = id;
+  auto record = std::make_shared<core::Json>(core::Json::object());
+  record->set("prompt", prompt);
+  request.record = record;
+  request.n = n;
+  return request;
+}
+
+// rollout.agent.mode persistent: a few long-lived runs of the agent take the episodes one at a
+// time from their stdin and end each with a done line. Every episode records the same exact
+// stream as a run of its own would; an agent that reports an error, crashes mid-episode or
+// hangs past the deadline ends only its own episode, and a new run takes the next ones.
+TEST(AgentRunnerTest, PersistentAgentsRunEpisodeAfterEpisode) {
+  core::PluginRegistry registry;
+  auto& processors = registry.get<LogitsProcessor, const LogitsProcessorParams&>();
+  ASSERT_TRUE(processors.add("script", &Script::create).ok());
+  model::TokenizerSetup tokenizers;
+  tokenizers.tokenizer = *model::load_tokenizer("/nonexistent-dir", core::TokenizerType::kChar);
+  EngineContext context;
+  context.registry = &registry;
+  context.tokenizer = tokenizers.tokenizer.get();
+  auto engine = make_engine(shared_model("qwen2"), {}, context);
+  AgentRunnerOptions options;
+  options.agent.command = {"/usr/bin/python3",
+                           std::string(FLYWHEEL_TEST_SOURCE_DIR) + "/persistent_agent.py"};
+  options.agent.mode = core::AgentMode::kPersistent;
+  options.agent.max_episodes = 2;
+  options.agent.timeout_s = 20;
+  options.sampling.max_new_tokens = 64;
+  options.sampling.stop_token_ids = {kEos};
+  options.sampling.logits_processors = {{"script", {}}};
+  auto runner = AgentRunner::create(engine.get(), tokenizers, options);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+
+  ASSERT_TRUE((*runner)->submit(agent_request("a", "2*3=", 3)).ok());
+  ASSERT_TRUE((*runner)->submit(agent_request("b", "2*3=", 2)).ok());
+  std::vector<EpisodeGroup> groups = run_until_idle(**runner, 120);
+  ASSERT_EQ(groups.size(), 2u);
+  const model::Tokenizer& tok = *tokenizers.tokenizer;
+  std::vector<int64_t> expected = *tok.encode("<calc>2*3</calc><result>6</result>6", {false});
+  expected.push_back(kEos);
+  for (const EpisodeGroup& g : groups) {
+    for (const Episode& e : g.episodes) {
+      ASSERT_EQ(e.sample.finish_reason, FinishReason::kStop) << e.sample.error;
+      EXPECT_EQ(*tok.decode(e.prompt_ids, {true}), "2*3=");
+      EXPECT_EQ(e.sample.token_ids, expected);
+      EXPECT_EQ(e.tool_calls, 1);
+      ASSERT_TRUE(e.reported_reward.has_value());
+      EXPECT_DOUBLE_EQ(*e.reported_reward, 0.5);
+    }
+  }
+  EXPECT_EQ((*runner)->stats().agent_starts, 2);  // 5 episodes, 2 runs
+
+  ASSERT_TRUE((*runner)->submit(agent_request("c", "fail", 1)).ok());
+  groups = run_until_idle(**runner, 60);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].episodes[0].sample.finish_reason, FinishReason::kError);
+  EXPECT_THAT(groups[0].episodes[0].sample.error, HasSubstr("the task made no sense"));
+  EXPECT_EQ((*runner)->stats().agent_starts, 2);
+
+  ASSERT_TRUE((*runner)->submit(agent_request("d", "crash", 1)).ok());
+  groups = run_until_idle(**runner, 60);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].episodes[0].sample.finish_reason, FinishReason::kError);
+  EXPECT_THAT(groups[0].episodes[0].sample.error, HasSubstr("exit 3"));
+
+  (*runner)->abort_all();
+  ASSERT_TRUE((*runner)->submit(agent_request("e", "2*3=", 2)).ok());
+  groups = run_until_idle(**runner, 60);
+  ASSERT_EQ(groups.size(), 1u);
+  for (const Episode& e : groups[0].episodes) {
+    EXPECT_EQ(e.sample.finish_reason, FinishReason::kStop) << e.sample.error;
+  }
+  EXPECT_EQ((*runner)->stats().agent_starts, 3);  // the crashed run was replaced once
+}
+
+// A persistent agent that never ends its episode is killed at rollout.agent.timeout_s; the
+// episode ends with an error naming the deadline.
+TEST(AgentRunnerTest, WallClockAPersistentAgentPastTheDeadlineIsKilled) {
+  model::TokenizerSetup tokenizers;
+  tokenizers.tokenizer = *model::load_tokenizer("/nonexistent-dir", core::TokenizerType::kChar);
+  EngineContext context;
+  context.tokenizer = tokenizers.tokenizer.get();
+  auto engine = make_engine(shared_model("qwen2"), {}, context);
+  AgentRunnerOptions options;
+  options.agent.command = {"/usr/bin/python3",
+                           std::string(FLYWHEEL_TEST_SOURCE_DIR) + "/persistent_agent.py"};
+  options.agent.mode = core::AgentMode::kPersistent;
+  options.agent.timeout_s = 1;
+  options.sampling.stop_token_ids = {kEos};
+  auto runner = AgentRunner::create(engine.get(), tokenizers, options);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  ASSERT_TRUE((*runner)->submit(agent_request("h", "hang", 1)).ok());
+  std::vector<EpisodeGroup> groups = run_until_idle(**runner, 30);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].episodes[0].sample.finish_reason, FinishReason::kError);
+  EXPECT_THAT(groups[0].episodes[0].sample.error, HasSubstr("rollout.agent.timeout_s"));
+}
+
 }  // namespace
 }  // namespace flywheel::rollout

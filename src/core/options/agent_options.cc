@@ -8,6 +8,12 @@ absl::Span<const ChoiceName<OnRewrite>> choice_names(OnRewrite) {
   return kNames;
 }
 
+absl::Span<const ChoiceName<AgentMode>> choice_names(AgentMode) {
+  static constexpr ChoiceName<AgentMode> kNames[] = {{AgentMode::kEpisode, "episode"},
+                                                     {AgentMode::kPersistent, "persistent"}};
+  return kNames;
+}
+
 absl::Span<const ChoiceName<ToolFormat>> choice_names(ToolFormat) {
   static constexpr ChoiceName<ToolFormat> kNames[] = {
       {ToolFormat::kAuto, "auto"}, {ToolFormat::kHermes, "hermes"}, {ToolFormat::kTags, "tags"}};
@@ -16,27 +22,37 @@ absl::Span<const ChoiceName<ToolFormat>> choice_names(ToolFormat) {
 
 void bind_options(FieldBinder& b, AgentOptions& o) {
   b.field("command", &o.command,
-          FieldInfo("The agent: an executable and its arguments, run once per episode from the "
-                    "config's directory, with OPENAI_BASE_URL, OPENAI_API_KEY and "
-                    "FLYWHEEL_EPISODE_ID set and the prompt record on stdin. Empty: no agents."));
+          FieldInfo("The agent: an executable and its arguments, run from the config's "
+                    "directory with OPENAI_BASE_URL set (see mode). Empty: no agents."));
+  b.choice("mode", &o.mode,
+           FieldInfo("episode: one run of the command per episode, with OPENAI_API_KEY and "
+                     "FLYWHEEL_EPISODE_ID set and the prompt record on stdin; its exit ends the "
+                     "episode. persistent: up to max_episodes long-lived runs, each taking "
+                     "episodes one at a time as JSON lines on stdin ({episode_id, api_key, "
+                     "base_url, record}) and ending each with a line {\"episode_id\": ID, "
+                     "\"done\": true} on stdout (no process start per episode)."));
   b.field("host", &o.host,
           FieldInfo("Address the endpoint listens on (loopback by default; anything else exposes "
                     "it to the network)."));
   b.field("port", &o.port, FieldInfo("Port of the endpoint; 0: any free port.").min(0).max(65535));
   b.field("timeout_s", &o.timeout_s,
-          FieldInfo("Deadline of one episode from its agent's start; past it the agent is killed "
-                    "and the episode ends with an error.")
+          FieldInfo("Deadline of one episode from its start; past it the agent (the run of the "
+                    "command that holds the episode) is killed and the episode ends with an "
+                    "error.")
               .greater_than(0));
   b.field("max_episodes", &o.max_episodes,
-          FieldInfo("Agent processes a worker runs at once (also bounded by rollout.max_slots).")
+          FieldInfo("Episodes a worker runs at once, and so agent processes (also bounded by "
+                    "rollout.max_slots).")
               .min(1));
   b.choice("on_rewrite", &o.on_rewrite,
            FieldInfo("When an agent rewrites its history (edits or drops earlier messages): "
-                     "drop ends the episode with an error (its group's prompt is issued again); "
-                     "segment (a new token stream trained as a further sequence of the group) "
-                     "is not implemented yet."));
+                     "segment starts a new token stream from the whole conversation, trained as "
+                     "a further sequence of the group with the episode's reward (group "
+                     "estimators count the episode once); drop ends the episode with an error "
+                     "(its group's prompt is issued again)."));
   b.field("max_segments", &o.max_segments,
-          FieldInfo("Segments of one episode, for on_rewrite: segment (not implemented yet).")
+          FieldInfo("Token streams one episode may have with on_rewrite: segment; a rewrite past "
+                    "them ends the episode with an error.")
               .min(1)
               .max(64));
   b.choice("tool_format", &o.tool_format,

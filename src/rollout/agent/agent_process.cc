@@ -5,12 +5,14 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/json.h"
@@ -46,26 +48,43 @@ absl::StatusOr<std::unique_ptr<AgentProcess>> AgentProcess::start(
   }
   const launcher::ExecArgs exec(options.command, options.env);  // before fork
 
-  const int in_fd = memfd_create("flywheel-agent-stdin", MFD_CLOEXEC);
-  if (in_fd < 0) return os_error("memfd_create");
-  for (size_t done = 0; done < options.stdin_data.size();) {
-    const ssize_t n =
-        write(in_fd, options.stdin_data.data() + done, options.stdin_data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      close(in_fd);
-      return os_error("writing the agent's stdin");
+  // stdin: fixed data in a memfd, or one end of a socket (writes to it never raise SIGPIPE).
+  int in_fd = -1, keep_fd = -1;
+  if (options.keep_stdin_open) {
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+      return os_error("socketpair");
+    in_fd = pair[0];
+    keep_fd = pair[1];
+    shutdown(in_fd, SHUT_WR);    // the agent's end only reads
+    shutdown(keep_fd, SHUT_RD);  // the runner's only writes
+    fcntl(keep_fd, F_SETFL, fcntl(keep_fd, F_GETFL) | O_NONBLOCK);
+  } else {
+    in_fd = memfd_create("flywheel-agent-stdin", MFD_CLOEXEC);
+    if (in_fd < 0) return os_error("memfd_create");
+    for (size_t done = 0; done < options.stdin_data.size();) {
+      const ssize_t n =
+          write(in_fd, options.stdin_data.data() + done, options.stdin_data.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        close(in_fd);
+        return os_error("writing the agent's stdin");
+      }
+      done += static_cast<size_t>(n);
     }
-    done += static_cast<size_t>(n);
+    lseek(in_fd, 0, SEEK_SET);
   }
-  lseek(in_fd, 0, SEEK_SET);
+  auto close_stdin = [&] {
+    close(in_fd);
+    if (keep_fd >= 0) close(keep_fd);
+  };
   int out[2], err[2];
   if (pipe2(out, O_CLOEXEC) != 0) {
-    close(in_fd);
+    close_stdin();
     return os_error("pipe");
   }
   if (pipe2(err, O_CLOEXEC) != 0) {
-    close(in_fd);
+    close_stdin();
     close(out[0]);
     close(out[1]);
     return os_error("pipe");
@@ -74,7 +93,8 @@ absl::StatusOr<std::unique_ptr<AgentProcess>> AgentProcess::start(
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
-    for (int fd : {in_fd, out[0], out[1], err[0], err[1]}) close(fd);
+    close_stdin();
+    for (int fd : {out[0], out[1], err[0], err[1]}) close(fd);
     return os_error("fork");
   }
   if (pid == 0) {
@@ -98,6 +118,8 @@ absl::StatusOr<std::unique_ptr<AgentProcess>> AgentProcess::start(
   close(err[1]);
   std::unique_ptr<AgentProcess> process(new AgentProcess());
   process->pid_ = pid;
+  process->stdin_fd_ = keep_fd;
+  if (!options.stdin_data.empty() && keep_fd >= 0) process->send(options.stdin_data);
   process->max_line_bytes_ = options.max_line_bytes;
   process->stderr_tail_bytes_ = options.stderr_tail_bytes;
   const int out_fd = out[0], err_fd = err[0];
@@ -112,6 +134,33 @@ AgentProcess::~AgentProcess() {
     waitpid(pid_, &status_, 0);
   }
   if (reader_.joinable()) reader_.join();  // the pipes close with the process group
+  if (stdin_fd_ >= 0) close(stdin_fd_);
+}
+
+void AgentProcess::send(const std::string& data) {
+  if (stdin_fd_ < 0) return;
+  unsent_ += data;
+  flush_stdin();
+}
+
+void AgentProcess::flush_stdin() {
+  while (stdin_fd_ >= 0 && !unsent_.empty()) {
+    const ssize_t n = ::send(stdin_fd_, unsent_.data(), unsent_.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // the agent reads later
+    if (n < 0) {  // it closed its stdin or exited: nothing more reaches it
+      close(stdin_fd_);
+      stdin_fd_ = -1;
+      unsent_.clear();
+      return;
+    }
+    unsent_.erase(0, static_cast<size_t>(n));
+  }
+}
+
+std::vector<EpisodeDone> AgentProcess::take_done() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(done_, {});
 }
 
 void AgentProcess::take_line(const std::string& line) {
@@ -119,9 +168,20 @@ void AgentProcess::take_line(const std::string& line) {
   absl::StatusOr<core::Json> json = core::Json::parse(line);
   if (!json.ok() || !json->is_object()) return;
   const core::Json* reward = json->find("reward");
-  if (reward == nullptr || !reward->is_number()) return;
+  const bool has_reward = reward != nullptr && reward->is_number();
+  const core::Json* episode = json->find("episode_id");
+  const core::Json* done = json->find("done");
   absl::MutexLock lock(&mu_);
-  reward_ = reward->as_double();
+  if (has_reward) reward_ = reward->as_double();
+  if (episode != nullptr && episode->is_string() && done != nullptr && done->is_bool() &&
+      done->as_bool()) {
+    EpisodeDone d;
+    d.episode_id = episode->as_string();
+    if (has_reward) d.reward = reward->as_double();
+    const core::Json* error = json->find("error");
+    if (error != nullptr && error->is_string()) d.error = error->as_string();
+    done_.push_back(std::move(d));
+  }
 }
 
 void AgentProcess::read_output(int out_fd, int err_fd) {
@@ -172,6 +232,7 @@ void AgentProcess::read_output(int out_fd, int err_fd) {
 }
 
 bool AgentProcess::poll() {
+  flush_stdin();
   if (!reaped_) {
     const pid_t r = waitpid(pid_, &status_, WNOHANG);
     if (r != pid_) return false;

@@ -14,6 +14,7 @@
 #include "agent_server.h"
 #include "chat_format.h"
 #include "episode_stream.h"
+#include "flywheel/core/json.h"
 #include "flywheel/core/logging.h"
 #include "openai_response.h"
 #include "top_logprobs.h"
@@ -59,8 +60,15 @@ struct AgentRunner::Run {
   std::vector<std::string> emitted;  // streaming: text sent so far, per choice
   int64_t requests = 0;
   int64_t tool_call_ids = 0;
+  std::optional<double> reward;  // the agent's, when it reported one
   bool ended = false;
   Episode episode;
+};
+
+struct AgentRunner::Host {
+  std::unique_ptr<agent::AgentProcess> process;
+  std::string episode;  // the episode it runs (until its done line); "" = idle
+  Clock::time_point since;
 };
 
 struct AgentRunner::Group {
@@ -76,12 +84,6 @@ absl::StatusOr<std::unique_ptr<AgentRunner>> AgentRunner::create(
     GenerationEngine* engine, const model::TokenizerSetup& tokenizers,
     const AgentRunnerOptions& options) {
   if (!options.agent.enabled()) return absl::InvalidArgumentError("rollout.agent.command: empty");
-  if (options.agent.on_rewrite == core::OnRewrite::kSegment && options.agent.max_segments > 1) {
-    // Variable-size groups (a segment as a further sequence of its group) are not in the
-    // trajectory format yet.
-    return absl::UnimplementedError(
-        "rollout.agent.on_rewrite: segment is not implemented yet; set it to drop");
-  }
   std::unique_ptr<AgentRunner> runner(new AgentRunner(engine, tokenizers, options));
   runner->format_ =
       std::make_unique<agent::ChatFormat>(tokenizers.chat_template, options.agent.tool_format);
@@ -132,10 +134,10 @@ absl::StatusOr<std::unique_ptr<AgentRunner>> AgentRunner::create(
 AgentRunner::~AgentRunner() {
   abort_all();
   FLYWHEEL_LOG_INFO(
-      "agents: %d episodes, %d requests (%d refused), %d agent errors, %d rewrites, %d replies "
-      "discarded",
-      stats_.episodes, stats_.requests, stats_.refused, stats_.agent_errors, stats_.rewrites,
-      stats_.discarded_replies);
+      "agents: %d episodes (%d runs of the agent started), %d requests (%d refused), %d agent "
+      "errors, %d rewrites, %d replies discarded",
+      stats_.episodes, stats_.agent_starts, stats_.requests, stats_.refused, stats_.agent_errors,
+      stats_.rewrites, stats_.discarded_replies);
   {
     absl::MutexLock lock(&mu_);
     closing_ = true;  // from now on calls are answered as they arrive
@@ -170,6 +172,7 @@ absl::Status AgentRunner::submit(EpisodeRequest request) {
   group->request = std::move(request);
   Group* g = group.get();
   const std::string stdin_line = absl::StrCat(g->request.record->dump(), "\n");
+  const bool persistent = options_.agent.mode == core::AgentMode::kPersistent;
   for (int64_t i = 0; i < g->request.n; ++i) {
     auto run = std::make_unique<Run>();
     run->id = absl::StrCat(g->request.id, ".", i);
@@ -186,26 +189,30 @@ absl::Status AgentRunner::submit(EpisodeRequest request) {
     stream.drop_on_rewrite = options_.agent.on_rewrite == core::OnRewrite::kDrop;
     stream.max_segments = options_.agent.max_segments;
     run->stream = std::make_unique<agent::EpisodeStream>(stream);
-    agent::AgentProcessOptions process;
-    process.command = options_.agent.command;
-    process.working_dir = options_.working_dir;
-    process.env = {{"OPENAI_BASE_URL", base_url()},
-                   {"OPENAI_API_KEY", run->key},
-                   {"FLYWHEEL_EPISODE_ID", run->id}};
-    process.stdin_data = stdin_line;
     {
       absl::MutexLock lock(&mu_);
       keys_[run->key] = run->id;
     }
-    absl::StatusOr<std::unique_ptr<agent::AgentProcess>> started =
-        agent::AgentProcess::start(process);
     Run& r = *run;
     g->runs.push_back(std::move(run));
     ++stats_.episodes;
+    if (persistent) {
+      waiting_.push_back(&r);
+      continue;
+    }
+    agent::AgentProcessOptions process;
+    process.command = options_.agent.command;
+    process.working_dir = options_.working_dir;
+    process.env = {
+        {"OPENAI_BASE_URL", base_url()}, {"OPENAI_API_KEY", r.key}, {"FLYWHEEL_EPISODE_ID", r.id}};
+    process.stdin_data = stdin_line;
+    absl::StatusOr<std::unique_ptr<agent::AgentProcess>> started =
+        agent::AgentProcess::start(process);
     if (!started.ok()) {
       end_run(r, FinishReason::kError, std::string(started.status().message()));
       continue;
     }
+    ++stats_.agent_starts;
     r.process = *std::move(started);
   }
   groups_[g->request.id] = std::move(group);
@@ -456,6 +463,7 @@ void AgentRunner::poll_processes() {
       if (run->ended || !run->process) continue;
       if (run->process->poll()) {
         if (run->process->succeeded()) {
+          run->reward = run->process->reward();
           end_run(*run, FinishReason::kStop, "");
         } else {
           std::string tail = run->process->stderr_tail();
@@ -469,6 +477,91 @@ void AgentRunner::poll_processes() {
                              options_.agent.timeout_s, " s) and was killed"));
       }
     }
+  }
+}
+
+void AgentRunner::start_episodes() {
+  while (!waiting_.empty()) {
+    Run& run = *waiting_.front();
+    Host* host = nullptr;
+    for (auto& h : hosts_) {
+      if (h->episode.empty()) host = h.get();
+    }
+    if (host == nullptr) {
+      if (static_cast<int64_t>(hosts_.size()) >= options_.agent.max_episodes) return;
+      agent::AgentProcessOptions process;
+      process.command = options_.agent.command;
+      process.working_dir = options_.working_dir;
+      process.env = {{"OPENAI_BASE_URL", base_url()}, {"FLYWHEEL_AGENT_MODE", "persistent"}};
+      process.keep_stdin_open = true;
+      absl::StatusOr<std::unique_ptr<agent::AgentProcess>> started =
+          agent::AgentProcess::start(process);
+      waiting_.pop_front();
+      if (!started.ok()) {
+        end_run(run, FinishReason::kError, std::string(started.status().message()));
+        continue;
+      }
+      ++stats_.agent_starts;
+      hosts_.push_back(std::make_unique<Host>());
+      host = hosts_.back().get();
+      host->process = *std::move(started);
+    } else {
+      waiting_.pop_front();
+    }
+    if (run.ended) continue;  // aborted while it waited
+    host->episode = run.id;
+    host->since = Clock::now();
+    run.started = host->since;
+    core::Json line = core::Json::object();
+    line.set("episode_id", run.id);
+    line.set("api_key", run.key);
+    line.set("base_url", base_url());
+    line.set("record", *run.group->request.record);
+    host->process->send(absl::StrCat(line.dump(), "\n"));
+  }
+}
+
+void AgentRunner::poll_hosts() {
+  const auto now = Clock::now();
+  for (auto it = hosts_.begin(); it != hosts_.end();) {
+    Host& host = **it;
+    const bool exited = host.process->poll();  // then every line it wrote has been read
+    for (agent::EpisodeDone& done : host.process->take_done()) {
+      if (done.episode_id != host.episode) {
+        FLYWHEEL_LOG_WARN("agent: a done line for episode '%s', which this run does not hold",
+                          done.episode_id);
+        continue;
+      }
+      Run* run = run_of(host.episode);
+      host.episode.clear();
+      if (run == nullptr || run->ended) continue;  // ended already (budget, rewrite, abort)
+      run->reward = done.reward;
+      if (done.error) {
+        end_run(*run, FinishReason::kError, absl::StrCat("the agent reported: ", *done.error));
+      } else {
+        end_run(*run, FinishReason::kStop, "");
+      }
+    }
+    std::string why;
+    if (exited) {
+      const std::string tail = host.process->stderr_tail();
+      why = absl::StrCat("the agent ended with ", host.process->describe_exit(),
+                         tail.empty() ? "" : "; its stderr ends: ", tail);
+    } else if (!host.episode.empty() &&
+               now - host.since > std::chrono::duration<double>(options_.agent.timeout_s)) {
+      why = absl::StrCat("the agent ran past rollout.agent.timeout_s (", options_.agent.timeout_s,
+                         " s) and was killed");
+    }
+    if (why.empty()) {
+      ++it;
+      continue;
+    }
+    if (Run* run = host.episode.empty() ? nullptr : run_of(host.episode)) {
+      end_run(*run, FinishReason::kError, why);
+    } else if (exited) {
+      FLYWHEEL_LOG_WARN("agent: an idle run ended: %s", why);
+    }
+    it = hosts_.erase(it);  // kills and reaps it
   }
 }
 
@@ -502,6 +595,9 @@ void AgentRunner::end_run(Run& run, FinishReason reason, const std::string& erro
     ++stats_.agent_errors;
     FLYWHEEL_LOG_WARN("agent episode %s: %s", run.id, why);
   }
+  for (size_t k = 0; k + 1 < segments.size(); ++k) {
+    e.earlier_segments.push_back(std::move(static_cast<EpisodeSegment&>(segments[k])));
+  }
   if (!segments.empty()) {
     agent::Segment& s = segments.back();
     e.sample = std::move(s.sample);
@@ -514,7 +610,7 @@ void AgentRunner::end_run(Run& run, FinishReason reason, const std::string& erro
   }
   e.sample.finish_reason = reason;
   e.sample.error = why;
-  if (reason == FinishReason::kStop && run.process) e.reported_reward = run.process->reward();
+  if (reason == FinishReason::kStop) e.reported_reward = run.reward;
 }
 
 void AgentRunner::finish_groups() {
@@ -545,7 +641,12 @@ void AgentRunner::step() {
   }
   stream_progress();
   collect_engine();
-  poll_processes();
+  if (options_.agent.mode == core::AgentMode::kPersistent) {
+    poll_hosts();
+    start_episodes();
+  } else {
+    poll_processes();
+  }
   finish_groups();
   absl::MutexLock lock(&mu_);
   queued_ = engine_->queued_requests();
@@ -559,6 +660,11 @@ void AgentRunner::abort_all() {
   }
   groups_.clear();
   by_engine_id_.clear();
+  waiting_.clear();
+  // Persistent runs still in an episode are killed; idle ones stay for the next episodes.
+  hosts_.erase(std::remove_if(hosts_.begin(), hosts_.end(),
+                              [](const std::unique_ptr<Host>& h) { return !h->episode.empty(); }),
+               hosts_.end());
 }
 
 }  // namespace flywheel::rollout

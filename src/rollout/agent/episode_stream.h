@@ -25,6 +25,7 @@
 #include "chat_format.h"
 #include "flywheel/model/tokenizer/tokenizer.h"
 #include "flywheel/rollout/engine.h"
+#include "flywheel/rollout/episode_runner.h"
 #include "openai_request.h"
 
 namespace flywheel::rollout::agent {
@@ -55,14 +56,10 @@ struct Reply {
   std::string cut;       // the stop sequence cut off the end of the reply's text, if any
 };
 
-// One stream of an episode, as trained: the prompt, then (in sample) every token after it.
-struct Segment {
-  std::vector<int64_t> prompt_ids;
-  Sample sample;                     // from_model marks the model's tokens
-  std::vector<int64_t> turn_ends;    // per reply: the index just past its last token
-  std::vector<double> step_seconds;  // per reply taken up: the agent's time until it did
-  int64_t tool_calls = 0;            // calls made in the replies of this segment
-  std::string last_content;          // the last reply's content (or text)
+// One stream of an episode, as trained: the prompt, then (in sample) every token after it, with
+// the reply turns, the agent's time per step and the tool calls made in its replies.
+struct Segment : EpisodeSegment {
+  std::string last_content;  // the last reply's content (or text)
 };
 
 struct EpisodeStreamStats {

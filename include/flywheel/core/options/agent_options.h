@@ -16,17 +16,23 @@ namespace flywheel::core {
 enum class OnRewrite { kSegment, kDrop };
 absl::Span<const ChoiceName<OnRewrite>> choice_names(OnRewrite);
 
+// rollout.agent.mode: one run of the command per episode, or long-lived runs that take episode
+// after episode as JSON lines on stdin (docs/agents.md).
+enum class AgentMode { kEpisode, kPersistent };
+absl::Span<const ChoiceName<AgentMode>> choice_names(AgentMode);
+
 // rollout.agent.tool_format: how tools, tool calls and tool results are written as text.
 enum class ToolFormat { kAuto, kHermes, kTags };
 absl::Span<const ChoiceName<ToolFormat>> choice_names(ToolFormat);
 
 struct AgentOptions {
   std::vector<std::string> command;  // executable and arguments; empty = no agents
-  std::string host = "127.0.0.1";    // the endpoint's address
-  int64_t port = 0;                  // 0 = any free port (each worker its own)
-  double timeout_s = 300;            // per episode, from the agent's start
-  int64_t max_episodes = 64;         // agent processes running at once per worker
-  OnRewrite on_rewrite = OnRewrite::kDrop;
+  AgentMode mode = AgentMode::kEpisode;
+  std::string host = "127.0.0.1";  // the endpoint's address
+  int64_t port = 0;                // 0 = any free port (each worker its own)
+  double timeout_s = 300;          // per episode, from its start
+  int64_t max_episodes = 64;       // episodes (agent processes) running at once per worker
+  OnRewrite on_rewrite = OnRewrite::kSegment;
   int64_t max_segments = 4;                    // per episode, with on_rewrite: segment
   ToolFormat tool_format = ToolFormat::kAuto;  // auto: hermes with a chat template, else tags
   bool request_sampling = false;  // honour requests' temperature / top_p (not the run's)
