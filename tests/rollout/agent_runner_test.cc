@@ -378,6 +378,34 @@ TEST(AgentRunnerTest, PersistentAgentsRunEpisodeAfterEpisode) {
   EXPECT_EQ((*runner)->stats().agent_starts, 3);  // the crashed run was replaced once
 }
 
+// Agents connect in bursts (urllib opens a connection per request): the endpoint listens with a
+// backlog for all of them (httplib's default of 5 reset connections under load). `ss` shows a
+// listening socket's backlog as its Send-Q.
+TEST(AgentRunnerTest, TheEndpointListensWithABacklogForBurstsOfAgents) {
+  model::TokenizerSetup tokenizers;
+  tokenizers.tokenizer = *model::load_tokenizer("/nonexistent-dir", core::TokenizerType::kChar);
+  auto engine = make_engine(shared_model("qwen2"), {}, {});
+  AgentRunnerOptions options;
+  options.agent.command = {"/bin/true"};
+  auto runner = AgentRunner::create(engine.get(), tokenizers, options);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  const std::string url = (*runner)->base_url();  // http://127.0.0.1:PORT/v1
+  const std::string port = url.substr(url.rfind(':') + 1, url.size() - url.rfind(':') - 4);
+  const std::string command = "ss -ltnH 'sport = :" + port + "'";
+  FILE* ss = popen(command.c_str(), "r");
+  ASSERT_NE(ss, nullptr);
+  char line[512] = {0};
+  const bool read = fgets(line, sizeof(line), ss) != nullptr;
+  pclose(ss);
+  ASSERT_TRUE(read) << command << " printed nothing";
+  std::istringstream fields(line);
+  std::string state;
+  int64_t queued = 0, backlog = 0;
+  fields >> state >> queued >> backlog;
+  EXPECT_EQ(state, "LISTEN") << line;
+  EXPECT_GE(backlog, 256) << line;
+}
+
 // A persistent agent that never ends its episode is killed at rollout.agent.timeout_s; the
 // episode ends with an error naming the deadline.
 TEST(AgentRunnerTest, WallClockAPersistentAgentPastTheDeadlineIsKilled) {

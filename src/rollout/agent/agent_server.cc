@@ -1,6 +1,7 @@
 #include "agent_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,11 @@ std::string bearer_key(const httplib::Request& req) {
   return header.substr(kBearer.size());
 }
 
+// Every agent may connect at once (urllib opens a connection per request). Debian's httplib is a
+// compiled library that listens with a backlog of 5, and bursts of connections were reset
+// under load: the socket listens again with this one.
+constexpr int kListenBacklog = 1024;
+
 }  // namespace
 
 AgentServer::AgentServer(const AgentServerOptions& options)
@@ -41,6 +47,11 @@ std::string AgentServer::base_url() const {
 absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::start(const AgentServerOptions& options) {
   std::unique_ptr<AgentServer> server(new AgentServer(options));
   server->install_routes();
+  int socket_fd = -1;  // the socket bound last (the one listening, when binding succeeds)
+  server->server_->set_socket_options([&socket_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    socket_fd = sock;
+  });
   const int port =
       options.port == 0
           ? server->server_->bind_to_any_port(options.host)
@@ -48,6 +59,10 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::start(const AgentServe
   if (port <= 0) {
     return absl::UnavailableError(
         absl::StrCat("rollout.agent: cannot listen on ", options.host, ":", options.port));
+  }
+  if (socket_fd < 0 || ::listen(socket_fd, kListenBacklog) != 0) {
+    return absl::UnavailableError(absl::StrCat("rollout.agent: cannot listen on ", options.host,
+                                               ":", port, " with a backlog of ", kListenBacklog));
   }
   server->port_ = port;
   httplib::Server* raw = server->server_.get();
