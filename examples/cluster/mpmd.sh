@@ -2,7 +2,8 @@
 # Learners and rollout workers in one OpenMPI MPMD job (docs/cluster.md).
 #
 # Layout (edit the variables below): node1 runs the learner ranks (and, as learner rank 0, the
-# controller); node2 and node3 run the rollout workers. One process per GPU, 8 GPUs per node:
+# controller); node2 and node3 run the rollout workers. One process per GPU, 8 GPUs per node
+# (LEARNERS and WORKERS_PER_NODE set other counts, e.g. on CPU nodes):
 #
 #   mpirun world rank  0..7   flywheel learner   on node1   (rank 0 hosts the controller)
 #   mpirun world rank  8..23  flywheel rollout   on node2, node3
@@ -27,6 +28,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LEARNER_HOST=${LEARNER_HOST:-node1}
 ROLLOUT_HOSTS=${ROLLOUT_HOSTS:-node2 node3}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
+LEARNERS=${LEARNERS:-$GPUS_PER_NODE}                  # learner ranks on LEARNER_HOST
+WORKERS_PER_NODE=${WORKERS_PER_NODE:-$GPUS_PER_NODE}  # rollout workers on each rollout host
 CONTROLLER_PORT=${CONTROLLER_PORT:-50051}
 NET_IF=${NET_IF:-eth0}         # the cluster network interface (ip -br addr), same name on all nodes
 HOSTFILE=${HOSTFILE:-$(mktemp)}
@@ -48,10 +51,11 @@ export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 # export NCCL_IB_DISABLE=1           # TCP instead of InfiniBand
 
 : >"$HOSTFILE"
-for host in $LEARNER_HOST $ROLLOUT_HOSTS; do echo "$host slots=$GPUS_PER_NODE" >>"$HOSTFILE"; done
+echo "$LEARNER_HOST slots=$LEARNERS" >>"$HOSTFILE"
+for host in $ROLLOUT_HOSTS; do echo "$host slots=$WORKERS_PER_NODE" >>"$HOSTFILE"; done
 rollout_hosts_csv=""
-for host in $ROLLOUT_HOSTS; do rollout_hosts_csv+="${rollout_hosts_csv:+,}$host:$GPUS_PER_NODE"; done
-num_rollout=$((GPUS_PER_NODE * $(wc -w <<<"$ROLLOUT_HOSTS")))
+for host in $ROLLOUT_HOSTS; do rollout_hosts_csv+="${rollout_hosts_csv:+,}$host:$WORKERS_PER_NODE"; done
+num_rollout=$((WORKERS_PER_NODE * $(wc -w <<<"$ROLLOUT_HOSTS")))
 
 # Global options first (they apply to both app contexts), then learners, ':', rollout workers.
 # --bind-to none: each process runs cluster.threads_per_process threads (plus reward threads in
@@ -59,7 +63,7 @@ num_rollout=$((GPUS_PER_NODE * $(wc -w <<<"$ROLLOUT_HOSTS")))
 exec mpirun --hostfile "$HOSTFILE" \
   --bind-to none \
   -x FLYWHEEL_TOKEN -x NCCL_SOCKET_IFNAME -x NCCL_DEBUG -x PATH -x LD_LIBRARY_PATH \
-  -np "$GPUS_PER_NODE" --host "$LEARNER_HOST:$GPUS_PER_NODE" \
+  -np "$LEARNERS" --host "$LEARNER_HOST:$LEARNERS" \
     "$HERE/bind_gpu.sh" "$FLYWHEEL" learner "$CONFIG" \
       --set buffer.server.bind_address="0.0.0.0:$CONTROLLER_PORT" \
       --set weight_sync.transport="$WEIGHT_SYNC" \

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/json.h"
+#include "flywheel/core/logging.h"
 #include "flywheel/core/status_macros.h"
 
 namespace flywheel::buffer {
@@ -147,7 +148,7 @@ bool ControllerCore::closed() const {
 
 bool ControllerCore::heartbeat_done(const std::string& worker, double now) {
   absl::MutexLock lock(&mu_);
-  last_seen_[worker] = now;
+  seen_locked(worker, now);
   if (closed_) told_done_.insert(worker);
   return closed_;
 }
@@ -174,7 +175,7 @@ int64_t ControllerCore::budget_limit() const {
 Grant ControllerCore::acquire(const std::string& worker, int64_t max_prompts, double now,
                               const GrantBudget* budget) {
   absl::MutexLock lock(&mu_);
-  last_seen_[worker] = now;
+  seen_locked(worker, now);
   expire_locked(now);
   Grant grant;
   grant.version = grant_version_locked();
@@ -228,7 +229,7 @@ absl::StatusOr<PushOutcome> ControllerCore::push(TrajectoryGroup&& group, double
   const int64_t min_version = group.min_version();
   const int64_t bytes = static_cast<int64_t>(group.bytes());
   absl::MutexLock lock(&mu_);
-  last_seen_[group.worker_id] = now;
+  seen_locked(group.worker_id, now);
   if (acknowledged_.contains(group.group_id)) {
     ++counters_.duplicates;
     return PushOutcome::kDuplicate;
@@ -350,12 +351,12 @@ void ControllerCore::set_weights_version(int64_t version) {
 
 void ControllerCore::heartbeat(const std::string& worker, double now) {
   absl::MutexLock lock(&mu_);
-  last_seen_[worker] = now;
+  seen_locked(worker, now);
 }
 
 int64_t ControllerCore::register_worker(const std::string& worker, double now) {
   absl::MutexLock lock(&mu_);
-  last_seen_[worker] = now;
+  seen_locked(worker, now);
   told_done_.erase(worker);
   auto held = leases_by_worker_.find(worker);
   if (held == leases_by_worker_.end()) return 0;
@@ -392,6 +393,15 @@ void ControllerCore::remove_lease_locked(uint64_t id) {
   leases_.erase(it);
 }
 
+void ControllerCore::seen_locked(const std::string& worker, double now) {
+  auto [it, first] = last_seen_.try_emplace(worker, now);
+  if (!first && now - it->second > options_.worker_timeout_s) {
+    FLYWHEEL_LOG_INFO("worker %s is heard from again after %.1f s of silence", worker,
+                      now - it->second);
+  }
+  it->second = now;
+}
+
 void ControllerCore::expire_locked(double now) {
   std::vector<uint64_t> expired;
   for (auto it = leases_by_deadline_.begin(); it != leases_by_deadline_.end() && it->first < now;
@@ -401,6 +411,11 @@ void ControllerCore::expire_locked(double now) {
   for (const auto& [worker, ids] : leases_by_worker_) {
     auto seen = last_seen_.find(worker);
     if (seen == last_seen_.end() || now - seen->second > options_.worker_timeout_s) {
+      FLYWHEEL_LOG_WARN(
+          "worker %s has been silent for %.1f s (more than %g s): its %d lease(s) are issued "
+          "again",
+          worker, seen == last_seen_.end() ? 0.0 : now - seen->second, options_.worker_timeout_s,
+          ids.size());
       expired.insert(expired.end(), ids.begin(), ids.end());
     }
   }

@@ -139,11 +139,9 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
         "--controller HOST:PORT (or cluster.controller_address) is required outside an MPMD "
         "mpirun");
   }
-  if (worker_id.empty()) {
-    char host[256] = {0};
-    gethostname(host, sizeof(host) - 1);
-    worker_id = absl::StrCat(host, "-", getpid());
-  }
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  if (worker_id.empty()) worker_id = absl::StrCat(host, "-", getpid());
   core::set_log_prefix(worker_id, roles ? roles->role->rank() : 0);
 
   if (c.model.path.empty()) return absl::InvalidArgumentError("model.path must be set");
@@ -223,9 +221,10 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
                             make_agent_runner(c, job->config_dir(), engine->get(), tokenizers,
                                               client_options.token, &options));
   FLYWHEEL_LOG_INFO(
-      "rollout worker %s: controller %s, %d slots, groups of %d, %d thread(s), weights over %s",
-      worker_id, address, c.rollout.max_slots, c.rollout.group_size, c.cluster.threads_per_process,
-      core::choice_name(core::weight_transport(c.weight_sync)));
+      "rollout worker %s on %s: controller %s, %d slots, groups of %d, %d thread(s), weights "
+      "over %s",
+      worker_id, host, address, c.rollout.max_slots, c.rollout.group_size,
+      c.cluster.threads_per_process, core::choice_name(core::weight_transport(c.weight_sync)));
   const auto start = std::chrono::steady_clock::now();
   std::optional<rollout::ChannelWeightSource> channel_source;
   std::optional<rollout::GrpcWeightSource> grpc_source;

@@ -230,6 +230,9 @@ class ControllerCore {
   bool peek_prompt_locked(int64_t* epoch, int64_t* prompt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void pop_prompt_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void expire_locked(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a call of `worker` at `now`; logs a worker heard from again after a silence that
+  // cost it its leases.
+  void seen_locked(const std::string& worker, double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Lease bookkeeping: the lease map plus its two indexes (deadline, worker).
   void add_lease_locked(const Lease& lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void remove_lease_locked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -16,6 +16,7 @@
 #include "client_weights_call.h"
 #include "flywheel/buffer/controller_core.h"
 #include "flywheel/core/crc32c.h"
+#include "flywheel/core/logging.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/v1/controller.grpc.pb.h"
 #include "transport_args.h"
@@ -110,9 +111,19 @@ absl::Status ControllerClient::with_retries(Call&& call, bool retry_deadline) {
         status.error_code() == grpc::StatusCode::UNAVAILABLE ||
         status.error_code() == grpc::StatusCode::CANCELLED ||
         (retry_deadline && status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
-    if (!retry) return from_grpc(status);
     const auto now = std::chrono::steady_clock::now();
-    if (!first_failure) first_failure = now;
+    if (!retry) {
+      if (first_failure && status.ok()) {
+        FLYWHEEL_LOG_INFO("the controller answers again, after %.1f s and %d attempts",
+                          std::chrono::duration<double>(now - *first_failure).count(), attempt + 1);
+      }
+      return from_grpc(status);
+    }
+    if (!first_failure) {
+      first_failure = now;
+      FLYWHEEL_LOG_WARN("the controller did not answer (%s); retrying for up to %g s",
+                        status.error_message(), options_.reconnect_timeout_s);
+    }
     const bool attempts_left = attempt + 1 < options_.max_attempts;
     const bool time_left =
         std::chrono::duration<double>(now - *first_failure).count() < options_.reconnect_timeout_s;
