@@ -44,7 +44,11 @@ std::vector<std::pair<std::string, int64_t*>> ControllerCounters::fields() {
           {"rejected_lease", &rejected_lease},
           {"rejected_full", &rejected_full},
           {"consumed", &consumed},
-          {"dropped", &dropped}};
+          {"dropped", &dropped},
+          {"partials_returned", &partials_returned},
+          {"partials_resumed", &partials_resumed},
+          {"partials_discarded", &partials_discarded},
+          {"resumed_tokens", &resumed_tokens}};
 }
 
 std::vector<std::pair<std::string, int64_t>> ControllerCounters::entries() const {
@@ -205,12 +209,27 @@ Grant ControllerCore::acquire(const std::string& worker, int64_t max_prompts, do
   for (int64_t i = 0; i < room; ++i) {
     Lease lease;
     if (!peek_prompt_locked(&lease.epoch, &lease.prompt)) break;
+    auto partial = partials_.find({lease.epoch, lease.prompt});
+    const bool fresh_enough =
+        partial != partials_.end() &&
+        grant.version - min_version(*partial->second) <= options_.max_staleness;
+    if (fresh_enough) lease.partial = partial->second;
     if (budget != nullptr) {
-      const int64_t cost = budget->cost(lease.prompt);
+      const int64_t cost = budget->cost(lease.prompt) +
+                           (lease.partial ? static_cast<int64_t>(byte_size(*lease.partial)) : 0);
       if (spent + cost > budget->max_cost) break;
       spent += cost;
     }
     pop_prompt_locked();
+    if (partial != partials_.end()) {
+      if (fresh_enough) {
+        ++counters_.partials_resumed;
+        counters_.resumed_tokens += token_count(*partial->second);
+      } else {
+        ++counters_.partials_discarded;
+      }
+      partials_.erase(partial);
+    }
     lease.id = next_lease_id_++;
     lease.worker = worker;
     lease.deadline = now + options_.lease_timeout_s;
@@ -428,7 +447,9 @@ void ControllerCore::expire_locked(double now) {
   }
 }
 
-absl::Status ControllerCore::release(uint64_t lease_id, bool drop) {
+absl::Status ControllerCore::release(uint64_t lease_id, bool drop, PartialGeneration partial) {
+  absl::Status valid = absl::OkStatus();
+  if (!partial.empty()) valid = validate_partial(partial, options_.limits, version());
   absl::MutexLock lock(&mu_);
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) return absl::NotFoundError(absl::StrCat("no lease ", lease_id));
@@ -437,9 +458,14 @@ absl::Status ControllerCore::release(uint64_t lease_id, bool drop) {
   } else {
     requeue_locked(it->second.epoch, it->second.prompt);
     ++counters_.released;
+    if (!partial.empty() && valid.ok()) {
+      partials_[{it->second.epoch, it->second.prompt}] =
+          std::make_shared<const PartialGeneration>(std::move(partial));
+      ++counters_.partials_returned;
+    }
   }
   remove_lease_locked(lease_id);
-  return absl::OkStatus();
+  return valid;
 }
 
 int64_t ControllerCore::release_all() {

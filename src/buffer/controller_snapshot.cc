@@ -3,6 +3,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "flywheel/buffer/controller_core.h"
 #include "flywheel/core/json.h"
@@ -46,6 +47,16 @@ Json trajectory_json(const Trajectory& t) {
   return j;
 }
 
+Json partial_sample_json(const PartialSample& s) {
+  Json j = Json::object();
+  j.set("token_ids", numbers(s.token_ids));
+  j.set("logprobs", numbers(s.logprobs));
+  j.set("versions", numbers(s.versions));
+  j.set("finished", Json(s.finished));
+  j.set("finish_reason", Json(s.finish_reason));
+  return j;
+}
+
 // Readers that fail soft: a malformed snapshot is reported once, at the end.
 struct Reader {
   bool ok = true;
@@ -78,6 +89,17 @@ struct Reader {
       }
     }
     return out;
+  }
+  PartialSample partial_sample(const Json& j) {
+    PartialSample s;
+    s.token_ids = list<int32_t>(j.find("token_ids"));
+    s.logprobs = list<float>(j.find("logprobs"));
+    s.versions = list<int32_t>(j.find("versions"));
+    const Json* finished = j.find("finished");
+    if (!finished || !finished->is_bool()) ok = false;
+    s.finished = ok && finished->as_bool();
+    s.finish_reason = string(j.find("finish_reason"));
+    return s;
   }
   Trajectory trajectory(const Json& j) {
     Trajectory t;
@@ -173,6 +195,17 @@ std::string ControllerCore::snapshot() const {
   for (const auto& [epoch, prompt] : requeued_)
     requeued.push_back(Json::array({Json(epoch), Json(prompt)}));
   j.set("requeued", std::move(requeued));
+  Json partials = Json::array();
+  for (const auto& [key, partial] : partials_) {
+    Json p = Json::object();
+    p.set("epoch", Json(key.first));
+    p.set("prompt", Json(key.second));
+    Json samples = Json::array();
+    for (const PartialSample& sample : *partial) samples.push_back(partial_sample_json(sample));
+    p.set("samples", std::move(samples));
+    partials.push_back(std::move(p));
+  }
+  j.set("partials", std::move(partials));
   Json leases = Json::array();
   for (const auto& [id, lease] : leases_) {
     Json l = Json::object();
@@ -258,6 +291,20 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::restore(
     if (v.size() != 2) return malformed("requeued entries must be [epoch, prompt] pairs");
     c.requeued_.emplace_back(v[0], v[1]);
   }
+  // Partial generations of requeued prompts (absent from snapshots older than them).
+  if (const std::vector<Json>* partials = array("partials")) {
+    for (const Json& p : *partials) {
+      const int64_t epoch = r.integer(p.find("epoch")), prompt = r.integer(p.find("prompt"));
+      const Json* samples = p.find("samples");
+      if (!samples || !samples->is_array()) return malformed("partials need their samples");
+      PartialGeneration partial;
+      for (const Json& sample : samples->as_array()) partial.push_back(r.partial_sample(sample));
+      if (!r.ok) break;
+      const absl::Status valid = validate_partial(partial, options.limits, c.version_);
+      if (!valid.ok()) return malformed(absl::StrCat("partials: ", valid.message()));
+      c.partials_[{epoch, prompt}] = std::make_shared<const PartialGeneration>(std::move(partial));
+    }
+  }
   for (const Json& l : *leases) {
     Lease lease;
     const int64_t id = r.integer(l.find("id"));
@@ -314,7 +361,11 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::restore(
   for (const Json& id : *acknowledged) c.acknowledged_.insert(r.string(&id));
   for (auto& [name, field] : c.counters_.fields()) {
     const Json* value = counters->find(name);
-    if (value == nullptr && name == "dropped") continue;  // snapshots older than that counter
+    // Snapshots older than these counters.
+    if (value == nullptr &&
+        (name == "dropped" || absl::StartsWith(name, "partials_") || name == "resumed_tokens")) {
+      continue;
+    }
     *field = r.integer(value);
   }
   if (!r.ok) return malformed("a field is missing or has the wrong type");
@@ -325,6 +376,9 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::restore(
   };
   bool refs_ok = true;
   for (const auto& [epoch, prompt] : c.requeued_) refs_ok = refs_ok && in_range(epoch, prompt);
+  for (const auto& [key, partial] : c.partials_) {
+    refs_ok = refs_ok && in_range(key.first, key.second);
+  }
   for (const auto& [id, lease] : c.leases_)
     refs_ok = refs_ok && in_range(lease.epoch, lease.prompt);
   for (const Entry& e : c.buffer_) refs_ok = refs_ok && in_range(e.epoch, e.prompt);

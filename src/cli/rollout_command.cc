@@ -211,6 +211,7 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
   options.sampling.stop_token_ids = model_config.eos_token_ids;
   options.weight_timeout_s = c.weight_sync.timeout_s;
   options.drain_timeout_s = c.rewards.timeout_s + 5;
+  options.finish_on_stop_s = c.rollout.finish_on_stop_s;
   options.greedy_baseline = greedy_baseline;
   rollout::TurnMarkerIds markers;
   if (!c.environment.name.empty()) {
@@ -265,6 +266,14 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
       stats.leases_released, stats.generated_tokens, elapsed,
       stats.generated_tokens / std::max(elapsed, 1e-9), stats.weight_updates,
       stats.weight_updates ? 1e3 * stats.weight_stage_s / stats.weight_updates : 0.0);
+  if (stats.groups_handed_over + stats.groups_resumed > 0) {
+    std::cerr << absl::StrFormat(
+        "flywheel rollout %s: %d groups handed back at the stop with their samples so far (%d "
+        "tokens), %d groups continued from another worker's samples (%d tokens not generated "
+        "again)\n",
+        worker_id, stats.groups_handed_over, stats.handed_over_tokens, stats.groups_resumed,
+        stats.resumed_tokens);
+  }
   return s;
 }
 

@@ -262,6 +262,65 @@ TEST(ControllerCoreTest, DroppedPromptsAreNotReissuedAndTheEpochStillDrains) {
   EXPECT_EQ((*restored)->counters().dropped, 1);
 }
 
+// A sample so far: `n` tokens of `version`, unfinished.
+PartialSample partial_sample(int n, int32_t version) {
+  PartialSample s;
+  s.token_ids.assign(n, 7);
+  s.logprobs.assign(n, -0.25f);
+  s.versions.assign(n, version);
+  return s;
+}
+
+// Issue 30, preemption: a lease given back with its samples so far re-issues its prompt with
+// them (counted), and the next grant of that prompt carries them; a partial older than
+// max_staleness versions at that grant is generated afresh instead (counted); the partials
+// survive a snapshot and restore.
+TEST(ControllerCoreTest, ALeaseGivenBackWithItsSamplesIsReissuedWithThem) {
+  auto c = make(options(/*prompts=*/10, /*groups_per_step=*/1, /*max_staleness=*/1));
+  Grant g = c->acquire("w", 2, 0);
+  ASSERT_EQ(g.leases.size(), 2u);
+  PartialSample done = partial_sample(3, 0);
+  done.finished = true;
+  done.finish_reason = "stop";
+  ASSERT_TRUE(c->release(g.leases[0].id, false, {partial_sample(2, 0), done}).ok());
+  std::string snapshot = c->snapshot();
+  auto restored = ControllerCore::restore(options(10, 1, 1), snapshot, 1);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  for (ControllerCore* core : {c.get(), restored->get()}) {
+    Grant again = core->acquire("v", 1, 1);
+    ASSERT_EQ(again.leases.size(), 1u);
+    EXPECT_EQ(again.leases[0].prompt, g.leases[0].prompt);  // re-issued first
+    ASSERT_NE(again.leases[0].partial, nullptr);
+    ASSERT_EQ(again.leases[0].partial->size(), 2u);
+    EXPECT_EQ((*again.leases[0].partial)[0].token_ids.size(), 2u);
+    EXPECT_TRUE((*again.leases[0].partial)[1].finished);
+    EXPECT_EQ((*again.leases[0].partial)[1].finish_reason, "stop");
+    const ControllerCounters k = core->counters();
+    EXPECT_EQ(k.partials_returned, 1);
+    EXPECT_EQ(k.partials_resumed, 1);
+    EXPECT_EQ(k.resumed_tokens, 5);
+  }
+
+  // Handed back at version 0, re-issued at version 2 > 0 + max_staleness: generated afresh.
+  ASSERT_TRUE(c->release(g.leases[1].id, false, {partial_sample(2, 0), partial_sample(1, 0)}).ok());
+  c->set_version(2);
+  Grant late = c->acquire("v", 1, 2);
+  ASSERT_EQ(late.leases.size(), 1u);
+  EXPECT_EQ(late.leases[0].prompt, g.leases[1].prompt);
+  EXPECT_EQ(late.leases[0].partial, nullptr);
+  EXPECT_EQ(c->counters().partials_discarded, 1);
+
+  // An invalid partial is refused, naming the field; the lease is released all the same.
+  Grant more = c->acquire("w", 1, 2);
+  ASSERT_EQ(more.leases.size(), 1u);
+  PartialSample bad = partial_sample(2, 3);  // version 3 > the learner's 2
+  absl::Status s = c->release(more.leases[0].id, false, {partial_sample(1, 2), bad});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("partial[1].versions[0]: version 3"));
+  EXPECT_EQ(c->release(more.leases[0].id).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(c->counters().partials_returned, 2);
+}
+
 TEST(ControllerCoreTest, ClosedControllerSaysDoneAndReleaseAllReissues) {
   auto c = make(options(10, 2, 1));
   Grant g = c->acquire("w", 3, 0);

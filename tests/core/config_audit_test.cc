@@ -42,6 +42,7 @@ const Reader kReaders[] = {
   {"rollout.recompute_kv_on_update", "src/rollout/engine_config.cc", "o.recompute_kv_on_update = r.recompute_kv_on_update;"},
   {"rollout.logprob_mode", "src/rollout/engine_config.cc", "o.logprob_mode = r.logprob_mode;"},
   {"rollout.max_prefill_tokens", "src/rollout/engine_config.cc", "o.max_prefill_tokens = r.max_prefill_tokens;"},
+  {"rollout.finish_on_stop_s", "src/cli/rollout_command.cc", "options.finish_on_stop_s = c.rollout.finish_on_stop_s;", "RolloutWorkerTest.AStoppedWorkersSamplesAreContinuedByAnother"},
   {"rollout.agent.command", "src/rollout/agent/agent_runner.cc", "process.command = options_.agent.command;", "AgentRunnerTest.AnAgentOverHttpIsRecordedAsOneExactTokenStream"},
   {"rollout.agent.mode", "src/rollout/agent/agent_runner.cc", "const bool persistent = options_.agent.mode == core::AgentMode::kPersistent;", "AgentRunnerTest.PersistentAgentsRunEpisodeAfterEpisode"},
   {"rollout.agent.host", "src/rollout/agent/agent_runner.cc", "server.host = options.agent.host;"},

@@ -14,6 +14,8 @@
 
 #include "../model/test_models.h"
 #include "flywheel/buffer/service/controller_server.h"
+#include "flywheel/core/json.h"
+#include "flywheel/core/plugin_registry.h"
 #include "flywheel/rewards/composite_reward.h"
 #include "gtest/gtest.h"
 
@@ -105,12 +107,47 @@ struct Controller {
   std::unique_ptr<buffer::ControllerServer> server;
 };
 
+// Sleeps before every token (a large model's decode, so that a stop finds samples half done)
+// and counts the tokens.
+class SlowDecode final : public LogitsProcessor {
+ public:
+  explicit SlowDecode(std::atomic<int64_t>* tokens) : tokens_(tokens) {}
+  void apply(at::Tensor&, const std::vector<int64_t>&) const override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(15));
+    tokens_->fetch_add(1);
+  }
+
+ private:
+  std::atomic<int64_t>* tokens_;
+};
+
+// What differs between the workers of the tests.
+struct WorkerSetup {
+  std::chrono::milliseconds fetch_delay{0};
+  // Set: every sample is an episode of at most 3 turns of 2 tokens.
+  std::shared_ptr<const Environment> environment;
+  std::string id = "w0";
+  int64_t max_new_tokens = 4;
+  bool slow_decode = false;
+};
+
 // A worker with its own engine, tokenizer, rewards and client, run on a thread.
 class Worker {
  public:
-  // With `environment`, every sample is an episode of at most 3 turns of 2 tokens.
   Worker(int port, std::chrono::milliseconds fetch_delay,
-         std::shared_ptr<const Environment> environment = nullptr) {
+         std::shared_ptr<const Environment> environment = nullptr)
+      : Worker(port, WorkerSetup{fetch_delay, std::move(environment)}) {}
+  Worker(int port, const WorkerSetup& setup) {
+    const std::chrono::milliseconds fetch_delay = setup.fetch_delay;
+    std::shared_ptr<const Environment> environment = setup.environment;
+    auto& processors = registry_.get<LogitsProcessor, const LogitsProcessorParams&>();
+    EXPECT_TRUE(processors
+                    .add("slow",
+                         [this](const LogitsProcessorParams&)
+                             -> absl::StatusOr<std::unique_ptr<LogitsProcessor>> {
+                           return std::unique_ptr<LogitsProcessor>(new SlowDecode(&tokens_));
+                         })
+                    .ok());
     model::DecoderOptions decoder;
     auto model = model::DecoderModel::create(worker_model_config(), decoder);
     EXPECT_TRUE(model.ok()) << model.status();
@@ -119,7 +156,7 @@ class Worker {
     engine_options.max_slots = 4;
     engine_options.max_seq_len = 32;
     auto engine = rollout::GenerationEngine::create(std::move(*model), engine_options,
-                                                    {nullptr, nullptr, /*initial_version=*/-1});
+                                                    {nullptr, &registry_, /*initial_version=*/-1});
     EXPECT_TRUE(engine.ok()) << engine.status();
     engine_ = std::move(*engine);
     tokenizers_.tokenizer = std::move(*model::load_tokenizer("", "char"));
@@ -130,16 +167,17 @@ class Worker {
     pool_ = std::move(*rewards::ScoringPool::create(reward, {1, 64, 10, nullptr}));
     buffer::ControllerClientOptions co;
     co.address = "127.0.0.1:" + std::to_string(port);
-    co.worker_id = "w0";
+    co.worker_id = setup.id;
     co.deadline_s = 10;
     co.reconnect_timeout_s = 30;
     client_ = std::move(*buffer::ControllerClient::connect(co));
     source_ = std::make_unique<SlowWeightSource>(client_.get(), fetch_delay);
     RolloutWorkerOptions o;
-    o.worker_id = "w0";
+    o.worker_id = setup.id;
     o.group_size = kGroupSize;
     o.max_slots = 4;
-    o.sampling.max_new_tokens = 4;
+    o.sampling.max_new_tokens = setup.max_new_tokens;
+    if (setup.slow_decode) o.sampling.logits_processors = {{"slow", {}}};
     o.sampling.temperature = 1.0;
     o.sampling.seed = 3;
     o.weight_timeout_s = 30;
@@ -169,9 +207,12 @@ class Worker {
     return status_;
   }
   RolloutWorkerStats stats() const { return worker_->stats(); }
+  int64_t slow_tokens() const { return tokens_.load(); }  // sampled with slow_decode
   const model::DecoderModel& model() const { return engine_->model(); }
 
  private:
+  std::atomic<int64_t> tokens_{0};
+  core::PluginRegistry registry_;
   std::unique_ptr<rollout::GenerationEngine> engine_;
   model::TokenizerSetup tokenizers_;
   std::unique_ptr<PromptEncoder> encoder_;
@@ -356,7 +397,7 @@ TEST(RolloutWorkerTest, AppliesPublishedWeightsAndAcknowledgesThemWithTheirCheck
 
 // A stop request (a signal under `flywheel rollout`) ends run() with OK, and the leases the
 // worker holds are given back for other workers: here leases granted at version 1 while its
-// weights (2 s per fetch) are still on their way.
+// weights (2 s per fetch) are still on their way, and groups of version 0 it had begun.
 TEST(RolloutWorkerTest, AStopGivesTheLeasesItHoldsBack) {
   Controller c(/*max_staleness=*/1, /*incarnation=*/3, 0);
   Worker w(c.server->port(), std::chrono::milliseconds(2000));
@@ -368,8 +409,88 @@ TEST(RolloutWorkerTest, AStopGivesTheLeasesItHoldsBack) {
   ASSERT_TRUE(eventually([&] { return c.core->counters().granted > granted_at_0; }));
   w.stop();
   EXPECT_TRUE(w.join().ok());
-  EXPECT_GE(w.stats().leases_released, 1);
+  // Given back as they are, or with their samples so far when they had begun (issue 30).
+  EXPECT_GE(w.stats().leases_released + w.stats().groups_handed_over, 1);
   EXPECT_TRUE(eventually([&] { return c.core->in_flight() == 0; }, 10));
+}
+
+// The partial generations a controller holds (its snapshot's "partials"), by prompt index.
+std::map<int64_t, std::vector<std::vector<int64_t>>> partial_tokens(const Controller& c) {
+  std::map<int64_t, std::vector<std::vector<int64_t>>> out;
+  absl::StatusOr<core::Json> snapshot = core::Json::parse(c.core->snapshot());
+  EXPECT_TRUE(snapshot.ok());
+  for (const core::Json& p : snapshot->find("partials")->as_array()) {
+    auto& samples = out[p.find("prompt")->as_int()];
+    for (const core::Json& sample : p.find("samples")->as_array()) {
+      std::vector<int64_t> ids;
+      for (const core::Json& id : sample.find("token_ids")->as_array()) ids.push_back(id.as_int());
+      samples.push_back(std::move(ids));
+    }
+  }
+  return out;
+}
+
+// Issue 30, preemption: a worker stopped in the middle of its groups (a spot node's SIGTERM)
+// hands each back with its samples so far; the controller re-issues the prompts with them, and
+// another worker continues every sample from where it stopped (its tokens, log-probs and versions
+// kept, then decoded further) instead of generating it again.
+TEST(RolloutWorkerTest, AStoppedWorkersSamplesAreContinuedByAnother) {
+  Controller c(/*max_staleness=*/1, /*incarnation=*/13, 0);
+  WorkerSetup slow;
+  slow.id = "preempted";
+  slow.max_new_tokens = 24;
+  slow.slow_decode = true;  // 15 ms a token: 24 tokens take 0.36 s
+  auto preempted = std::make_unique<Worker>(c.server->port(), slow);
+  c.publish(preempted->model(), 0);
+  // Two groups of 2 samples at 3 tokens or so each: some tokens in, far from all 24.
+  ASSERT_TRUE(eventually([&] { return preempted->slow_tokens() >= 12; }));
+  preempted->stop();
+  ASSERT_TRUE(preempted->join().ok());
+  const RolloutWorkerStats handed = preempted->stats();
+  const buffer::ControllerCounters after_stop = c.core->counters();
+  ASSERT_GE(handed.groups_handed_over, 1);
+  EXPECT_GE(handed.handed_over_tokens, 8);
+  EXPECT_EQ(after_stop.partials_returned, handed.groups_handed_over);
+  const auto partials = partial_tokens(c);
+  ASSERT_EQ(static_cast<int64_t>(partials.size()), handed.groups_handed_over);
+
+  WorkerSetup fast;
+  fast.id = "successor";
+  fast.max_new_tokens = 24;
+  Worker successor(c.server->port(), fast);
+  int64_t continued = 0;
+  for (int64_t v = 0; v < 3; ++v) {
+    ASSERT_TRUE(eventually([&] { return c.core->buffered() >= kGroupsPerStep; })) << v;
+    std::vector<buffer::PromptRef> prompts;
+    auto batch = c.core->take_batch(kGroupsPerStep, &prompts);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    for (size_t g = 0; g < batch->size(); ++g) {
+      auto it = partials.find(prompts[g].prompt);
+      if (it == partials.end()) continue;
+      ++continued;
+      const auto& trajectories = (*batch)[g].trajectories;
+      ASSERT_EQ(trajectories.size(), it->second.size());
+      for (size_t i = 0; i < trajectories.size(); ++i) {
+        const std::vector<int32_t>& got = trajectories[i].response_ids;
+        const std::vector<int64_t>& before = it->second[i];
+        ASSERT_GE(got.size(), before.size());
+        EXPECT_TRUE(std::equal(before.begin(), before.end(), got.begin()))
+            << "prompt " << prompts[g].prompt << " sample " << i;
+        EXPECT_LE(got.size(), 24u);
+      }
+    }
+    c.publish(successor.model(), v + 1);
+    c.core->set_version(v + 1);
+  }
+  c.core->close();
+  EXPECT_TRUE(successor.join().ok());
+  const buffer::ControllerCounters k = c.core->counters();
+  EXPECT_EQ(k.partials_resumed + k.partials_discarded, handed.groups_handed_over);
+  EXPECT_GE(k.partials_resumed, 1);
+  EXPECT_EQ(k.resumed_tokens, successor.stats().resumed_tokens);
+  EXPECT_EQ(successor.stats().groups_resumed, k.partials_resumed);
+  EXPECT_EQ(k.rejected_invalid, 0);
+  EXPECT_GE(continued, 1);  // a continued group was trained on, its samples extended
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "flywheel/buffer/partial_generation.h"
 #include "flywheel/buffer/recent_ids.h"
 #include "flywheel/buffer/trajectory.h"
 
@@ -80,6 +81,9 @@ struct Lease {
   std::string worker;
   double deadline = 0;
   int64_t grant_version = 0;  // the version it was granted at (Grant::version)
+  // What a stopped worker generated for this prompt (release() with a partial), to continue
+  // rather than generate again; null for a fresh prompt.
+  std::shared_ptr<const PartialGeneration> partial;
 };
 
 // What one acquire() may grant besides max_prompts: the leases travel in one reply, which must
@@ -107,19 +111,23 @@ const char* push_outcome_name(PushOutcome outcome);
 
 // Exact counts of everything that happened to prompts and groups.
 struct ControllerCounters {
-  int64_t granted = 0;           // leases handed out (re-issues included)
-  int64_t expired = 0;           // leases that expired (prompt re-issued)
-  int64_t released = 0;          // leases given back by workers (prompt re-issued)
-  int64_t accepted = 0;          // groups buffered
-  int64_t duplicates = 0;        // re-pushed group ids, acknowledged again
-  int64_t filtered = 0;          // groups removed by the group filter
-  int64_t stale_dropped = 0;     // groups dropped as too stale
-  int64_t stale_requeued = 0;    // groups whose prompt was re-issued as too stale
-  int64_t rejected_invalid = 0;  // pushes that failed validation
-  int64_t rejected_lease = 0;    // pushes under an unknown or expired lease
-  int64_t rejected_full = 0;     // pushes refused by the capacity limits
-  int64_t consumed = 0;          // groups handed to learners
-  int64_t dropped = 0;           // prompts given up by workers (cannot be generated)
+  int64_t granted = 0;             // leases handed out (re-issues included)
+  int64_t expired = 0;             // leases that expired (prompt re-issued)
+  int64_t released = 0;            // leases given back by workers (prompt re-issued)
+  int64_t accepted = 0;            // groups buffered
+  int64_t duplicates = 0;          // re-pushed group ids, acknowledged again
+  int64_t filtered = 0;            // groups removed by the group filter
+  int64_t stale_dropped = 0;       // groups dropped as too stale
+  int64_t stale_requeued = 0;      // groups whose prompt was re-issued as too stale
+  int64_t rejected_invalid = 0;    // pushes that failed validation
+  int64_t rejected_lease = 0;      // pushes under an unknown or expired lease
+  int64_t rejected_full = 0;       // pushes refused by the capacity limits
+  int64_t consumed = 0;            // groups handed to learners
+  int64_t dropped = 0;             // prompts given up by workers (cannot be generated)
+  int64_t partials_returned = 0;   // leases given back with their samples so far (preemption)
+  int64_t partials_resumed = 0;    // of those, granted again with the samples to continue
+  int64_t partials_discarded = 0;  // of those, too stale to continue: generated afresh
+  int64_t resumed_tokens = 0;      // tokens the resumed partials held (not generated again)
 
   // Every counter by name (snapshot, GetStatus), in declaration order.
   std::vector<std::pair<std::string, int64_t*>> fields();
@@ -179,7 +187,12 @@ class ControllerCore {
   void expire(double now);
   // A worker gives a lease back (e.g. aborted); the prompt is re-issued. NotFound if unknown.
   // With `drop`, the prompt is not re-issued: it cannot be generated (counted as dropped).
-  absl::Status release(uint64_t lease_id, bool drop = false);
+  // With a `partial` (a stopped worker's samples so far), the prompt is re-issued with it: the
+  // next grant of the prompt carries it (Lease::partial) when its oldest token is at most
+  // max_staleness versions older than that grant's version, and is generated afresh otherwise
+  // (counted). An invalid partial (validate_partial) is InvalidArgument naming the field; the
+  // lease is released all the same.
+  absl::Status release(uint64_t lease_id, bool drop = false, PartialGeneration partial = {});
   // Gives back every lease (their prompts are re-issued first); returns how many. A learner job
   // restarted from a checkpoint calls it: the workers that held them are gone.
   int64_t release_all();
@@ -254,6 +267,9 @@ class ControllerCore {
   uint64_t next_lease_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<int64_t, std::vector<int64_t>> orders_ ABSL_GUARDED_BY(mu_);    // epoch -> permutation
   std::deque<std::pair<int64_t, int64_t>> requeued_ ABSL_GUARDED_BY(mu_);  // (epoch, prompt)
+  // Partial generations of requeued prompts, by (epoch, prompt).
+  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<const PartialGeneration>> partials_
+      ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
   // Indexes so that expiry costs O(expired + workers), not O(leases), per call.
   std::set<std::pair<double, uint64_t>> leases_by_deadline_ ABSL_GUARDED_BY(mu_);

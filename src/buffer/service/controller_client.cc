@@ -170,10 +170,13 @@ absl::StatusOr<v1::AcquireWorkReply> ControllerClient::acquire_work(int64_t max_
   return reply;
 }
 
-absl::Status ControllerClient::release_lease(uint64_t lease_id, bool drop) {
+absl::Status ControllerClient::release_lease(
+    uint64_t lease_id, bool drop,
+    const google::protobuf::RepeatedPtrField<v1::PartialSample>& partial) {
   v1::ReleaseLeaseRequest request;
   request.set_lease_id(lease_id);
   request.set_drop(drop);
+  *request.mutable_partial() = partial;
   v1::ReleaseLeaseReply reply;
   return with_retries(
       [&](grpc::ClientContext* c) { return stub_->stub->ReleaseLease(c, request, &reply); });

@@ -45,6 +45,35 @@ constexpr int64_t kLeaseOverheadBytes = 6 + 3 * 11 + 6;
 // The reply's own fields (kind, version).
 constexpr int64_t kReplyOverheadBytes = 32;
 
+google::protobuf::RepeatedPtrField<v1::PartialSample> to_proto(const PartialGeneration& partial) {
+  google::protobuf::RepeatedPtrField<v1::PartialSample> out;
+  for (const PartialSample& s : partial) {
+    v1::PartialSample* p = out.Add();
+    p->mutable_token_ids()->Add(s.token_ids.begin(), s.token_ids.end());
+    p->mutable_logprobs()->Add(s.logprobs.begin(), s.logprobs.end());
+    p->mutable_versions()->Add(s.versions.begin(), s.versions.end());
+    p->set_finished(s.finished);
+    p->set_finish_reason(s.finish_reason);
+  }
+  return out;
+}
+
+// Ids and versions travel as fixed32: a value of 2^31 or more reads as negative, which
+// validate_partial() rejects.
+PartialGeneration from_proto(const google::protobuf::RepeatedPtrField<v1::PartialSample>& in) {
+  PartialGeneration out;
+  for (const v1::PartialSample& p : in) {
+    PartialSample s;
+    s.token_ids.assign(p.token_ids().begin(), p.token_ids().end());
+    s.logprobs.assign(p.logprobs().begin(), p.logprobs().end());
+    s.versions.assign(p.versions().begin(), p.versions().end());
+    s.finished = p.finished();
+    s.finish_reason = p.finish_reason();
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 void put_varint(uint64_t v, std::string* out) {
   for (; v >= 0x80; v >>= 7) out->push_back(static_cast<char>((v & 0x7F) | 0x80));
   out->push_back(static_cast<char>(v));
@@ -226,6 +255,7 @@ class ControllerServer::Service final : public CallbackBase {
       l->set_epoch(lease.epoch);
       l->set_prompt_index(lease.prompt);
       l->set_prompt_json(dataset_->line(lease.prompt));
+      if (lease.partial) *l->mutable_partial() = to_proto(*lease.partial);
     }
     return finish(ctx, s);
   }
@@ -242,7 +272,9 @@ class ControllerServer::Service final : public CallbackBase {
                                          const v1::ReleaseLeaseRequest* req,
                                          v1::ReleaseLeaseReply*) override {
     grpc::Status s = authorize(ctx);
-    return finish(ctx, s.ok() ? to_grpc(core_->release(req->lease_id(), req->drop())) : s);
+    if (!s.ok()) return finish(ctx, s);
+    return finish(
+        ctx, to_grpc(core_->release(req->lease_id(), req->drop(), from_proto(req->partial()))));
   }
 
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx, const v1::StatusRequest*,

@@ -46,6 +46,15 @@ void bind_options(FieldBinder& b, RolloutOptions& o) {
                 "learner recomputes) or processed (the truncated distribution sampled from)."));
   b.field("max_prefill_tokens", &o.max_prefill_tokens,
           FieldInfo("Prompt tokens prefilled in one engine step (at least one prompt).").min(1));
+  b.field("finish_on_stop_s", &o.finish_on_stop_s,
+          FieldInfo("When a worker is stopped (SIGTERM, as a spot or preemptible node is, or "
+                    "SIGINT): seconds it keeps generating so that groups near their end finish "
+                    "and are pushed. Then it hands every group still generating back to the "
+                    "controller with its samples so far (tokens, behaviour log-probs, "
+                    "versions), and another worker continues them instead of generating them "
+                    "again (single-turn groups; episodes and greedy baselines are generated "
+                    "afresh). Keep it well inside the node's grace period.")
+              .min(0));
   b.section("agent", &o.agent,
             "Black-box agents: each episode runs `command`, which talks to the worker's "
             "OpenAI-compatible endpoint (docs/agents.md).");

@@ -71,7 +71,10 @@ class ControllerClient {
   // controller stays unreachable (or rejects the call itself, e.g. UNAUTHENTICATED).
   absl::StatusOr<std::vector<v1::PushAck>> push_groups(const std::vector<TrajectoryGroup>& groups);
   // `drop`: the prompt cannot be generated; the controller drops it rather than re-issuing it.
-  absl::Status release_lease(uint64_t lease_id, bool drop = false);
+  // `partial`: the group's samples so far, which the prompt's next worker continues.
+  absl::Status release_lease(
+      uint64_t lease_id, bool drop = false,
+      const google::protobuf::RepeatedPtrField<v1::PartialSample>& partial = {});
   absl::StatusOr<v1::StatusReply> status();
 
   // The newest published weights if newer than `newer_than`; std::nullopt when the newest

@@ -34,7 +34,10 @@ struct RolloutOptions {
   bool recompute_kv_on_update = false;  // re-prefill active sequences under new weights
   LogprobMode logprob_mode = LogprobMode::kTemperatureScaled;
   int64_t max_prefill_tokens = 8192;  // prompt tokens prefilled per engine step
-  AgentOptions agent;                 // black-box agents through the OpenAI endpoint
+  // On a stop (SIGTERM / SIGINT): seconds to keep generating so that groups near their end
+  // finish; then every group still generating is handed back with its samples so far.
+  double finish_on_stop_s = 0;
+  AgentOptions agent;  // black-box agents through the OpenAI endpoint
 
   absl::Status validate() const;
 };

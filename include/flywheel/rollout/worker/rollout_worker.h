@@ -15,6 +15,14 @@
 // least g (the controller grants at versions whose weights are published). The controller's
 // grant rule then bounds a group's staleness by max_staleness when it is trained.
 //
+// Preemption: a stop request (SIGTERM) ends the loop; the worker keeps generating for
+// finish_on_stop_s, then aborts what is still generating and gives each lease back with its
+// samples so far (PartialSample: tokens, behaviour log-probs, versions), which the
+// controller re-issues with the prompt. A lease that comes with samples is continued: each
+// unfinished sample is its own engine request (the prompt and its tokens prefilled, then
+// decoded), and the group is assembled from the tokens it was given and the new ones. Not for
+// episodes or greedy baselines, which are given back without samples and generated afresh.
+//
 // Controller restarts: when the controller answers with another incarnation (the learner job
 // restarted from a checkpoint), the worker drops its work in flight (those leases are gone),
 // forgets the weights' version (the restarted controller publishes older ones), registers
@@ -63,6 +71,9 @@ struct RolloutWorkerOptions {
   // With RolloutWorkerParts::environment: each sample is a multi-turn episode (episode_runner.h);
   // sampling.max_new_tokens bounds all of an episode's tokens after the prompt.
   EpisodeOptions episodes;
+  // On a stop request: seconds to keep generating (groups that finish are pushed) before every
+  // group still generating is handed back to the controller with its samples so far.
+  double finish_on_stop_s = 0;
 };
 
 struct RolloutWorkerStats {
@@ -72,7 +83,11 @@ struct RolloutWorkerStats {
   int64_t controller_restarts = 0;  // new incarnations seen
   int64_t groups_dropped = 0;       // scored for a controller that restarted since
   double weight_stage_s = 0;        // the loop's time staging updates (copies into the engine)
-  int64_t generated_tokens = 0;
+  int64_t generated_tokens = 0;     // tokens this worker's engine sampled for pushed groups
+  // Preemption: groups handed back at a stop with their samples so far, and groups this worker
+  // continued from such samples (the tokens it was given, not generated again).
+  int64_t groups_handed_over = 0, handed_over_tokens = 0;
+  int64_t groups_resumed = 0, resumed_tokens = 0;
 };
 
 // What a worker works with. Nothing is owned; everything must outlive run().
@@ -117,6 +132,13 @@ class RolloutWorker {
   absl::Status reset_for_restart();
   // Aborts generation and gives every lease back (the prompts are re-issued).
   void give_back_leases();
+  // After a stop request: generates for finish_on_stop_s, then gives every lease back, each
+  // group still generating with its samples so far (when it can be continued elsewhere).
+  void hand_over_leases();
+  // Submits a lease that came with samples to continue: one request per unfinished sample.
+  absl::Status submit_resumed(Pending& next);
+  // A resumed group's request finished (or was aborted): its sample joins the group.
+  void collect_resumed(GroupResult finished, const std::string& key, int64_t sample);
   absl::Status acquire(bool* done);
   absl::Status submit_ready();
   // Hands the newest fetched weights to the engine. When it holds less than `min_version`,
