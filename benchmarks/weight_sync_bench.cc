@@ -111,7 +111,10 @@ int worker_main(const std::string& address, int updates, bool tune_malloc) {
 int mpi_main(int64_t params, int updates, double bucket_mb) {
   auto runtime = flywheel::comm::MpiRuntime::init(nullptr, nullptr);
   if (!runtime.ok()) return 1;
-  auto world = flywheel::comm::MpiCommunicator::world(**runtime, {"bench", 600});
+  flywheel::comm::CommunicatorOptions options;
+  options.name = "bench";
+  options.timeout_s = 600;
+  auto world = flywheel::comm::MpiCommunicator::world(**runtime, options);
   if (!world.ok()) return 1;
   flywheel::comm::WeightChannel channel(world->get(), world->get());
   const uint64_t bucket = static_cast<uint64_t>(bucket_mb * (1 << 20));

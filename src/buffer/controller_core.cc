@@ -5,6 +5,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "flywheel/core/json.h"
 #include "flywheel/core/logging.h"
 #include "flywheel/core/status_macros.h"
@@ -164,6 +165,18 @@ bool ControllerCore::settled(double now) const {
     if (now - seen <= options_.worker_timeout_s && !told_done_.count(worker)) return false;
   }
   return true;
+}
+
+std::string ControllerCore::workers_heard(double now) const {
+  absl::MutexLock lock(&mu_);
+  if (last_seen_.empty()) return "no rollout worker has registered";
+  std::string out = "workers last heard from: ";
+  bool first = true;
+  for (const auto& [worker, seen] : last_seen_) {
+    absl::StrAppendFormat(&out, "%s%s %.1f s ago", first ? "" : ", ", worker, now - seen);
+    first = false;
+  }
+  return out;
 }
 
 bool ControllerCore::drained() const {

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -221,6 +222,9 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const core::StopS
     o.groups_per_step = c.trainer.groups_per_step;
     o.total_steps = c.trainer.total_steps;
     o.no_progress_timeout_s = c.trainer.no_progress_timeout_s;
+    // The other ranks wait for the batch in a collective: they hear "wait" well within its
+    // timeout, so that waiting for rollouts is never mistaken for a stuck rank 0.
+    o.wait_answer_s = std::min(o.wait_answer_s, c.cluster.collective_timeout_s / 4);
     o.prompts_log = prompts_log;
     o.workers_logs = absl::StrCat(c.logging.run_dir, "/logs under flywheel train");
     from_controller = std::make_unique<trainer::ControllerBatchSource>(o, host->core.get());

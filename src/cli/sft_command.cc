@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "commands.h"
 #include "flywheel/comm/mpi_communicator.h"
+#include "flywheel/comm/mpmd.h"
 #include "flywheel/core/logging.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/core/stop_signal.h"
@@ -33,7 +34,7 @@ absl::Status run(const SftArgs& args) {
   const core::Config& c = job.loaded.config;
   absl::StatusOr<std::unique_ptr<comm::MpiRuntime>> mpi = comm::MpiRuntime::init(nullptr, nullptr);
   if (!mpi.ok()) return mpi.status();
-  auto world = comm::MpiCommunicator::world(**mpi, {"learners", c.cluster.collective_timeout_s});
+  auto world = comm::MpiCommunicator::world(**mpi, comm::collective_options("learners", c));
   if (!world.ok()) return world.status();
   core::set_log_prefix("sft", (*world)->rank());
   at::set_num_threads(static_cast<int>(c.cluster.threads_per_process));

@@ -1,5 +1,7 @@
 #include "flywheel/comm/communicator.h"
 
+#include <unistd.h>
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -70,6 +72,12 @@ std::string broadcast_string(Communicator& comm, const std::string& value, int64
     comm.broadcast_host(piece, 0);
   }
   return out;
+}
+
+std::string host_name() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return host;
 }
 
 }  // namespace flywheel::comm

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/logging.h"
+#include "progress_board.h"
 #include "watchdog.h"
 
 namespace flywheel::comm {
@@ -126,16 +127,19 @@ MpiCommunicator::MpiCommunicator(std::unique_ptr<Handle> handle, const Communica
     : handle_(std::move(handle)), options_(options) {
   MPI_Comm_rank(handle_->comm, &rank_);
   MPI_Comm_size(handle_->comm, &size_);
-  watchdog_ = std::make_unique<Watchdog>([this](const std::string& what, double elapsed) {
-    const std::string message =
-        absl::StrCat("collective ", what, " on group '", options_.name, "' (mpi) timed out: rank ",
-                     rank_, " of ", size_, " waited ", elapsed, " s (timeout ", options_.timeout_s,
-                     " s); a rank stopped responding. Aborting the job.");
-    FLYWHEEL_LOG_ERROR("%s", message);
-    std::fprintf(stderr, "flywheel: %s\n", message.c_str());
-    std::fflush(stderr);
-    std::_Exit(kTimeoutExitCode);  // mpirun then ends every rank of the job
-  });
+  watchdog_ = std::make_unique<Watchdog>(
+      [this](const std::string& what, double elapsed, const std::string& board) {
+        const std::string message = absl::StrCat(
+            "collective ", what, " on group '", options_.name, "' (mpi) timed out: rank ", rank_,
+            " of ", size_, " on ", host_name(), " waited ", elapsed, " s (timeout ",
+            options_.timeout_s, " s); a rank stopped responding",
+            board.empty() ? "" : absl::StrCat(" (", board, ")"), ". Aborting the job.");
+        FLYWHEEL_LOG_ERROR("%s", message);
+        std::fprintf(stderr, "flywheel: %s\n", message.c_str());
+        std::fflush(stderr);
+        std::_Exit(kTimeoutExitCode);  // mpirun then ends every rank of the job
+      },
+      ProgressBoard::open(options_.progress_dir, options_.name, rank_, size_));
 }
 
 MpiCommunicator::~MpiCommunicator() = default;

@@ -10,11 +10,18 @@
 
 namespace flywheel::comm {
 
+CommunicatorOptions collective_options(const std::string& name, const core::Config& config) {
+  CommunicatorOptions o;
+  o.name = name;
+  o.timeout_s = config.cluster.collective_timeout_s;
+  if (!config.logging.run_dir.empty()) o.progress_dir = config.logging.run_dir + "/progress";
+  return o;
+}
+
 absl::StatusOr<MpmdWorld> join_mpmd_world(const comm::MpiRuntime& runtime, Role role,
                                           const core::Config& config) {
   MpmdWorld out;
-  auto world =
-      comm::MpiCommunicator::world(runtime, {"world", config.cluster.collective_timeout_s});
+  auto world = comm::MpiCommunicator::world(runtime, collective_options("world", config));
   if (!world.ok()) return world.status();
   out.world = std::move(*world);
   const int color = static_cast<int>(role);
@@ -67,7 +74,7 @@ absl::StatusOr<WeightGroup> join_weight_group(MpmdWorld& world, Role role,
       return absl::FailedPreconditionError(
           "weight_sync.transport nccl needs a CUDA GPU on every learner and rollout rank");
     }
-    comm::CommunicatorOptions options{"weights (nccl)", config.cluster.collective_timeout_s};
+    comm::CommunicatorOptions options = collective_options("weights (nccl)", config);
     // A worker receives on a stream of its own: its engine keeps the default stream busy.
     options.own_stream = role == Role::kRollout;
     auto nccl = comm::NcclCommunicator::create(*out.control, cuda_device, options);
@@ -104,8 +111,8 @@ absl::StatusOr<std::unique_ptr<comm::Communicator>> learner_nccl(const MpmdWorld
   if (!use_nccl) return std::unique_ptr<comm::Communicator>();
   const int device = local_cuda_device(world.role->rank());
   if (device < 0) return absl::FailedPreconditionError("cluster.backend nccl needs a CUDA GPU");
-  auto created = comm::NcclCommunicator::create(
-      *world.role, device, {"learners (nccl)", c.cluster.collective_timeout_s});
+  auto created =
+      comm::NcclCommunicator::create(*world.role, device, collective_options("learners (nccl)", c));
   if (!created.ok()) return created.status();
   return std::unique_ptr<comm::Communicator>(std::move(*created));
 }

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/logging.h"
 #include "flywheel/core/status_macros.h"
+#include "progress_board.h"
 
 namespace flywheel::comm {
 namespace {
@@ -163,6 +164,7 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Handle> handle, int device,
     : handle_(std::move(handle)), device_(device), options_(options) {
   ncclCommUserRank(handle_->comm, &rank_);
   ncclCommCount(handle_->comm, &size_);
+  board_ = ProgressBoard::open(options_.progress_dir, options_.name, rank_, size_);
 }
 
 NcclCommunicator::~NcclCommunicator() = default;
@@ -170,9 +172,14 @@ NcclCommunicator::~NcclCommunicator() = default;
 void NcclCommunicator::wait(const char* what) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + std::chrono::duration<double>(options_.timeout_s);
+  ++seq_;
+  if (board_) board_->enter(seq_, what);
   for (int polls = 0;; ++polls) {
     const cudaError_t state = cudaStreamQuery(handle_->stream);
-    if (state == cudaSuccess) return;
+    if (state == cudaSuccess) {
+      if (board_) board_->leave(seq_, what);
+      return;
+    }
     TORCH_CHECK(state == cudaErrorNotReady, "CUDA error during ", what, ": ",
                 cudaGetErrorString(state));
     ncclResult_t async = ncclSuccess;
@@ -187,10 +194,12 @@ void NcclCommunicator::wait(const char* what) {
     const auto now = std::chrono::steady_clock::now();
     if (now > deadline) {
       const double elapsed = std::chrono::duration<double>(now - start).count();
+      const std::string board = board_ ? board_->report(seq_) : "";
       const std::string message = absl::StrCat(
           "collective ", what, " on group '", options_.name, "' (nccl) timed out: rank ", rank_,
-          " of ", size_, " waited ", elapsed, " s (timeout ", options_.timeout_s,
-          " s); a rank stopped responding. Aborting the job.");
+          " of ", size_, " on ", host_name(), " waited ", elapsed, " s (timeout ",
+          options_.timeout_s, " s); a rank stopped responding",
+          board.empty() ? "" : absl::StrCat(" (", board, ")"), ". Aborting the job.");
       FLYWHEEL_LOG_ERROR("%s", message);
       std::fprintf(stderr, "flywheel: %s\n", message.c_str());
       std::fflush(stderr);

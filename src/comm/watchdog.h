@@ -1,27 +1,33 @@
 // A deadline on blocking calls: arm() before a call, disarm() after; a call still running at its
-// deadline is reported (which collective, rank, group, elapsed time) and the process exits with
-// kTimeoutExitCode, which makes mpirun end the job. A thread owned by the watchdog waits for the
-// deadlines, so the blocking call itself runs at full speed.
+// deadline is reported (which collective, rank, group, elapsed time, and what the group's
+// progress board says of the other ranks) and the process exits with kTimeoutExitCode, which
+// makes mpirun end the job. A thread owned by the watchdog waits for the deadlines, so the
+// blocking call itself runs at full speed.
 #pragma once
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "progress_board.h"
 
 namespace flywheel::comm {
 
 class Watchdog {
  public:
-  // `on_timeout(what, elapsed_s)` runs on the watchdog's thread and must not return.
-  explicit Watchdog(std::function<void(const std::string&, double)> on_timeout)
-      : on_timeout_(std::move(on_timeout)), thread_([this] { run(); }) {}
+  // `on_timeout(what, elapsed_s, board)` runs on the watchdog's thread and must not return;
+  // `board` is the progress board's report ("" without one). `board` (may be null) records each
+  // armed call, numbered, for the other ranks of the group.
+  using OnTimeout = std::function<void(const std::string&, double, const std::string&)>;
+  explicit Watchdog(OnTimeout on_timeout, std::unique_ptr<ProgressBoard> board = nullptr)
+      : on_timeout_(std::move(on_timeout)), board_(std::move(board)), thread_([this] { run(); }) {}
   ~Watchdog() {
     {
       absl::MutexLock lock(&mu_);
@@ -33,16 +39,27 @@ class Watchdog {
   Watchdog& operator=(const Watchdog&) = delete;
 
   void arm(const char* what, double timeout_s) {
-    absl::MutexLock lock(&mu_);
-    what_ = what;
-    start_ = absl::Now();
-    deadline_ = start_ + absl::Seconds(timeout_s);
-    armed_ = true;
-    ++generation_;
+    uint64_t seq;
+    {
+      absl::MutexLock lock(&mu_);
+      what_ = what;
+      start_ = absl::Now();
+      deadline_ = start_ + absl::Seconds(timeout_s);
+      armed_ = true;
+      seq = ++generation_;
+    }
+    if (board_) board_->enter(seq, what);
   }
   void disarm() {
-    absl::MutexLock lock(&mu_);
-    armed_ = false;
+    uint64_t seq;
+    std::string what;
+    {
+      absl::MutexLock lock(&mu_);
+      armed_ = false;
+      seq = generation_;
+      if (board_) what = what_;
+    }
+    if (board_) board_->leave(seq, what.c_str());
   }
 
   // Armed for the scope; disarmed on the way out, exceptions included.
@@ -75,12 +92,13 @@ class Watchdog {
       };
       if (!mu_.AwaitWithDeadline(absl::Condition(&settled), deadline)) {
         const double elapsed = absl::ToDoubleSeconds(absl::Now() - start_);
-        on_timeout_(what_, elapsed);  // does not return
+        on_timeout_(what_, elapsed, board_ ? board_->report(generation) : "");  // no return
       }
     }
   }
 
-  std::function<void(const std::string&, double)> on_timeout_;
+  OnTimeout on_timeout_;
+  std::unique_ptr<ProgressBoard> board_;
   absl::Mutex mu_;
   bool armed_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

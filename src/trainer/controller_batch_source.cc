@@ -83,9 +83,11 @@ absl::StatusOr<TrainingBatch> ControllerBatchSource::next(int64_t version,
       batch.kind = TrainingBatch::Kind::kNoProgress;
       batch.why = absl::StrFormat(
           "no group arrived for %.0f s (trainer.no_progress_timeout_s): %d of %d groups "
-          "buffered, %d prompts leased; are the rollout workers running? (their logs are in %s)",
+          "buffered, %d prompts leased; %s; are the rollout workers running? (their logs are "
+          "in %s)",
           seconds_since(last_progress_at_), core_->buffered(), options_.groups_per_step,
-          core_->in_flight(), options_.workers_logs);
+          core_->in_flight(), core_->workers_heard(buffer::monotonic_seconds()),
+          options_.workers_logs);
       return batch;
     }
     if (seconds_since(last_note_) > 30) {

@@ -214,6 +214,10 @@ TEST(ControllerCoreTest, SilentWorkersLoseTheirLeases) {
   c->expire(6);
   EXPECT_EQ(c->in_flight(), 0);
   EXPECT_EQ(c->counters().expired, 1);
+  // The learners' no-progress error says who went quiet, and when.
+  c->heartbeat("busy", 5.5);
+  EXPECT_EQ(c->workers_heard(6), "workers last heard from: busy 0.5 s ago, quiet 4.0 s ago");
+  EXPECT_EQ(make(o)->workers_heard(0), "no rollout worker has registered");
 }
 
 // A worker killed and restarted within worker_timeout_s heartbeats under the same id; without

@@ -338,7 +338,13 @@ TEST(ControllerServiceTest, UnreachableControllerIsRetriedWithBackoffThenUnavail
   o.backoff_initial_s = 0.01;
   o.deadline_s = 1;
   auto client = std::move(*ControllerClient::connect(o));
-  EXPECT_EQ(client->status().status().code(), absl::StatusCode::kUnavailable);
+  const absl::Status s = client->status().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  // The error names who did not answer which call, so that a worker that gives up says why.
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("the controller at 127.0.0.1:1 did not answer GetStatus for"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("(3 attempts; buffer.server.reconnect_timeout_s"));
   EXPECT_EQ(client->reconnects(), 3);
 }
 

@@ -16,8 +16,15 @@ namespace {
 
 MpiRuntime* g_runtime = nullptr;
 
+CommunicatorOptions options(const char* name, double timeout_s) {
+  CommunicatorOptions o;
+  o.name = name;
+  o.timeout_s = timeout_s;
+  return o;
+}
+
 std::unique_ptr<MpiCommunicator> world(double timeout_s = 60) {
-  auto w = MpiCommunicator::world(*g_runtime, {"test", timeout_s});
+  auto w = MpiCommunicator::world(*g_runtime, options("test", timeout_s));
   EXPECT_TRUE(w.ok()) << w.status();
   return std::move(*w);
 }
@@ -125,18 +132,24 @@ TEST(MpiCommunicatorTest, BadTensorsAreCheckedNotSent) {
   EXPECT_THROW(w->all_reduce(t, ReduceOp::kSum), c10::Error);
   at::Tensor shard = at::ones({2}), wrong = at::ones({3});
   EXPECT_THROW(w->all_gather(shard, wrong), c10::Error);
-  EXPECT_FALSE(MpiCommunicator::world(*g_runtime, {"x", 0}).ok());
+  EXPECT_FALSE(MpiCommunicator::world(*g_runtime, options("x", 0)).ok());
 }
 
-// Run with --stuck under mpirun: rank 1 stops responding; rank 0 must exit with the timeout
-// message within its 2 s deadline (the driving script checks the exit code and the message).
-int run_stuck() {
-  auto w = world(/*timeout_s=*/2);
+// Run with --stuck DIR under mpirun: after one all_reduce together, rank 1 stops responding;
+// rank 0 must exit with the timeout message within its 2 s deadline, naming rank 1 from the
+// progress records in DIR (the driving script checks the exit code and the message).
+int run_stuck(const char* progress_dir) {
+  CommunicatorOptions stuck = options("test", /*timeout_s=*/2);
+  stuck.progress_dir = progress_dir;
+  auto created = MpiCommunicator::world(*g_runtime, stuck);
+  if (!created.ok()) return 1;
+  std::unique_ptr<MpiCommunicator> w = std::move(*created);
+  at::Tensor t = at::ones({8});
+  w->all_reduce(t, ReduceOp::kSum);
   if (w->rank() == 1) {
     std::this_thread::sleep_for(std::chrono::seconds(120));
     return 0;
   }
-  at::Tensor t = at::ones({8});
   w->all_reduce(t, ReduceOp::kSum);
   std::fprintf(stderr, "all_reduce returned although rank 1 never joined\n");
   return 1;
@@ -153,7 +166,9 @@ int main(int argc, char** argv) {
   }
   flywheel::comm::g_runtime = runtime->get();
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--stuck") == 0) return flywheel::comm::run_stuck();
+    if (std::strcmp(argv[i], "--stuck") == 0 && i + 1 < argc) {
+      return flywheel::comm::run_stuck(argv[i + 1]);
+    }
   }
   ::testing::InitGoogleTest(&argc, argv);
   // Only rank 0 prints gtest's progress; every rank's failures still fail the run.

@@ -219,6 +219,9 @@ class ControllerCore {
   // arrive any more (what is buffered is all there will be).
   bool drained() const;
   int64_t buffered() const;
+  // Each worker heard from, with how long ago at `now` ("w0 0.2 s ago, w1 14.0 s ago"), for
+  // errors that must say who went quiet; "no rollout worker has registered" without any.
+  std::string workers_heard(double now) const;
   // in_flight + buffered + consumed must stay below this for acquire() to grant.
   int64_t budget_limit() const;
   ControllerCounters counters() const;

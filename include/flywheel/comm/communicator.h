@@ -32,6 +32,10 @@ enum class ReduceOp { kSum, kMax, kMin };
 struct CommunicatorOptions {
   std::string name = "world";  // names the group in timeout messages
   double timeout_s = 300;      // per collective (> 0)
+  // Where each rank records its collectives (progress_board.h), on a filesystem every rank
+  // sees, so that a timeout names the ranks that never arrived; "" = no records. Groups split
+  // from this one share it.
+  std::string progress_dir;
   // NCCL: collectives on a CUDA stream of their own, ordered after what the default stream
   // holds when each is issued, instead of on the legacy default stream (a rollout worker's
   // weight receive then runs beside the engine's kernels, not between them).
@@ -94,5 +98,8 @@ absl::Status check_distinct_devices(const std::vector<std::string>& device_ids,
 // Collective.
 std::string broadcast_string(Communicator& comm, const std::string& value,
                              int64_t chunk_bytes = int64_t{1} << 30);
+
+// This process's host name (gethostname), for messages that name where something happened.
+std::string host_name();
 
 }  // namespace flywheel::comm

@@ -22,6 +22,10 @@ struct MpmdWorld {
 };
 
 // Collective over the world. FailedPrecondition when learner rank 0 is not world rank 0.
+// The options of a group named `name`: cluster.collective_timeout_s, and each rank's progress
+// records in <logging.run_dir>/progress (a timeout then names the ranks that never arrived).
+CommunicatorOptions collective_options(const std::string& name, const core::Config& config);
+
 absl::StatusOr<MpmdWorld> join_mpmd_world(const comm::MpiRuntime& runtime, Role role,
                                           const core::Config& config);
 

@@ -19,6 +19,8 @@
 
 namespace flywheel::comm {
 
+class ProgressBoard;
+
 class NcclCommunicator final : public Communicator {
  public:
   // Collective over `bootstrap`: one NCCL rank per bootstrap rank, on CUDA device `device`.
@@ -53,6 +55,8 @@ class NcclCommunicator final : public Communicator {
   int device_ = 0;
   CommunicatorOptions options_;
   int rank_ = 0, size_ = 1;
+  std::unique_ptr<ProgressBoard> board_;  // null without options_.progress_dir
+  uint64_t seq_ = 0;                      // collectives waited for so far
 };
 
 }  // namespace flywheel::comm

@@ -49,6 +49,7 @@ grpc::ChannelArguments channel_arguments(const ControllerClientOptions& o) {
   args.SetMaxSendMessageSize(static_cast<int>(o.max_message_bytes));
   if (!o.tls_target_name.empty()) args.SetSslTargetNameOverride(o.tls_target_name);
   set_transport_args([&](const char* name, int v) { args.SetInt(name, v); });
+  client_keepalive_args(o.deadline_s, [&](const char* name, int v) { args.SetInt(name, v); });
   return args;
 }
 
@@ -94,7 +95,7 @@ ControllerClient::~ControllerClient() {
 // Runs `call(context)` until it succeeds, fails with something other than UNAVAILABLE, or the
 // attempts run out; every attempt gets a fresh context with the token and the deadline.
 template <typename Call>
-absl::Status ControllerClient::with_retries(Call&& call, bool retry_deadline) {
+absl::Status ControllerClient::with_retries(const char* what, Call&& call, bool retry_deadline) {
   double backoff = options_.backoff_initial_s;
   grpc::Status status;
   std::optional<std::chrono::steady_clock::time_point> first_failure;
@@ -117,6 +118,11 @@ absl::Status ControllerClient::with_retries(Call&& call, bool retry_deadline) {
         FLYWHEEL_LOG_INFO("the controller answers again, after %.1f s and %d attempts",
                           std::chrono::duration<double>(now - *first_failure).count(), attempt + 1);
       }
+      if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        return absl::DeadlineExceededError(absl::StrFormat(
+            "the controller at %s did not answer %s within buffer.server.rpc_deadline_s (%g s)",
+            options_.address, what, options_.deadline_s));
+      }
       return from_grpc(status);
     }
     if (!first_failure) {
@@ -128,7 +134,17 @@ absl::Status ControllerClient::with_retries(Call&& call, bool retry_deadline) {
     const bool time_left =
         std::chrono::duration<double>(now - *first_failure).count() < options_.reconnect_timeout_s;
     ++reconnects_;
-    if (!attempts_left && !time_left) break;
+    if (!attempts_left && !time_left) {
+      // No silent wait: the error says who did not answer what, and for how long.
+      const absl::Status last = from_grpc(status);
+      return absl::Status(
+          last.code(),
+          absl::StrFormat("the controller at %s did not answer %s for %.1f s (%d attempts; "
+                          "buffer.server.reconnect_timeout_s %g): %s",
+                          options_.address, what,
+                          std::chrono::duration<double>(now - *first_failure).count(), attempt + 1,
+                          options_.reconnect_timeout_s, last.message()));
+    }
     if (stop_.WaitForNotificationWithTimeout(absl::Seconds(backoff))) break;
     backoff = std::min(backoff * 2, options_.backoff_max_s);
   }
@@ -146,12 +162,12 @@ absl::StatusOr<v1::RegisterReply> ControllerClient::register_worker(
   request.set_worker_id(options_.worker_id);
   for (const auto& [k, v] : capabilities) (*request.mutable_capabilities())[k] = v;
   v1::RegisterReply reply;
-  absl::Status s = with_retries(
-      [&](grpc::ClientContext* c) { return stub_->stub->Register(c, request, &reply); });
+  absl::Status s = with_retries("Register", [&](grpc::ClientContext* c) {
+    return stub_->stub->Register(c, request, &reply);
+  });
   if (!s.ok()) return s;
   incarnation_.store(reply.incarnation());
   done_.store(false);
-  restarted_.store(false);
   return reply;
 }
 
@@ -161,7 +177,7 @@ absl::StatusOr<v1::AcquireWorkReply> ControllerClient::acquire_work(int64_t max_
   request.set_max_prompts(max_prompts);
   request.set_incarnation(incarnation_.load());
   v1::AcquireWorkReply reply;
-  absl::Status s = with_retries([&](grpc::ClientContext* c) {
+  absl::Status s = with_retries("AcquireWork", [&](grpc::ClientContext* c) {
     reply.Clear();
     return stub_->stub->AcquireWork(c, request, &reply);
   });
@@ -178,14 +194,15 @@ absl::Status ControllerClient::release_lease(
   request.set_drop(drop);
   *request.mutable_partial() = partial;
   v1::ReleaseLeaseReply reply;
-  return with_retries(
-      [&](grpc::ClientContext* c) { return stub_->stub->ReleaseLease(c, request, &reply); });
+  return with_retries("ReleaseLease", [&](grpc::ClientContext* c) {
+    return stub_->stub->ReleaseLease(c, request, &reply);
+  });
 }
 
 absl::StatusOr<v1::StatusReply> ControllerClient::status() {
   v1::StatusRequest request;
   v1::StatusReply reply;
-  absl::Status s = with_retries([&](grpc::ClientContext* c) {
+  absl::Status s = with_retries("GetStatus", [&](grpc::ClientContext* c) {
     reply.Clear();
     return stub_->stub->GetStatus(c, request, &reply);
   });
@@ -197,6 +214,7 @@ absl::StatusOr<std::vector<v1::PushAck>> ControllerClient::push_groups(
     const std::vector<TrajectoryGroup>& groups) {
   std::vector<std::optional<v1::PushAck>> acks(groups.size());  // by position
   absl::Status s = with_retries(
+      "PushGroups",
       [&](grpc::ClientContext* c) {
         std::vector<size_t> pending;  // not acknowledged before a reconnect
         std::vector<const TrajectoryGroup*> sent;
@@ -236,8 +254,9 @@ absl::StatusOr<bool> ControllerClient::fetch_weights_into(int64_t newer_than, do
                                                           core::PublishedWeights* out) {
   const SystemClock::time_point deadline = after_seconds(timeout_s);
   const auto timed_out = [&] {
-    return absl::DeadlineExceededError(
-        absl::StrCat("fetching weights took longer than ", timeout_s, " s"));
+    return absl::DeadlineExceededError(absl::StrCat("fetching weights from the controller at ",
+                                                    options_.address, " took longer than ",
+                                                    timeout_s, " s"));
   };
   // Runs `call(context)` with the token and the transfer's deadline (and, for unary calls, the
   // per-call one), again after UNAVAILABLE with backoff while attempts and time remain.
@@ -356,8 +375,14 @@ absl::Status ControllerClient::ack_weights(int64_t version, uint32_t crc32c) {
   request.set_crc32c(crc32c);
   request.set_incarnation(incarnation_.load());
   v1::AckWeightsReply reply;
-  return with_retries(
-      [&](grpc::ClientContext* c) { return stub_->stub->AckWeights(c, request, &reply); });
+  return with_retries("AckWeights", [&](grpc::ClientContext* c) {
+    return stub_->stub->AckWeights(c, request, &reply);
+  });
+}
+
+double ControllerClient::silent_for_s() const {
+  const double since = silent_since_.load();
+  return since == 0 ? 0 : monotonic_seconds() - since;
 }
 
 void ControllerClient::start_heartbeats(double interval_s) {
@@ -369,13 +394,18 @@ void ControllerClient::start_heartbeats(double interval_s) {
       request.set_incarnation(incarnation_.load());
       v1::HeartbeatReply reply;
       grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      context.set_deadline(after_seconds(std::min(5.0, options_.deadline_s)));
       if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
       // A missed beat is retried next tick; a restarted controller answers ABORTED until the
       // worker registers again.
       const grpc::Status s = stub_->stub->Heartbeat(&context, request, &reply);
       if (s.ok() && reply.done()) done_.store(true);
-      if (is_restart(from_grpc(s))) restarted_.store(true);
+      if (is_restart(from_grpc(s))) restart_seen_by_.store(request.incarnation());
+      if (s.ok() || is_restart(from_grpc(s))) {
+        silent_since_.store(0);
+      } else if (silent_since_.load() == 0) {
+        silent_since_.store(monotonic_seconds());
+      }
     }
   });
 }

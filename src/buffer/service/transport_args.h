@@ -3,6 +3,8 @@
 
 #include <grpc/grpc.h>
 
+#include <algorithm>
+
 namespace flywheel::buffer {
 
 // Each push stream may run 8 MiB ahead of the server's reads (gRPC's default is 64 KiB, which
@@ -18,6 +20,24 @@ template <typename Setter>
 void set_transport_args(Setter&& set) {
   set(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
   set(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kMaxFrameBytes);
+  // The server accepts the clients' keepalive pings (client_keepalive_args) however often they
+  // come: workers are the controller's own, and a refused ping would close their connection.
+  set(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 100);
+  set(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+}
+
+// A call on a connection whose peer stops answering (a stopped or frozen controller, a link
+// that went down: TCP alone notices neither for minutes) fails with UNAVAILABLE after
+// 2 x `deadline_s` instead of waiting for its own deadline: the client pings the server every
+// `deadline_s` while calls run and closes the connection when a ping is not answered within
+// `deadline_s`. That bounds the weight stream, whose deadline is the much longer
+// weight_sync.timeout_s.
+template <typename Setter>
+void client_keepalive_args(double deadline_s, Setter&& set) {
+  const int ms = static_cast<int>(std::max(1.0, deadline_s) * 1000);
+  set(GRPC_ARG_KEEPALIVE_TIME_MS, ms);
+  set(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms);
+  set(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
 }
 
 }  // namespace flywheel::buffer

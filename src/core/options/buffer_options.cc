@@ -36,7 +36,9 @@ void bind_options(FieldBinder& b, ServerOptions& o) {
               .min(int64_t{1} << 20));
   b.field("rpc_deadline_s", &o.rpc_deadline_s,
           FieldInfo("Deadline of every client call in seconds (a push stream's included: it "
-                    "must exceed buffer.push_timeout_s).")
+                    "must exceed buffer.push_timeout_s); during calls the worker also pings the "
+                    "controller this often and drops a connection whose ping goes unanswered "
+                    "this long (a stopped controller, a link that went down).")
               .greater_than(0));
   b.field("reconnect_timeout_s", &o.reconnect_timeout_s,
           FieldInfo("How long a rollout worker keeps retrying a controller it cannot reach (a "

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "flywheel/buffer/controller_core.h"
 #include "flywheel/core/logging.h"
 #include "flywheel/core/status_macros.h"
@@ -163,14 +164,31 @@ absl::Status RolloutWorker::apply_weights(int64_t min_version) {
       // The controller grants at versions it has published: wait until they arrive (or the
       // controller turns out to be another start, which publishes other versions). The fetcher
       // signals after every round, so the stop request is asked at least once per poll.
+      // A controller that stops answering heartbeats ends the wait after reconnect_timeout_s,
+      // as it ends every call, rather than after the longer weight timeout.
+      const double silent_limit_s = client_->options().reconnect_timeout_s;
+      const auto silent = [&] {
+        return silent_limit_s > 0 && client_->silent_for_s() > silent_limit_s;
+      };
       const absl::Time deadline = absl::Now() + absl::Seconds(options_.weight_timeout_s);
-      const bool ready = wait_until(&fetch_cv_, &fetch_mu_, deadline, [&] {
-        return fetched_version_ >= min_version || client_->controller_restarted() ||
-               stopping_.load() || (stop_ && stop_());
-      });
+      bool ready = false;
+      while (!ready && absl::Now() < deadline) {  // in slices: a fetch may block for long
+        ready = wait_until(
+            &fetch_cv_, &fetch_mu_, std::min(deadline, absl::Now() + absl::Seconds(0.5)), [&] {
+              return fetched_version_ >= min_version || client_->controller_restarted() ||
+                     stopping_.load() || (stop_ && stop_()) || silent();
+            });
+      }
       if (client_->controller_restarted()) {
         return absl::AbortedError(absl::StrCat(buffer::kControllerRestarted,
                                                " while waiting for weights v", min_version));
+      }
+      if (fetched_version_ < min_version && silent()) {
+        return absl::UnavailableError(absl::StrFormat(
+            "the controller at %s did not answer heartbeats for %.1f s "
+            "(buffer.server.reconnect_timeout_s %g) while this worker waited for weights v%d%s",
+            client_->options().address, client_->silent_for_s(), silent_limit_s, min_version,
+            fetch_error_.ok() ? "" : absl::StrCat("; last fetch error: ", fetch_error_.message())));
       }
       if (!ready) {
         return absl::DeadlineExceededError(absl::StrCat(

@@ -106,7 +106,14 @@ class ControllerClient {
   // The controller said training is over (an AcquireWork DONE or a heartbeat).
   bool controller_done() const { return done_.load(); }
   // A heartbeat found the controller restarted since register_worker() (another incarnation).
-  bool controller_restarted() const { return restarted_.load(); }
+  bool controller_restarted() const {
+    return restart_seen_by_.load() == static_cast<int64_t>(incarnation_.load());
+  }
+  // Seconds since the first of the heartbeats that have failed in a row (0 while they are
+  // answered, or before start_heartbeats): how long the controller has been silent, for waits
+  // that make no call of their own.
+  double silent_for_s() const;
+  const ControllerClientOptions& options() const { return options_; }
   // The controller was restarted since register_worker() (ABORTED "controller restarted").
   static bool is_restart(const absl::Status& status);
 
@@ -117,7 +124,7 @@ class ControllerClient {
   // (and, with `retry_deadline`, DEADLINE_EXCEEDED) or the attempts and reconnect_timeout_s run
   // out.
   template <typename Call>
-  absl::Status with_retries(Call&& call, bool retry_deadline = false);
+  absl::Status with_retries(const char* what, Call&& call, bool retry_deadline = false);
 
   ControllerClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -125,7 +132,11 @@ class ControllerClient {
   std::atomic<int64_t> reconnects_{0};
   std::atomic<uint32_t> incarnation_{0};
   std::atomic<bool> done_{false};
-  std::atomic<bool> restarted_{false};
+  // The incarnation a heartbeat was sent under when the answer said "restarted"; -1: none. A
+  // heartbeat of the previous registration answered after register_worker() does not count.
+  std::atomic<int64_t> restart_seen_by_{-1};
+  // steady_clock seconds of the first failed heartbeat of the current run of failures; 0: none.
+  std::atomic<double> silent_since_{0};
   absl::Notification stop_;
   std::thread heartbeat_thread_;
 };

@@ -1,0 +1,151 @@
+#include "progress_board.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace flywheel::comm {
+namespace {
+
+constexpr size_t kRecordBytes = 256;
+
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+struct Record {
+  uint64_t seq = 0;
+  std::string state, what, host;
+  double time = 0;
+  long pid = 0;
+};
+
+// What /proc says of a process on this host: "" when it runs (or sleeps), else why it cannot
+// make progress.
+std::string process_state(long pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');
+  if (stat.empty() || paren == std::string::npos || paren + 2 >= stat.size()) {
+    return "its process is gone";
+  }
+  switch (stat[paren + 2]) {
+    case 'T':
+    case 't':
+      return "its process is stopped";
+    case 'Z':
+    case 'X':
+      return "its process is dead";
+    default:
+      return "";
+  }
+}
+
+bool parse(const std::string& text, Record* r) {
+  std::istringstream in(text);
+  return static_cast<bool>(in >> r->seq >> r->state >> r->time >> r->pid >> r->host >> r->what);
+}
+
+}  // namespace
+
+ProgressBoard::ProgressBoard(std::string dir, std::string group, int rank, int size, int fd)
+    : dir_(std::move(dir)),
+      group_(std::move(group)),
+      rank_(rank),
+      size_(size),
+      fd_(fd),
+      pid_(getpid()) {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  host_ = host;
+}
+
+std::unique_ptr<ProgressBoard> ProgressBoard::open(const std::string& dir, const std::string& group,
+                                                   int rank, int size) {
+  if (dir.empty()) return nullptr;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::string name;
+  for (char c : group) name.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  std::unique_ptr<ProgressBoard> board(new ProgressBoard(dir, name, rank, size, -1));
+  board->fd_ = ::open(board->path(rank).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (board->fd_ < 0) return nullptr;
+  board->write(0, false, "start");
+  return board;
+}
+
+ProgressBoard::~ProgressBoard() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string ProgressBoard::path(int rank) const {
+  return absl::StrCat(dir_, "/", group_, ".rank", rank);
+}
+
+void ProgressBoard::write(uint64_t seq, bool in, const char* what) {
+  std::string what_word;
+  for (const char* c = what; *c != '\0'; ++c) what_word.push_back(*c == ' ' ? '_' : *c);
+  std::string record = absl::StrFormat("%d %s %.3f %d %s %s", seq, in ? "in" : "out",
+                                       unix_seconds(), static_cast<long>(pid_), host_, what_word);
+  record.resize(kRecordBytes - 1, ' ');
+  record.push_back('\n');
+  (void)!::pwrite(fd_, record.data(), record.size(), 0);
+}
+
+void ProgressBoard::enter(uint64_t seq, const char* what) { write(seq, true, what); }
+void ProgressBoard::leave(uint64_t seq, const char* what) { write(seq, false, what); }
+
+std::string ProgressBoard::report(uint64_t seq) const {
+  const double now = unix_seconds();
+  std::string halted, behind, others;  // stopped or gone processes; ranks behind; the rest
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    std::ifstream in(path(r));
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    Record rec;
+    if (!parse(text, &rec)) {
+      absl::StrAppend(&behind, behind.empty() ? "" : "; ", "rank ", r,
+                      " has no progress record (in ", dir_, ")");
+      continue;
+    }
+    const std::string state = rec.host == host_ ? process_state(rec.pid) : "";
+    const std::string who = absl::StrCat("rank ", r, " on ", rec.host, " (pid ", rec.pid,
+                                         state.empty() ? "" : ", " + state, ")");
+    const std::string last =
+        absl::StrFormat("#%d %s, %s %.1f s ago", rec.seq, rec.what,
+                        rec.state == "in" ? "entered" : "left", now - rec.time);
+    if (!state.empty()) {  // cannot take part, wherever it is: named first
+      const std::string where =
+          rec.seq < seq
+              ? absl::StrCat(" has not reached it: its last was ", last)
+              : absl::StrCat(rec.seq == seq && rec.state == "in" ? " is in it" : " is past it",
+                             " (", last, ")");
+      absl::StrAppend(&halted, halted.empty() ? "" : "; ", who, where);
+    } else if (rec.seq < seq) {
+      absl::StrAppend(&behind, behind.empty() ? "" : "; ", who,
+                      " has not reached it: its last was ", last);
+    } else {
+      absl::StrAppend(&others, others.empty() ? "" : "; ", who,
+                      rec.seq == seq && rec.state == "in" ? " waits in it too" : " is past it",
+                      " (", last, ")");
+    }
+  }
+  std::string out = absl::StrCat("this was collective #", seq, " of group '", group_, "'");
+  if (!halted.empty() && !behind.empty()) absl::StrAppend(&halted, "; ");
+  absl::StrAppend(&halted, behind);
+  if (!halted.empty()) absl::StrAppend(&out, ". Stuck: ", halted);
+  if (!others.empty()) absl::StrAppend(&out, ". Others: ", others);
+  return out;
+}
+
+}  // namespace flywheel::comm
