@@ -59,7 +59,10 @@ int worker(int argc, char** argv, const std::string& dtype, bool reshard, int st
   flywheel::model::use_huge_pages_for_large_cpu_tensors();
   auto runtime = flywheel::comm::MpiRuntime::init(&argc, &argv);
   if (!runtime.ok()) return 1;
-  auto world = flywheel::comm::MpiCommunicator::world(**runtime, {"bench", 600});
+  flywheel::comm::CommunicatorOptions world_options;
+  world_options.name = "bench";
+  world_options.timeout_s = 600;
+  auto world = flywheel::comm::MpiCommunicator::world(**runtime, world_options);
   if (!world.ok()) return 1;
   flywheel::trainer::SftOptions options;
   options.micro_batch_tokens = tokens;

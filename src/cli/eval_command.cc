@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "commands.h"
 #include "flywheel/comm/mpi_communicator.h"
+#include "flywheel/comm/mpmd.h"
 #include "flywheel/core/json.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/eval/held_out_eval.h"
@@ -84,7 +85,7 @@ absl::Status run(const EvalArgs& args) {
   core::Config c = job.loaded.config;
   absl::StatusOr<std::unique_ptr<comm::MpiRuntime>> mpi = comm::MpiRuntime::init(nullptr, nullptr);
   if (!mpi.ok()) return mpi.status();
-  auto world = comm::MpiCommunicator::world(**mpi, {"eval", c.cluster.collective_timeout_s});
+  auto world = comm::MpiCommunicator::world(**mpi, comm::collective_options("eval", c));
   if (!world.ok()) return world.status();
   const at::ScalarType dtype =
       model::resolve_dtype(c.model.dtype, model::uses_cuda(c.model.device));

@@ -129,14 +129,7 @@ MpiCommunicator::MpiCommunicator(std::unique_ptr<Handle> handle, const Communica
   MPI_Comm_size(handle_->comm, &size_);
   watchdog_ = std::make_unique<Watchdog>(
       [this](const std::string& what, double elapsed, const std::string& board) {
-        const std::string message = absl::StrCat(
-            "collective ", what, " on group '", options_.name, "' (mpi) timed out: rank ", rank_,
-            " of ", size_, " on ", host_name(), " waited ", elapsed, " s (timeout ",
-            options_.timeout_s, " s); a rank stopped responding",
-            board.empty() ? "" : absl::StrCat(" (", board, ")"), ". Aborting the job.");
-        FLYWHEEL_LOG_ERROR("%s", message);
-        std::fprintf(stderr, "flywheel: %s\n", message.c_str());
-        std::fflush(stderr);
+        report_collective_timeout("mpi", what, options_, rank_, size_, elapsed, board);
         std::_Exit(kTimeoutExitCode);  // mpirun then ends every rank of the job
       },
       ProgressBoard::open(options_.progress_dir, options_.name, rank_, size_));

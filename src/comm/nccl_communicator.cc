@@ -194,15 +194,8 @@ void NcclCommunicator::wait(const char* what) {
     const auto now = std::chrono::steady_clock::now();
     if (now > deadline) {
       const double elapsed = std::chrono::duration<double>(now - start).count();
-      const std::string board = board_ ? board_->report(seq_) : "";
-      const std::string message = absl::StrCat(
-          "collective ", what, " on group '", options_.name, "' (nccl) timed out: rank ", rank_,
-          " of ", size_, " on ", host_name(), " waited ", elapsed, " s (timeout ",
-          options_.timeout_s, " s); a rank stopped responding",
-          board.empty() ? "" : absl::StrCat(" (", board, ")"), ". Aborting the job.");
-      FLYWHEEL_LOG_ERROR("%s", message);
-      std::fprintf(stderr, "flywheel: %s\n", message.c_str());
-      std::fflush(stderr);
+      report_collective_timeout("nccl", what, options_, rank_, size_, elapsed,
+                                board_ ? board_->report(seq_) : "");
       ncclCommAbort(handle_->comm);
       handle_->comm = nullptr;
       std::_Exit(kTimeoutExitCode);

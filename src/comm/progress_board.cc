@@ -13,6 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "flywheel/comm/communicator.h"
+#include "flywheel/core/logging.h"
 
 namespace flywheel::comm {
 namespace {
@@ -146,6 +148,19 @@ std::string ProgressBoard::report(uint64_t seq) const {
   if (!halted.empty()) absl::StrAppend(&out, ". Stuck: ", halted);
   if (!others.empty()) absl::StrAppend(&out, ". Others: ", others);
   return out;
+}
+
+void report_collective_timeout(const char* transport, const std::string& what,
+                               const CommunicatorOptions& options, int rank, int size,
+                               double elapsed_s, const std::string& board) {
+  const std::string message =
+      absl::StrCat("collective ", what, " on group '", options.name, "' (", transport,
+                   ") timed out: rank ", rank, " of ", size, " on ", host_name(), " waited ",
+                   elapsed_s, " s (timeout ", options.timeout_s, " s); a rank stopped responding",
+                   board.empty() ? "" : absl::StrCat(" (", board, ")"), ". Aborting the job.");
+  FLYWHEEL_LOG_ERROR("%s", message);
+  std::fprintf(stderr, "flywheel: %s\n", message.c_str());
+  std::fflush(stderr);
 }
 
 }  // namespace flywheel::comm

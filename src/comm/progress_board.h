@@ -46,4 +46,13 @@ class ProgressBoard {
   pid_t pid_;
 };
 
+struct CommunicatorOptions;
+
+// Says that a collective timed out, in the log and on stderr: "collective WHAT on group 'G'
+// (TRANSPORT) timed out: rank R of N on HOST waited S s (timeout T s); a rank stopped
+// responding (BOARD). Aborting the job." The caller then exits with kTimeoutExitCode.
+void report_collective_timeout(const char* transport, const std::string& what,
+                               const CommunicatorOptions& options, int rank, int size,
+                               double elapsed_s, const std::string& board);
+
 }  // namespace flywheel::comm

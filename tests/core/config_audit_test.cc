@@ -128,7 +128,7 @@ const Reader kReaders[] = {
   {"cluster.threads_per_process", "src/cli/learner_command.cc", "at::set_num_threads(static_cast<int>(c.cluster.threads_per_process));"},
   {"cluster.thread_split", "src/cli/model_args.cc", "options.split = cluster.thread_split;"},
   {"cluster.backend", "src/comm/mpmd.cc", "c.cluster.backend == core::CommBackend::kNccl ||"},
-  {"cluster.collective_timeout_s", "src/comm/mpmd.cc", "{\"learners (nccl)\", c.cluster.collective_timeout_s});"},
+  {"cluster.collective_timeout_s", "src/comm/mpmd.cc", "o.timeout_s = config.cluster.collective_timeout_s;"},
   {"cluster.max_worker_restarts", "src/launcher/launcher.cc", ": restarts_[i] >= c_.cluster.max_worker_restarts) {"},
 };
 // clang-format on

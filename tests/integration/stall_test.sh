@@ -119,11 +119,17 @@ expect_log() {  # $1: file, $2: extended regex, $3: what it shows
   grep -Eq -- "$2" "$1" || fail "$3: no line matching /$2/ in $(basename "$1")"
   echo "  $3: $(grep -Eo -- "$2.{0,160}" "$1" | head -1)"
 }
-start_learners() {  # $1: run name
+start_learners() {  # $1: run name; returns once the controller listens
   "$mpirun" -np 2 --oversubscribe --bind-to none "$flywheel" learner "$work/$1.yaml" \
     > "$work/$1-learners.log" 2>&1 &
   learners=$!
   pids+=("$learners")
+  for i in $(seq 1201); do
+    grep -qs "controller listening on" "$work/$1-learners.log" && return 0
+    ((i < 1201)) || fail "the controller did not start"
+    kill -0 "$learners" 2> /dev/null || fail "the learner job ended at start"
+    sleep 0.05
+  done
 }
 declare -A worker_pid
 start_worker() {  # $1: run name, $2: worker id

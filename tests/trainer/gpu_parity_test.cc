@@ -47,7 +47,10 @@ TEST(GpuParityTest, LearnerOnCudaWithNcclEqualsCpu) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
   at::globalContext().setAllowTF32CuBLAS(false);  // float32 matmuls in float32
   auto world = flywheel::testing::world_communicator();
-  auto nccl = comm::NcclCommunicator::create(*world, /*device=*/0, {"gpu", 120});
+  comm::CommunicatorOptions options;
+  options.name = "gpu";
+  options.timeout_s = 120;
+  auto nccl = comm::NcclCommunicator::create(*world, /*device=*/0, options);
   ASSERT_TRUE(nccl.ok()) << nccl.status();
   Result cpu = train(world.get(), at::kCPU);
   Result gpu = train(nccl->get(), at::Device(at::kCUDA, 0));

@@ -16,7 +16,10 @@ inline comm::MpiRuntime*& mpi_runtime() {
 }
 
 inline std::unique_ptr<comm::MpiCommunicator> world_communicator(double timeout_s = 120) {
-  auto world = comm::MpiCommunicator::world(*mpi_runtime(), {"test", timeout_s});
+  comm::CommunicatorOptions options;
+  options.name = "test";
+  options.timeout_s = timeout_s;
+  auto world = comm::MpiCommunicator::world(*mpi_runtime(), options);
   EXPECT_TRUE(world.ok()) << world.status();
   return std::move(*world);
 }

@@ -50,6 +50,12 @@ grpc::ChannelArguments channel_arguments(const ControllerClientOptions& o) {
   if (!o.tls_target_name.empty()) args.SetSslTargetNameOverride(o.tls_target_name);
   set_transport_args([&](const char* name, int v) { args.SetInt(name, v); });
   client_keepalive_args(o.deadline_s, [&](const char* name, int v) { args.SetInt(name, v); });
+  // gRPC's own reconnect backoff (1 s growing to 120 s) would fail our retries at once while
+  // it waits: a worker started before its controller listens connects on the next retry.
+  const int backoff_ms = static_cast<int>(std::max(0.1, o.backoff_max_s) * 1000);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, backoff_ms);
   return args;
 }
 
