@@ -1,0 +1,53 @@
+// Preference losses of the DPO family (docs/algorithms.md, "Preference optimisation"), on the
+// summed log-probs of each pair's chosen and rejected responses:
+//
+//   h   = (pi_c - pi_r) - (ref_c - ref_r)                     the implicit reward margin / beta
+//   sigmoid (DPO, Rafailov et al. 2023), with label smoothing eps (conservative DPO):
+//         z = beta * h;  loss = -(1 - eps) log sigmoid(z) - eps log sigmoid(-z)
+//   ipo   (Azar et al. 2023), on per-token means as TRL computes it:
+//         h' = (pi_c / n_c - pi_r / n_r) - (ref_c / n_c - ref_r / n_r);  loss = (h' - 1/(2 beta))^2
+//   hinge (SLiC, Zhao et al. 2023):  loss = max(0, 1 - beta * h)
+//   simpo (Meng et al. 2024), reference-free and length-normalised:
+//         z = beta * (pi_c / n_c - pi_r / n_r) - gamma;  loss = -(1 - eps) log sigmoid(z) - eps log
+//         sigmoid(-z)
+//
+// Rewards as TRL reports them: beta * (pi - ref) (simpo: beta * pi / n); accuracy = chosen
+// reward > rejected reward. Every tensor is [P] (one entry per pair), float64 on the CPU; the
+// losses carry the gradient of pi_c and pi_r.
+#pragma once
+
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace flywheel::algos {
+
+struct PreferenceLossOptions {
+  std::string loss = "sigmoid";  // sigmoid | ipo | hinge | simpo
+  double beta = 0.1;             // > 0
+  double label_smoothing = 0;    // eps of sigmoid and simpo, in [0, 0.5)
+  double simpo_gamma = 0.5;      // target margin of simpo (TRL: gamma_beta_ratio * beta)
+
+  absl::Status validate() const;
+  bool uses_reference() const { return loss != "simpo"; }
+};
+
+struct PreferencePairs {
+  at::Tensor chosen_logps, rejected_logps;    // policy: sums over each response's tokens
+  at::Tensor chosen_ref, rejected_ref;        // the frozen reference's; undefined for simpo
+  at::Tensor chosen_tokens, rejected_tokens;  // response lengths (>= 1)
+};
+
+struct PreferenceLossResult {
+  at::Tensor losses;                            // [P]
+  at::Tensor chosen_rewards, rejected_rewards;  // [P], detached
+};
+
+// InvalidArgument for bad options, shapes that differ, or a missing reference.
+absl::StatusOr<PreferenceLossResult> preference_loss(const PreferenceLossOptions& options,
+                                                     const PreferencePairs& pairs);
+
+}  // namespace flywheel::algos

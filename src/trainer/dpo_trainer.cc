@@ -1,0 +1,222 @@
+#include "flywheel/trainer/dpo_trainer.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "flywheel/core/status_macros.h"
+#include "flywheel/trainer/micro_batch.h"
+
+namespace flywheel::trainer {
+namespace {
+
+// Response lengths, [2 x pairs] float64 in the chosen / rejected interleaving.
+at::Tensor response_lengths(const std::vector<const PreferenceExample*>& examples) {
+  std::vector<double> n;
+  for (const PreferenceExample* e : examples) {
+    n.push_back(static_cast<double>(e->chosen.size()));
+    n.push_back(static_cast<double>(e->rejected.size()));
+  }
+  return at::tensor(n, at::kDouble).view({-1});
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DpoTrainer>> DpoTrainer::create(const DpoOptions& options,
+                                                               const model::ModelConfig& config,
+                                                               comm::Communicator* comm) {
+  if (options.optimizer.micro_batch_tokens < 1) {
+    return absl::InvalidArgumentError("micro_batch_tokens must be >= 1");
+  }
+  FLYWHEEL_RETURN_IF_ERROR(options.loss.validate());
+  std::unique_ptr<DpoTrainer> dpo(new DpoTrainer(options, comm));
+  ShardingOptions sharding = options.optimizer.sharding;
+  sharding.value_head = false;
+  auto model = ShardedDecoder::create(config, comm, sharding);
+  if (!model.ok()) return model.status();
+  dpo->model_ = std::move(*model);
+  dpo->optimizer_ = ShardedAdamW::for_model(*dpo->model_, options.optimizer.adamw);
+  FLYWHEEL_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::create(options.optimizer.lr));
+  dpo->schedule_ = schedule;
+  return dpo;
+}
+
+absl::StatusOr<at::Tensor> DpoTrainer::response_logps(
+    const std::vector<const PreferenceExample*>& examples, const at::Tensor* weights) {
+  int64_t longest = 1;
+  std::vector<SequenceTokens> tokens;
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < examples.size(); ++i) {
+    const PreferenceExample* e = examples[i];
+    if (e->prompt.empty() || e->chosen.empty() || e->rejected.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "preference pair ", i, ": the prompt and both responses need at least one token"));
+    }
+    longest = std::max<int64_t>({longest, static_cast<int64_t>(e->chosen.size()),
+                                 static_cast<int64_t>(e->rejected.size())});
+    tokens.push_back({&e->prompt, &e->chosen});
+    ids.push_back(static_cast<int64_t>(2 * i));
+    tokens.push_back({&e->prompt, &e->rejected});
+    ids.push_back(static_cast<int64_t>(2 * i + 1));
+  }
+  at::Tensor widest = at::full({1}, longest, at::kLong);
+  comm_->all_reduce_host(widest, comm::ReduceOp::kMax);
+  FLYWHEEL_ASSIGN_OR_RETURN(BalancedMicroBatches packed,
+                            pack_balanced(tokens, ids, options_.optimizer.micro_batch_tokens,
+                                          widest.item<int64_t>(), *comm_));
+  at::Tensor sums = at::zeros({static_cast<int64_t>(2 * examples.size())}, at::kDouble);
+  std::unique_ptr<at::NoGradGuard> no_grad;
+  if (weights == nullptr) no_grad = std::make_unique<at::NoGradGuard>();
+  for (const MicroBatch& mb : packed.micro_batches) {
+    TokenOutputs out = model_->forward(mb.batch);
+    // Per response (rows in micro-batch order); unpack() zeroed the positions past each one.
+    at::Tensor per_response = unpack(mb, out.logprobs).sum(1);
+    if (mb.sequences.empty()) {  // a padding micro-batch: it only keeps the collectives in step
+      if (weights != nullptr) per_response.sum().backward();
+      continue;
+    }
+    const at::Tensor rows = packed.rows_of(mb);
+    sums.index_put_({rows}, per_response.detach().to(at::kDouble));
+    if (weights != nullptr) {
+      (per_response * weights->index({rows}).to(per_response.scalar_type())).sum().backward();
+    }
+  }
+  return sums;
+}
+
+absl::StatusOr<algos::PreferenceLossResult> DpoTrainer::loss(
+    const std::vector<const PreferenceExample*>& examples, const at::Tensor& logps,
+    double* loss_mean_part, at::Tensor* gradient) {
+  const bool reference = options_.loss.uses_reference();
+  std::vector<double> ref_chosen, ref_rejected;
+  for (size_t i = 0; i < examples.size(); ++i) {
+    const PreferenceExample* e = examples[i];
+    if (reference && (!std::isfinite(e->ref_chosen) || !std::isfinite(e->ref_rejected))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "preference pair ", i, " has no reference log-probs (set_reference() first)"));
+    }
+    ref_chosen.push_back(e->ref_chosen);
+    ref_rejected.push_back(e->ref_rejected);
+  }
+  at::Tensor pairs_total = at::full({1}, static_cast<double>(examples.size()), at::kDouble);
+  comm_->all_reduce_host(pairs_total, comm::ReduceOp::kSum);
+  const double total = std::max(1.0, pairs_total.item<double>());
+
+  const int64_t P = static_cast<int64_t>(examples.size());
+  const at::Tensor by_pair = logps.view({P, 2});
+  const at::Tensor lengths = response_lengths(examples).view({P, 2});
+  algos::PreferencePairs pairs;
+  pairs.chosen_logps = by_pair.select(1, 0).clone().requires_grad_(gradient != nullptr);
+  pairs.rejected_logps = by_pair.select(1, 1).clone().requires_grad_(gradient != nullptr);
+  pairs.chosen_tokens = lengths.select(1, 0);
+  pairs.rejected_tokens = lengths.select(1, 1);
+  if (reference) {
+    pairs.chosen_ref = at::tensor(ref_chosen, at::kDouble).view({P});
+    pairs.rejected_ref = at::tensor(ref_rejected, at::kDouble).view({P});
+  }
+  FLYWHEEL_ASSIGN_OR_RETURN(algos::PreferenceLossResult result,
+                            algos::preference_loss(options_.loss, pairs));
+  const at::Tensor mean_part = result.losses.sum() / total;
+  *loss_mean_part = mean_part.item<double>();
+  if (gradient != nullptr) {
+    if (P > 0) mean_part.backward();
+    *gradient =
+        P > 0 ? at::stack({pairs.chosen_logps.grad(), pairs.rejected_logps.grad()}, 1).view({2 * P})
+              : at::zeros({0}, at::kDouble);
+  }
+  return result;
+}
+
+std::map<std::string, double> DpoTrainer::metrics(const algos::PreferenceLossResult& result,
+                                                  const at::Tensor& logps, double loss) {
+  const int64_t P = result.losses.numel();
+  at::Tensor sums = at::zeros({7}, at::kDouble);
+  if (P > 0) {
+    const at::Tensor by_pair = logps.view({P, 2});
+    sums = at::stack({result.chosen_rewards.sum(), result.rejected_rewards.sum(),
+                      (result.chosen_rewards > result.rejected_rewards).to(at::kDouble).sum(),
+                      by_pair.select(1, 0).sum(), by_pair.select(1, 1).sum(),
+                      at::scalar_tensor(static_cast<double>(P), at::kDouble),
+                      at::scalar_tensor(loss, at::kDouble)})
+               .to(at::kDouble)
+               .contiguous();
+  } else {
+    sums[6] = loss;
+  }
+  comm_->all_reduce_host(sums, comm::ReduceOp::kSum);
+  const double n = std::max(1.0, sums[5].item<double>());
+  const double chosen = sums[0].item<double>() / n, rejected = sums[1].item<double>() / n;
+  return {{"rewards/chosen", chosen},
+          {"rewards/rejected", rejected},
+          {"rewards/margins", chosen - rejected},
+          {"rewards/accuracies", sums[2].item<double>() / n},
+          {"logps/chosen", sums[3].item<double>() / n},
+          {"logps/rejected", sums[4].item<double>() / n},
+          {"dpo/pairs", sums[5].item<double>()},
+          {"dpo/loss", sums[6].item<double>()}};
+}
+
+absl::Status DpoTrainer::set_reference(const std::vector<PreferenceExample*>& examples) {
+  std::vector<const PreferenceExample*> view(examples.begin(), examples.end());
+  FLYWHEEL_ASSIGN_OR_RETURN(at::Tensor logps, response_logps(view, nullptr));
+  for (size_t i = 0; i < examples.size(); ++i) {
+    examples[i]->ref_chosen = logps[2 * i].item<double>();
+    examples[i]->ref_rejected = logps[2 * i + 1].item<double>();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, double>> DpoTrainer::step(
+    const std::vector<const PreferenceExample*>& examples) {
+  FLYWHEEL_ASSIGN_OR_RETURN(at::Tensor logps, response_logps(examples, nullptr));
+  double loss_part = 0;
+  at::Tensor gradient;
+  FLYWHEEL_ASSIGN_OR_RETURN(algos::PreferenceLossResult result,
+                            loss(examples, logps, &loss_part, &gradient));
+  FLYWHEEL_RETURN_IF_ERROR(response_logps(examples, &gradient).status());
+  const double lr = schedule_->at(steps_);
+  const ShardedAdamW::Update u =
+      optimizer_->finish_update(loss_part, lr, options_.optimizer.grad_clip);
+  ++steps_;
+  consecutive_skips_ = u.applied ? 0 : consecutive_skips_ + 1;
+  if (consecutive_skips_ >= options_.optimizer.max_consecutive_skips) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        consecutive_skips_, " consecutive preference updates had a non-finite loss or gradient ",
+        "norm (last: loss ", u.loss, ", grad norm ", u.grad_norm,
+        "); stopping (trainer.max_consecutive_skips)"));
+  }
+  std::map<std::string, double> m = metrics(result, logps, loss_part);
+  m["dpo/grad_norm"] = u.grad_norm;
+  m["dpo/lr"] = lr;
+  m["dpo/skipped"] = u.applied ? 0.0 : 1.0;
+  return m;
+}
+
+absl::StatusOr<std::map<std::string, double>> DpoTrainer::evaluate(
+    const std::vector<const PreferenceExample*>& examples) {
+  FLYWHEEL_ASSIGN_OR_RETURN(at::Tensor logps, response_logps(examples, nullptr));
+  double loss_part = 0;
+  FLYWHEEL_ASSIGN_OR_RETURN(algos::PreferenceLossResult result,
+                            loss(examples, logps, &loss_part, nullptr));
+  return metrics(result, logps, loss_part);
+}
+
+TrainingState DpoTrainer::training_state() {
+  TrainingState state;
+  state.models = {{"policy", model_.get()}};
+  state.optimizers = {{"policy", optimizer_.get()}};
+  state.scalars["steps"] = static_cast<double>(steps_);
+  state.scalars["consecutive_skips"] = static_cast<double>(consecutive_skips_);
+  return state;
+}
+
+void DpoTrainer::restore(const std::map<std::string, double>& scalars) {
+  if (scalars.count("steps")) steps_ = static_cast<int64_t>(scalars.at("steps"));
+  if (scalars.count("consecutive_skips")) {
+    consecutive_skips_ = static_cast<int64_t>(scalars.at("consecutive_skips"));
+  }
+}
+
+}  // namespace flywheel::trainer
