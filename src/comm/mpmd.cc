@@ -63,7 +63,9 @@ absl::StatusOr<WeightGroup> join_weight_group(MpmdWorld& world, Role role,
         "rollout c.yaml), or use transport grpc"));
   }
   const bool member = sender || role == Role::kRollout;
-  auto control = world.world->split(member ? 0 : 1, world.world->rank(), "weights");
+  // Each group its own name: the names key the progress records (progress_board.h).
+  auto control = world.world->split(member ? 0 : 1, world.world->rank(),
+                                    member ? "weights" : "weights (other learners)");
   if (!control.ok()) return control.status();
   WeightGroup out;
   out.control = std::move(*control);
