@@ -176,17 +176,11 @@ absl::StatusOr<std::map<std::string, double>> DpoTrainer::step(
   FLYWHEEL_ASSIGN_OR_RETURN(algos::PreferenceLossResult result,
                             loss(examples, logps, &loss_part, &gradient));
   FLYWHEEL_RETURN_IF_ERROR(response_logps(examples, &gradient).status());
-  const double lr = schedule_->at(steps_);
+  const double lr = schedule_->at(counters_.steps);
   const ShardedAdamW::Update u =
       optimizer_->finish_update(loss_part, lr, options_.optimizer.grad_clip);
-  ++steps_;
-  consecutive_skips_ = u.applied ? 0 : consecutive_skips_ + 1;
-  if (consecutive_skips_ >= options_.optimizer.max_consecutive_skips) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        consecutive_skips_, " consecutive preference updates had a non-finite loss or gradient ",
-        "norm (last: loss ", u.loss, ", grad norm ", u.grad_norm,
-        "); stopping (trainer.max_consecutive_skips)"));
-  }
+  FLYWHEEL_RETURN_IF_ERROR(
+      counters_.count(u, options_.optimizer.max_consecutive_skips, "preference"));
   std::map<std::string, double> m = metrics(result, logps, loss_part);
   m["dpo/grad_norm"] = u.grad_norm;
   m["dpo/lr"] = lr;
@@ -207,16 +201,12 @@ TrainingState DpoTrainer::training_state() {
   TrainingState state;
   state.models = {{"policy", model_.get()}};
   state.optimizers = {{"policy", optimizer_.get()}};
-  state.scalars["steps"] = static_cast<double>(steps_);
-  state.scalars["consecutive_skips"] = static_cast<double>(consecutive_skips_);
+  counters_.save(&state.scalars);
   return state;
 }
 
 void DpoTrainer::restore(const std::map<std::string, double>& scalars) {
-  if (scalars.count("steps")) steps_ = static_cast<int64_t>(scalars.at("steps"));
-  if (scalars.count("consecutive_skips")) {
-    consecutive_skips_ = static_cast<int64_t>(scalars.at("consecutive_skips"));
-  }
+  counters_.restore(scalars);
 }
 
 }  // namespace flywheel::trainer

@@ -1,5 +1,7 @@
 #include "flywheel/trainer/optimizer_options.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace flywheel::trainer {
 
 OptimizerOptions OptimizerOptions::from_config(const core::TrainerOptions& t) {
@@ -11,6 +13,29 @@ OptimizerOptions OptimizerOptions::from_config(const core::TrainerOptions& t) {
   o.max_consecutive_skips = t.max_consecutive_skips;
   o.sharding = ShardingOptions::from_config(t);
   return o;
+}
+
+absl::Status UpdateCounters::count(const ShardedAdamW::Update& u, int64_t max_consecutive_skips,
+                                   const char* what) {
+  ++steps;
+  consecutive_skips = u.applied ? 0 : consecutive_skips + 1;
+  if (consecutive_skips < max_consecutive_skips) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(consecutive_skips, " consecutive ", what,
+                   " updates had a non-finite loss or gradient norm ", "(last: loss ", u.loss,
+                   ", grad norm ", u.grad_norm, "); stopping (trainer.max_consecutive_skips)"));
+}
+
+void UpdateCounters::save(std::map<std::string, double>* scalars) const {
+  (*scalars)["steps"] = static_cast<double>(steps);
+  (*scalars)["consecutive_skips"] = static_cast<double>(consecutive_skips);
+}
+
+void UpdateCounters::restore(const std::map<std::string, double>& scalars) {
+  if (scalars.count("steps")) steps = static_cast<int64_t>(scalars.at("steps"));
+  if (scalars.count("consecutive_skips")) {
+    consecutive_skips = static_cast<int64_t>(scalars.at("consecutive_skips"));
+  }
 }
 
 }  // namespace flywheel::trainer

@@ -67,17 +67,10 @@ absl::StatusOr<std::map<std::string, double>> SftTrainer::step(
   const double total = std::max(1.0, tokens.item<double>());
   absl::StatusOr<std::pair<double, double>> sums = run(examples, /*train=*/true, total);
   if (!sums.ok()) return sums.status();
-  const double lr = schedule_->at(steps_);
+  const double lr = schedule_->at(counters_.steps);
   const ShardedAdamW::Update u =
       optimizer_->finish_update(-sums->first / total, lr, options_.grad_clip);
-  ++steps_;
-  consecutive_skips_ = u.applied ? 0 : consecutive_skips_ + 1;
-  if (consecutive_skips_ >= options_.max_consecutive_skips) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        consecutive_skips_, " consecutive SFT updates had a non-finite loss or gradient norm (",
-        "last: loss ", u.loss, ", grad norm ", u.grad_norm,
-        "); stopping (trainer.max_consecutive_skips)"));
-  }
+  FLYWHEEL_RETURN_IF_ERROR(counters_.count(u, options_.max_consecutive_skips, "SFT"));
   return std::map<std::string, double>{{"sft/loss", u.loss},
                                        {"sft/grad_norm", u.grad_norm},
                                        {"sft/lr", lr},
@@ -98,16 +91,12 @@ TrainingState SftTrainer::training_state() {
   TrainingState state;
   state.models = {{"policy", model_.get()}};
   state.optimizers = {{"policy", optimizer_.get()}};
-  state.scalars["steps"] = static_cast<double>(steps_);
-  state.scalars["consecutive_skips"] = static_cast<double>(consecutive_skips_);
+  counters_.save(&state.scalars);
   return state;
 }
 
 void SftTrainer::restore(const std::map<std::string, double>& scalars) {
-  if (scalars.count("steps")) steps_ = static_cast<int64_t>(scalars.at("steps"));
-  if (scalars.count("consecutive_skips")) {
-    consecutive_skips_ = static_cast<int64_t>(scalars.at("consecutive_skips"));
-  }
+  counters_.restore(scalars);
 }
 
 }  // namespace flywheel::trainer

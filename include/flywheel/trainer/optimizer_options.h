@@ -4,6 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
 
 #include "flywheel/core/options/trainer_options.h"
 #include "flywheel/trainer/lr_schedule.h"
@@ -21,6 +25,20 @@ struct OptimizerOptions {
   ShardingOptions sharding;
 
   static OptimizerOptions from_config(const core::TrainerOptions& trainer);
+};
+
+// A trainer's optimizer steps and its run of skipped (non-finite) updates, kept in checkpoints
+// as the scalars "steps" and "consecutive_skips".
+struct UpdateCounters {
+  int64_t steps = 0;
+  int64_t consecutive_skips = 0;
+
+  // Counts update `u`: FailedPrecondition once `max_consecutive_skips` in a row were skipped
+  // ("N consecutive WHAT updates had a non-finite loss or gradient norm ...").
+  absl::Status count(const ShardedAdamW::Update& u, int64_t max_consecutive_skips,
+                     const char* what);
+  void save(std::map<std::string, double>* scalars) const;
+  void restore(const std::map<std::string, double>& scalars);
 };
 
 }  // namespace flywheel::trainer

@@ -51,7 +51,7 @@ class SftTrainer {
 
   ShardedDecoder& model() { return *model_; }
   ShardedAdamW& optimizer() { return *optimizer_; }
-  int64_t steps() const { return steps_; }
+  int64_t steps() const { return counters_.steps; }
   // For checkpoints: the model, the optimizer and the step count ("steps").
   TrainingState training_state();
   void restore(const std::map<std::string, double>& scalars);
@@ -69,8 +69,7 @@ class SftTrainer {
   std::unique_ptr<ShardedDecoder> model_;
   std::unique_ptr<ShardedAdamW> optimizer_;
   std::optional<LrSchedule> schedule_;
-  int64_t steps_ = 0;
-  int64_t consecutive_skips_ = 0;
+  UpdateCounters counters_;
 };
 
 }  // namespace flywheel::trainer
