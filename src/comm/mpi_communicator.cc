@@ -94,6 +94,13 @@ class DoneWork final : public Work {
     call;                                                              \
   } while (0)
 
+// The same for a point-to-point call, which only some ranks of the group make.
+#define FLYWHEEL_MPI_TIMED_P2P(what, call)                                    \
+  do {                                                                        \
+    const Watchdog::Armed armed(*watchdog_, what, options_.timeout_s, false); \
+    call;                                                                     \
+  } while (0)
+
 absl::StatusOr<std::unique_ptr<MpiRuntime>> MpiRuntime::init(int* argc, char*** argv) {
   std::unique_ptr<MpiRuntime> runtime(new MpiRuntime());
   int initialized = 0;
@@ -247,8 +254,8 @@ void MpiCommunicator::barrier() { FLYWHEEL_MPI_TIMED("barrier", MPI_Barrier(hand
 void MpiCommunicator::send_bytes(int dest, int tag, const std::string& bytes) {
   TORCH_CHECK(dest >= 0 && dest < size_ && dest != rank_, "send_bytes: bad destination ", dest);
   TORCH_CHECK(bytes.size() <= INT_MAX, "send_bytes: ", bytes.size(), " bytes in one message");
-  FLYWHEEL_MPI_TIMED("send", MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest,
-                                      tag, handle_->comm));
+  FLYWHEEL_MPI_TIMED_P2P("send", MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE,
+                                          dest, tag, handle_->comm));
 }
 
 std::optional<std::string> MpiCommunicator::try_receive_bytes(int source, int tag) {
@@ -260,13 +267,14 @@ std::optional<std::string> MpiCommunicator::try_receive_bytes(int source, int ta
   MPI_Get_count(&status, MPI_BYTE, &count);
   std::string bytes(static_cast<size_t>(count), '\0');
   // The message has arrived (probed): receiving it does not wait for the sender.
-  FLYWHEEL_MPI_TIMED("receive", MPI_Recv(bytes.data(), count, MPI_BYTE, status.MPI_SOURCE, tag,
-                                         handle_->comm, MPI_STATUS_IGNORE));
+  FLYWHEEL_MPI_TIMED_P2P("receive", MPI_Recv(bytes.data(), count, MPI_BYTE, status.MPI_SOURCE, tag,
+                                             handle_->comm, MPI_STATUS_IGNORE));
   return bytes;
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::split(int color, int key,
-                                                                     const std::string& name) {
+                                                                     const std::string& name,
+                                                                     double timeout_s) {
   auto handle = std::make_unique<Handle>();
   int rc = MPI_SUCCESS;
   FLYWHEEL_MPI_TIMED("split", rc = MPI_Comm_split(handle_->comm, color, key, &handle->comm));
@@ -276,6 +284,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::split(int color, 
   }
   CommunicatorOptions options = options_;
   options.name = name;
+  if (timeout_s > 0) options.timeout_s = timeout_s;
   return std::unique_ptr<Communicator>(new MpiCommunicator(std::move(handle), options));
 }
 

@@ -10,6 +10,13 @@
 
 namespace flywheel::comm {
 
+namespace {
+
+// The weight groups' share of cluster.collective_timeout_s.
+constexpr double kWeightsTimeoutShare = 0.8;
+
+}  // namespace
+
 CommunicatorOptions collective_options(const std::string& name, const core::Config& config) {
   CommunicatorOptions o;
   o.name = name;
@@ -63,9 +70,12 @@ absl::StatusOr<WeightGroup> join_weight_group(MpmdWorld& world, Role role,
         "rollout c.yaml), or use transport grpc"));
   }
   const bool member = sender || role == Role::kRollout;
-  // Each group its own name: the names key the progress records (progress_board.h).
+  // Each group its own name: the names key the progress records (progress_board.h). The
+  // weight transfer times out before the other learners, who wait for rank 0 in their own next
+  // collective while it sends, give up on it: the first error names the stuck worker.
+  const double timeout_s = kWeightsTimeoutShare * config.cluster.collective_timeout_s;
   auto control = world.world->split(member ? 0 : 1, world.world->rank(),
-                                    member ? "weights" : "weights (other learners)");
+                                    member ? "weights" : "weights (other learners)", timeout_s);
   if (!control.ok()) return control.status();
   WeightGroup out;
   out.control = std::move(*control);
@@ -77,6 +87,7 @@ absl::StatusOr<WeightGroup> join_weight_group(MpmdWorld& world, Role role,
           "weight_sync.transport nccl needs a CUDA GPU on every learner and rollout rank");
     }
     comm::CommunicatorOptions options = collective_options("weights (nccl)", config);
+    options.timeout_s = timeout_s;
     // A worker receives on a stream of its own: its engine keeps the default stream busy.
     options.own_stream = role == Role::kRollout;
     auto nccl = comm::NcclCommunicator::create(*out.control, cuda_device, options);

@@ -274,7 +274,8 @@ void NcclCommunicator::barrier() {
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::split(int color, int key,
-                                                                      const std::string& name) {
+                                                                      const std::string& name,
+                                                                      double timeout_s) {
   barrier();  // under the deadline, before the split (which has none)
   auto handle = std::make_unique<Handle>();
   if (options_.own_stream) {
@@ -291,6 +292,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::split(int color,
   }
   CommunicatorOptions options = options_;
   options.name = name;
+  if (timeout_s > 0) options.timeout_s = timeout_s;
   return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(handle), device_, options));
 }
 
@@ -325,8 +327,8 @@ std::unique_ptr<Work> NcclCommunicator::all_gather_async(const at::Tensor&, at::
 void NcclCommunicator::reduce_scatter(const at::Tensor&, at::Tensor&, ReduceOp) { not_built(); }
 void NcclCommunicator::broadcast(at::Tensor&, int) { not_built(); }
 void NcclCommunicator::barrier() { not_built(); }
-absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::split(int, int,
-                                                                      const std::string&) {
+absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::split(int, int, const std::string&,
+                                                                      double) {
   not_built();
 }
 

@@ -80,6 +80,7 @@ std::unique_ptr<ProgressBoard> ProgressBoard::open(const std::string& dir, const
   std::string name;
   for (char c : group) name.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
   std::unique_ptr<ProgressBoard> board(new ProgressBoard(dir, name, rank, size, -1));
+  board->name_ = group;
   board->fd_ = ::open(board->path(rank).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (board->fd_ < 0) return nullptr;
   board->write(0, false, "start");
@@ -109,15 +110,15 @@ void ProgressBoard::leave(uint64_t seq, const char* what) { write(seq, false, wh
 
 std::string ProgressBoard::report(uint64_t seq) const {
   const double now = unix_seconds();
-  std::string halted, behind, others;  // stopped or gone processes; ranks behind; the rest
+  // Stopped or gone processes; ranks behind; the rest; ranks without a record.
+  std::string halted, behind, others, unknown;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     std::ifstream in(path(r));
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     Record rec;
-    if (!parse(text, &rec)) {
-      absl::StrAppend(&behind, behind.empty() ? "" : "; ", "rank ", r,
-                      " has no progress record (in ", dir_, ")");
+    if (!parse(text, &rec)) {  // no shared directory, or a rank that never got this far
+      absl::StrAppend(&unknown, unknown.empty() ? "" : "; ", "rank ", r);
       continue;
     }
     const std::string state = rec.host == host_ ? process_state(rec.pid) : "";
@@ -142,11 +143,12 @@ std::string ProgressBoard::report(uint64_t seq) const {
                       " (", last, ")");
     }
   }
-  std::string out = absl::StrCat("this was collective #", seq, " of group '", group_, "'");
+  std::string out = absl::StrCat("this was collective #", seq, " of group '", name_, "'");
   if (!halted.empty() && !behind.empty()) absl::StrAppend(&halted, "; ");
   absl::StrAppend(&halted, behind);
   if (!halted.empty()) absl::StrAppend(&out, ". Stuck: ", halted);
   if (!others.empty()) absl::StrAppend(&out, ". Others: ", others);
+  if (!unknown.empty()) absl::StrAppend(&out, ". No progress record (in ", dir_, ") of ", unknown);
   return out;
 }
 

@@ -41,7 +41,8 @@ class ProgressBoard {
   std::string path(int rank) const;
   void write(uint64_t seq, bool in, const char* what);
 
-  std::string dir_, group_, host_;
+  std::string dir_, group_, host_;  // group_: the group's name as a file name
+  std::string name_;                // the group's name
   int rank_, size_, fd_;
   pid_t pid_;
 };

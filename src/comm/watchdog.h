@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -38,7 +39,9 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  void arm(const char* what, double timeout_s) {
+  // `collective`: every rank of the group makes the call, so it numbers the board's records; a
+  // point-to-point send or receive is recorded under the last collective's number.
+  void arm(const char* what, double timeout_s, bool collective = true) {
     uint64_t seq;
     {
       absl::MutexLock lock(&mu_);
@@ -46,7 +49,9 @@ class Watchdog {
       start_ = absl::Now();
       deadline_ = start_ + absl::Seconds(timeout_s);
       armed_ = true;
-      seq = ++generation_;
+      ++generation_;
+      if (collective) ++seq_;
+      seq = seq_;
     }
     if (board_) board_->enter(seq, what);
   }
@@ -56,7 +61,7 @@ class Watchdog {
     {
       absl::MutexLock lock(&mu_);
       armed_ = false;
-      seq = generation_;
+      seq = seq_;
       if (board_) what = what_;
     }
     if (board_) board_->leave(seq, what.c_str());
@@ -65,7 +70,9 @@ class Watchdog {
   // Armed for the scope; disarmed on the way out, exceptions included.
   class Armed {
    public:
-    Armed(Watchdog& w, const char* what, double timeout_s) : w_(w) { w_.arm(what, timeout_s); }
+    Armed(Watchdog& w, const char* what, double timeout_s, bool collective = true) : w_(w) {
+      w_.arm(what, timeout_s, collective);
+    }
     ~Armed() { w_.disarm(); }
     Armed(const Armed&) = delete;
     Armed& operator=(const Armed&) = delete;
@@ -85,16 +92,32 @@ class Watchdog {
             this));
         continue;
       }
-      const uint64_t generation = generation_;
+      const uint64_t generation = generation_, seq = seq_;
       const absl::Time deadline = deadline_;
       auto settled = [this, generation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stop_ || !armed_ || generation_ != generation;
       };
       if (!mu_.AwaitWithDeadline(absl::Condition(&settled), deadline)) {
         const double elapsed = absl::ToDoubleSeconds(absl::Now() - start_);
-        on_timeout_(what_, elapsed, board_ ? board_->report(generation) : "");  // no return
+        on_timeout_(what_, elapsed, bounded_report(seq));  // no return
       }
     }
+  }
+
+  // The board's report, or why there is none: the other ranks' records may sit on a network
+  // filesystem that hangs too, so they are read on a thread of their own for at most 2 s (the
+  // process exits right after, that thread included).
+  std::string bounded_report(uint64_t seq) {
+    if (!board_) return "";
+    auto report = std::make_shared<std::promise<std::string>>();
+    std::future<std::string> ready = report->get_future();
+    std::thread([board = board_.get(), seq, report] {
+      report->set_value(board->report(seq));
+    }).detach();
+    if (ready.wait_for(std::chrono::seconds(2)) != std::future_status::ready) {
+      return "the progress records could not be read within 2 s";
+    }
+    return ready.get();
   }
 
   OnTimeout on_timeout_;
@@ -102,7 +125,8 @@ class Watchdog {
   absl::Mutex mu_;
   bool armed_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // every arm()
+  uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;         // collectives: the board's numbers
   std::string what_ ABSL_GUARDED_BY(mu_);
   absl::Time start_ ABSL_GUARDED_BY(mu_), deadline_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // last: starts after the members it uses

@@ -48,11 +48,13 @@ absl::StatusOr<at::Tensor> DpoTrainer::response_logps(
   int64_t longest = 1;
   std::vector<SequenceTokens> tokens;
   std::vector<int64_t> ids;
+  absl::Status bad;
   for (size_t i = 0; i < examples.size(); ++i) {
     const PreferenceExample* e = examples[i];
     if (e->prompt.empty() || e->chosen.empty() || e->rejected.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
+      bad = absl::InvalidArgumentError(absl::StrCat(
           "preference pair ", i, ": the prompt and both responses need at least one token"));
+      break;
     }
     longest = std::max<int64_t>({longest, static_cast<int64_t>(e->chosen.size()),
                                  static_cast<int64_t>(e->rejected.size())});
@@ -61,11 +63,17 @@ absl::StatusOr<at::Tensor> DpoTrainer::response_logps(
     tokens.push_back({&e->prompt, &e->rejected});
     ids.push_back(static_cast<int64_t>(2 * i + 1));
   }
-  at::Tensor widest = at::full({1}, longest, at::kLong);
+  // Every rank learns of any rank's bad pair here, before the passes' collectives.
+  at::Tensor widest =
+      at::tensor(std::vector<int64_t>{longest, bad.ok() ? 0 : 1}, at::kLong).contiguous();
   comm_->all_reduce_host(widest, comm::ReduceOp::kMax);
+  if (!bad.ok()) return bad;
+  if (widest[1].item<int64_t>() != 0) {
+    return absl::InvalidArgumentError("another rank's preference pairs are invalid");
+  }
   FLYWHEEL_ASSIGN_OR_RETURN(BalancedMicroBatches packed,
                             pack_balanced(tokens, ids, options_.optimizer.micro_batch_tokens,
-                                          widest.item<int64_t>(), *comm_));
+                                          widest[0].item<int64_t>(), *comm_));
   at::Tensor sums = at::zeros({static_cast<int64_t>(2 * examples.size())}, at::kDouble);
   std::unique_ptr<at::NoGradGuard> no_grad;
   if (weights == nullptr) no_grad = std::make_unique<at::NoGradGuard>();
@@ -78,9 +86,11 @@ absl::StatusOr<at::Tensor> DpoTrainer::response_logps(
       continue;
     }
     const at::Tensor rows = packed.rows_of(mb);
-    sums.index_put_({rows}, per_response.detach().to(at::kDouble));
+    sums.index_put_({rows}, per_response.detach().to(at::kCPU, at::kDouble));
     if (weights != nullptr) {
-      (per_response * weights->index({rows}).to(per_response.scalar_type())).sum().backward();
+      const at::Tensor w =
+          weights->index({rows}).to(per_response.device(), per_response.scalar_type());
+      (per_response * w).sum().backward();
     }
   }
   return sums;
@@ -91,18 +101,29 @@ absl::StatusOr<algos::PreferenceLossResult> DpoTrainer::loss(
     double* loss_mean_part, at::Tensor* gradient) {
   const bool reference = options_.loss.uses_reference();
   std::vector<double> ref_chosen, ref_rejected;
+  absl::Status bad;
   for (size_t i = 0; i < examples.size(); ++i) {
     const PreferenceExample* e = examples[i];
-    if (reference && (!std::isfinite(e->ref_chosen) || !std::isfinite(e->ref_rejected))) {
-      return absl::InvalidArgumentError(absl::StrCat(
+    if (reference && bad.ok() &&
+        (!std::isfinite(e->ref_chosen) || !std::isfinite(e->ref_rejected))) {
+      bad = absl::InvalidArgumentError(absl::StrCat(
           "preference pair ", i, " has no reference log-probs (set_reference() first)"));
     }
     ref_chosen.push_back(e->ref_chosen);
     ref_rejected.push_back(e->ref_rejected);
   }
-  at::Tensor pairs_total = at::full({1}, static_cast<double>(examples.size()), at::kDouble);
+  // The count of every rank's pairs, and whether any rank lacks a reference: all fail together.
+  at::Tensor pairs_total =
+      at::tensor(std::vector<double>{static_cast<double>(examples.size()), bad.ok() ? 0.0 : 1.0},
+                 at::kDouble)
+          .contiguous();
   comm_->all_reduce_host(pairs_total, comm::ReduceOp::kSum);
-  const double total = std::max(1.0, pairs_total.item<double>());
+  if (!bad.ok()) return bad;
+  if (pairs_total[1].item<double>() != 0) {
+    return absl::InvalidArgumentError(
+        "another rank's preference pairs have no reference log-probs");
+  }
+  const double total = std::max(1.0, pairs_total[0].item<double>());
 
   const int64_t P = static_cast<int64_t>(examples.size());
   const at::Tensor by_pair = logps.view({P, 2});

@@ -144,11 +144,17 @@ TEST(DpoTrainerTest, TrainingOnFixedPairsMakesThePolicyPreferTheChosenResponses)
   }
 }
 
-TEST(DpoTrainerTest, APairWithoutItsReferenceIsAnError) {
+// A pair without its reference on one rank fails the step on every rank (none waits for the
+// others in a collective).
+TEST(DpoTrainerTest, APairWithoutItsReferenceIsAnErrorOnEveryRank) {
   auto world = flywheel::testing::world_communicator();
   auto dpo = std::move(*DpoTrainer::create(small_options("sigmoid", 4096),
                                            model::testing::tiny_config("qwen2"), world.get()));
-  std::vector<PreferenceExample> pairs = synthetic_pairs(9, 2, 50);
+  std::vector<PreferenceExample> pairs = synthetic_pairs(9 + world->rank(), 2, 50);
+  // Rank 0's pairs get their reference when there are other ranks (theirs do not).
+  std::vector<PreferenceExample*> mine = {&pairs[0], &pairs[1]};
+  std::vector<PreferenceExample*> none;
+  ASSERT_TRUE(dpo->set_reference(world->rank() == 0 && world->size() > 1 ? mine : none).ok());
   std::vector<const PreferenceExample*> view = {&pairs[0], &pairs[1]};
   absl::Status s = dpo->step(view).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

@@ -11,9 +11,9 @@
 //         z = beta * (pi_c / n_c - pi_r / n_r) - gamma;  loss = -(1 - eps) log sigmoid(z) - eps log
 //         sigmoid(-z)
 //
-// Rewards as TRL reports them: beta * (pi - ref) (simpo: beta * pi / n); accuracy = chosen
-// reward > rejected reward. Every tensor is [P] (one entry per pair), float64 on the CPU; the
-// losses carry the gradient of pi_c and pi_r.
+// Rewards: beta * (pi - ref) on the summed log-probs (simpo: beta * pi / n; TRL reports IPO's
+// on per-token means instead); accuracy = chosen reward > rejected reward. Every tensor is [P] (one
+// entry per pair), float64 on the CPU; the losses carry the gradient of pi_c and pi_r.
 #pragma once
 
 #include <string>

@@ -82,9 +82,11 @@ class Communicator {
   void broadcast_host(at::Tensor& cpu_tensor, int root);
 
   // A communicator of the ranks that pass the same `color`, ordered by `key` (then by rank);
-  // collective over this group. `name` names it in timeout messages.
+  // collective over this group. `name` names it in timeout messages; `timeout_s` > 0 is its
+  // collectives' deadline (0: this group's).
   virtual absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key,
-                                                              const std::string& name) = 0;
+                                                              const std::string& name,
+                                                              double timeout_s = 0) = 0;
 };
 
 // OK when every rank's device id (e.g. "host:PCI bus id", in rank order) is distinct; else

@@ -60,8 +60,8 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter(const at::Tensor& full, at::Tensor& shard, ReduceOp op) override;
   void broadcast(at::Tensor& tensor, int root) override;
   void barrier() override;
-  absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key,
-                                                      const std::string& name) override;
+  absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key, const std::string& name,
+                                                      double timeout_s = 0) override;
 
   // Point-to-point messages beside the collectives, for announcements a receiver polls for
   // (the weight channel's headers). send_bytes blocks until MPI took the message (under the

@@ -42,8 +42,8 @@ class NcclCommunicator final : public Communicator {
   void reduce_scatter(const at::Tensor& full, at::Tensor& shard, ReduceOp op) override;
   void broadcast(at::Tensor& tensor, int root) override;
   void barrier() override;
-  absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key,
-                                                      const std::string& name) override;
+  absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key, const std::string& name,
+                                                      double timeout_s = 0) override;
 
  private:
   struct Handle;  // ncclComm_t

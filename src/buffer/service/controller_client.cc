@@ -126,8 +126,9 @@ absl::Status ControllerClient::with_retries(const char* what, Call&& call, bool 
       }
       if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
         return absl::DeadlineExceededError(absl::StrFormat(
-            "the controller at %s did not answer %s within buffer.server.rpc_deadline_s (%g s)",
-            options_.address, what, options_.deadline_s));
+            "the controller at %s did not answer %s within buffer.server.rpc_deadline_s (%g s): "
+            "%s",
+            options_.address, what, options_.deadline_s, status.error_message()));
       }
       return from_grpc(status);
     }
@@ -400,6 +401,7 @@ void ControllerClient::start_heartbeats(double interval_s) {
       request.set_incarnation(incarnation_.load());
       v1::HeartbeatReply reply;
       grpc::ClientContext context;
+      const double sent_at = monotonic_seconds();
       context.set_deadline(after_seconds(std::min(5.0, options_.deadline_s)));
       if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
       // A missed beat is retried next tick; a restarted controller answers ABORTED until the
@@ -407,10 +409,13 @@ void ControllerClient::start_heartbeats(double interval_s) {
       const grpc::Status s = stub_->stub->Heartbeat(&context, request, &reply);
       if (s.ok() && reply.done()) done_.store(true);
       if (is_restart(from_grpc(s))) restart_seen_by_.store(request.incarnation());
-      if (s.ok() || is_restart(from_grpc(s))) {
+      // Silence: no answer at all (another answer, e.g. UNAUTHENTICATED, is not silence).
+      const bool unanswered = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                              s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+      if (!unanswered) {
         silent_since_.store(0);
       } else if (silent_since_.load() == 0) {
-        silent_since_.store(monotonic_seconds());
+        silent_since_.store(sent_at);
       }
     }
   });

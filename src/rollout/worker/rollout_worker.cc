@@ -167,8 +167,11 @@ absl::Status RolloutWorker::apply_weights(int64_t min_version) {
       // A controller that stops answering heartbeats ends the wait after reconnect_timeout_s,
       // as it ends every call, rather than after the longer weight timeout.
       const double silent_limit_s = client_->options().reconnect_timeout_s;
+      double silent_for = 0;  // how long, when the silence ended the wait
       const auto silent = [&] {
-        return silent_limit_s > 0 && client_->silent_for_s() > silent_limit_s;
+        const double s = client_->silent_for_s();
+        if (silent_limit_s > 0 && s > silent_limit_s) silent_for = s;
+        return silent_for > 0;
       };
       const absl::Time deadline = absl::Now() + absl::Seconds(options_.weight_timeout_s);
       bool ready = false;
@@ -183,11 +186,14 @@ absl::Status RolloutWorker::apply_weights(int64_t min_version) {
         return absl::AbortedError(absl::StrCat(buffer::kControllerRestarted,
                                                " while waiting for weights v", min_version));
       }
-      if (fetched_version_ < min_version && silent()) {
+      const bool stopping = stopping_.load() || (stop_ && stop_());
+      // Ended by the silence (a heartbeat may have been answered since): an error all the same,
+      // never a return without the weights asked for.
+      if (fetched_version_ < min_version && ready && !stopping) {
         return absl::UnavailableError(absl::StrFormat(
             "the controller at %s did not answer heartbeats for %.1f s "
             "(buffer.server.reconnect_timeout_s %g) while this worker waited for weights v%d%s",
-            client_->options().address, client_->silent_for_s(), silent_limit_s, min_version,
+            client_->options().address, silent_for, silent_limit_s, min_version,
             fetch_error_.ok() ? "" : absl::StrCat("; last fetch error: ", fetch_error_.message())));
       }
       if (!ready) {
