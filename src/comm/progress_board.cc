@@ -32,6 +32,8 @@ struct Record {
   long pid = 0;
 };
 
+constexpr char kStopped[] = "its process is stopped";
+
 // What /proc says of a process on this host: "" when it runs (or sleeps), else why it cannot
 // make progress.
 std::string process_state(long pid) {
@@ -44,7 +46,7 @@ std::string process_state(long pid) {
   switch (stat[paren + 2]) {
     case 'T':
     case 't':
-      return "its process is stopped";
+      return kStopped;
     case 'Z':
     case 'X':
       return "its process is dead";
@@ -110,8 +112,9 @@ void ProgressBoard::leave(uint64_t seq, const char* what) { write(seq, false, wh
 
 std::string ProgressBoard::report(uint64_t seq) const {
   const double now = unix_seconds();
-  // Stopped or gone processes; ranks behind; the rest; ranks without a record.
-  std::string halted, behind, others, unknown;
+  // Stopped processes; dead or gone ones (a rank that gave up may have exited before this
+  // one); ranks behind; the rest; ranks without a record.
+  std::string halted, ended, behind, others, unknown;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     std::ifstream in(path(r));
@@ -127,13 +130,14 @@ std::string ProgressBoard::report(uint64_t seq) const {
     const std::string last =
         absl::StrFormat("#%d %s, %s %.1f s ago", rec.seq, rec.what,
                         rec.state == "in" ? "entered" : "left", now - rec.time);
-    if (!state.empty()) {  // cannot take part, wherever it is: named first
+    if (!state.empty()) {  // cannot take part, wherever it is: named first, stopped ones first
       const std::string where =
           rec.seq < seq
               ? absl::StrCat(" has not reached it: its last was ", last)
               : absl::StrCat(rec.seq == seq && rec.state == "in" ? " is in it" : " is past it",
                              " (", last, ")");
-      absl::StrAppend(&halted, halted.empty() ? "" : "; ", who, where);
+      std::string& list = state == kStopped ? halted : ended;
+      absl::StrAppend(&list, list.empty() ? "" : "; ", who, where);
     } else if (rec.seq < seq) {
       absl::StrAppend(&behind, behind.empty() ? "" : "; ", who,
                       " has not reached it: its last was ", last);
@@ -144,8 +148,10 @@ std::string ProgressBoard::report(uint64_t seq) const {
     }
   }
   std::string out = absl::StrCat("this was collective #", seq, " of group '", name_, "'");
-  if (!halted.empty() && !behind.empty()) absl::StrAppend(&halted, "; ");
-  absl::StrAppend(&halted, behind);
+  for (const std::string* more : {&ended, &behind}) {
+    if (!halted.empty() && !more->empty()) absl::StrAppend(&halted, "; ");
+    absl::StrAppend(&halted, *more);
+  }
   if (!halted.empty()) absl::StrAppend(&out, ". Stuck: ", halted);
   if (!others.empty()) absl::StrAppend(&out, ". Others: ", others);
   if (!unknown.empty()) absl::StrAppend(&out, ". No progress record (in ", dir_, ") of ", unknown);

@@ -251,7 +251,7 @@ mpmd_worker() {
   kill -9 "$victim" 2> /dev/null
   expect_log "$work/$run-train.log" "timed out: rank 0 of [0-9]+ on $host" "rank 0's error"
   expect_log "$work/$run-train.log" "Stuck: rank [0-9]+ on $host \(pid $victim, its process is stopped\)" \
-    "the stuck rollout rank named"
+    "the stuck rollout rank named (first)"
 }
 
 for scenario in "${scenarios[@]}"; do
