@@ -12,15 +12,10 @@
 #include "flywheel/core/logging.h"
 #include "flywheel/core/status_macros.h"
 #include "group_assembly.h"
+#include "worker_wait.h"
 
 namespace flywheel::rollout {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 constexpr char kBaselineSuffix[] = "/greedy";  // request id of a lease's greedy baseline
 constexpr char kResumedSample = '#';           // "<lease>#<sample>": a sample continued
@@ -55,15 +50,6 @@ void append_sample(Sample* into, Sample more) {
   into->versions.insert(into->versions.end(), more.versions.begin(), more.versions.end());
   into->finish_reason = more.finish_reason;
   into->error = std::move(more.error);
-}
-
-// Waits on `cv` (under `mu`, held) until `ready()` or `deadline`; returns ready().
-template <typename Ready>
-bool wait_until(absl::CondVar* cv, absl::Mutex* mu, absl::Time deadline, const Ready& ready) {
-  while (!ready()) {
-    if (cv->WaitWithDeadline(mu, deadline)) return ready();
-  }
-  return true;
 }
 
 }  // namespace
@@ -119,129 +105,6 @@ RolloutWorker::~RolloutWorker() {
 RolloutWorkerStats RolloutWorker::stats() const {
   absl::MutexLock lock(&stats_mu_);
   return stats_;
-}
-
-void RolloutWorker::fetch_loop() {
-  int64_t known = -1;
-  while (!stopping_.load()) {
-    // Into the buffer of an update already applied, when there is one: a fresh payload of a
-    // large model costs seconds of page faults.
-    std::shared_ptr<core::PublishedWeights> into;
-    {
-      absl::MutexLock lock(&fetch_mu_);
-      into = spare_ ? std::move(spare_) : std::make_shared<core::PublishedWeights>();
-      if (forget_fetched_) known = -1;
-      forget_fetched_ = false;
-    }
-    absl::StatusOr<bool> got = weights_->fetch_into(known, options_.weight_timeout_s, into.get());
-    {
-      absl::MutexLock lock(&fetch_mu_);
-      if (forget_fetched_) {
-        // A restart began during this fetch: what it got may be of the old controller.
-        if (!spare_) spare_ = std::move(into);
-      } else if (got.ok() && *got) {
-        known = into->version;
-        fetched_ = std::move(into);
-        fetched_version_ = known;
-      } else if (!spare_) {
-        spare_ = std::move(into);
-      }
-      if (!got.ok()) fetch_error_ = got.status();
-    }
-    weights_finished_.store(weights_->finished());
-    fetch_cv_.SignalAll();
-    absl::MutexLock lock(&fetch_mu_);
-    wait_until(&fetch_cv_, &fetch_mu_, absl::Now() + absl::Seconds(options_.poll_interval_s),
-               [this] { return stopping_.load(); });
-  }
-}
-
-absl::Status RolloutWorker::apply_weights(int64_t min_version) {
-  std::shared_ptr<core::PublishedWeights> weights;
-  {
-    absl::MutexLock lock(&fetch_mu_);
-    if (min_version > applied_version_ && fetched_version_ < min_version) {
-      // The controller grants at versions it has published: wait until they arrive (or the
-      // controller turns out to be another start, which publishes other versions). The fetcher
-      // signals after every round, so the stop request is asked at least once per poll.
-      // A controller that stops answering heartbeats ends the wait after reconnect_timeout_s,
-      // as it ends every call, rather than after the longer weight timeout.
-      const double silent_limit_s = client_->options().reconnect_timeout_s;
-      double silent_for = 0;  // how long, when the silence ended the wait
-      const auto silent = [&] {
-        const double s = client_->silent_for_s();
-        if (silent_limit_s > 0 && s > silent_limit_s) silent_for = s;
-        return silent_for > 0;
-      };
-      const absl::Time deadline = absl::Now() + absl::Seconds(options_.weight_timeout_s);
-      bool ready = false;
-      while (!ready && absl::Now() < deadline) {  // in slices: a fetch may block for long
-        ready = wait_until(
-            &fetch_cv_, &fetch_mu_, std::min(deadline, absl::Now() + absl::Seconds(0.5)), [&] {
-              return fetched_version_ >= min_version || client_->controller_restarted() ||
-                     stopping_.load() || (stop_ && stop_()) || silent();
-            });
-      }
-      if (client_->controller_restarted()) {
-        return absl::AbortedError(absl::StrCat(buffer::kControllerRestarted,
-                                               " while waiting for weights v", min_version));
-      }
-      const bool stopping = stopping_.load() || (stop_ && stop_());
-      // Ended by the silence (a heartbeat may have been answered since): an error all the same,
-      // never a return without the weights asked for.
-      if (fetched_version_ < min_version && ready && !stopping) {
-        return absl::UnavailableError(absl::StrFormat(
-            "the controller at %s did not answer heartbeats for %.1f s "
-            "(buffer.server.reconnect_timeout_s %g) while this worker waited for weights v%d%s",
-            client_->options().address, silent_for, silent_limit_s, min_version,
-            fetch_error_.ok() ? "" : absl::StrCat("; last fetch error: ", fetch_error_.message())));
-      }
-      if (!ready) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "no weights of version ", min_version, " after ", options_.weight_timeout_s,
-            " s (weight_sync.timeout_s)",
-            fetch_error_.ok() ? "" : absl::StrCat("; last error: ", fetch_error_.message())));
-      }
-    }
-    weights = std::move(fetched_);
-    fetched_.reset();
-  }
-  if (!weights || weights->version <= applied_version_) return absl::OkStatus();
-  const auto start = Clock::now();
-  absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> tensors =
-      payload_tensors(*weights);
-  if (!tensors.ok()) return tensors.status();
-  absl::Status s = engine_->update_weights(*tensors, weights->version);
-  if (!s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("weights v", weights->version, ": ", s.message()));
-  }
-  applied_version_ = weights->version;
-  applied_manifest_ = weights->tensors;
-  {
-    absl::MutexLock lock(&fetch_mu_);
-    spare_ = std::move(weights);  // staged (copied): the fetcher may reuse its memory
-  }
-  absl::MutexLock lock(&stats_mu_);
-  ++stats_.weight_updates;
-  stats_.weight_stage_s += seconds_since(start);
-  return absl::OkStatus();
-}
-
-void RolloutWorker::maybe_acknowledge() {
-  const int64_t version = engine_->version();
-  if (version <= acked_version_ || version != applied_version_) return;
-  acked_version_ = version;
-  uint32_t crc = 0;
-  if (options_.verify_weights) {
-    absl::StatusOr<uint32_t> computed = parameters_crc32c(engine_->model(), applied_manifest_);
-    if (!computed.ok()) {
-      FLYWHEEL_LOG_WARN("cannot checksum weights v%d: %s", version, computed.status().message());
-      return;
-    }
-    crc = *computed;
-  }
-  absl::Status s = client_->ack_weights(version, crc);
-  if (!s.ok()) FLYWHEEL_LOG_WARN("weights v%d not acknowledged: %s", version, s.message());
 }
 
 absl::Status RolloutWorker::acquire(bool* done) {
