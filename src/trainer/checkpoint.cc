@@ -381,4 +381,13 @@ absl::Status export_checkpoint(const std::string& step_dir, const std::string& m
   return absl::OkStatus();
 }
 
+TrainingState policy_training_state(ShardedDecoder& model, ShardedAdamW& optimizer,
+                                    const UpdateCounters& counters) {
+  TrainingState state;
+  state.models = {{"policy", &model}};
+  state.optimizers = {{"policy", &optimizer}};
+  counters.save(&state.scalars);
+  return state;
+}
+
 }  // namespace flywheel::trainer

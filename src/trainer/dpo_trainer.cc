@@ -219,11 +219,7 @@ absl::StatusOr<std::map<std::string, double>> DpoTrainer::evaluate(
 }
 
 TrainingState DpoTrainer::training_state() {
-  TrainingState state;
-  state.models = {{"policy", model_.get()}};
-  state.optimizers = {{"policy", optimizer_.get()}};
-  counters_.save(&state.scalars);
-  return state;
+  return policy_training_state(*model_, *optimizer_, counters_);
 }
 
 void DpoTrainer::restore(const std::map<std::string, double>& scalars) {

@@ -88,11 +88,7 @@ absl::StatusOr<double> SftTrainer::eval_loss(const std::vector<const SftExample*
 }
 
 TrainingState SftTrainer::training_state() {
-  TrainingState state;
-  state.models = {{"policy", model_.get()}};
-  state.optimizers = {{"policy", optimizer_.get()}};
-  counters_.save(&state.scalars);
-  return state;
+  return policy_training_state(*model_, *optimizer_, counters_);
 }
 
 void SftTrainer::restore(const std::map<std::string, double>& scalars) {

@@ -33,6 +33,11 @@ struct TrainingState {
   std::map<std::string, double> scalars;
 };
 
+// The state of a trainer of one policy (SFT, preference): the model and optimizer as "policy",
+// and the update counters.
+TrainingState policy_training_state(ShardedDecoder& model, ShardedAdamW& optimizer,
+                                    const UpdateCounters& counters);
+
 struct CheckpointSaveOptions {
   int64_t keep_last = 3;  // older complete checkpoints are deleted after a save; 0 = keep all
   std::map<std::string, std::string> extra_files;  // name -> content, written by rank 0
