@@ -24,6 +24,9 @@ absl::Status PreferenceLossOptions::validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("label_smoothing: ", label_smoothing, " is not in [0, 0.5)"));
   }
+  if (!(rpo_alpha >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("rpo_alpha: ", rpo_alpha, " is negative"));
+  }
   if (label_smoothing > 0 && (loss == "ipo" || loss == "hinge")) {
     return absl::InvalidArgumentError(
         absl::StrCat("label_smoothing: applies to sigmoid and simpo, not ", loss));
@@ -58,20 +61,22 @@ absl::StatusOr<PreferenceLossResult> preference_loss(const PreferenceLossOptions
         smoothed_sigmoid_loss(beta * (mc - mr) - options.simpo_gamma, options.label_smoothing);
     out.chosen_rewards = (beta * mc).detach();
     out.rejected_rewards = (beta * mr).detach();
-    return out;
+  } else {
+    const at::Tensor& rc = pairs.chosen_ref;
+    const at::Tensor& rr = pairs.rejected_ref;
+    if (options.loss == "sigmoid") {
+      out.losses = smoothed_sigmoid_loss(beta * ((pc - pr) - (rc - rr)), options.label_smoothing);
+    } else if (options.loss == "hinge") {
+      out.losses = at::relu(1 - beta * ((pc - pr) - (rc - rr)));
+    } else {  // ipo
+      const at::Tensor h = (pc / nc - pr / nr) - (rc / nc - rr / nr);
+      out.losses = (h - 1 / (2 * beta)).pow(2);
+    }
+    out.chosen_rewards = (beta * (pc - rc)).detach();
+    out.rejected_rewards = (beta * (pr - rr)).detach();
   }
-  const at::Tensor& rc = pairs.chosen_ref;
-  const at::Tensor& rr = pairs.rejected_ref;
-  if (options.loss == "sigmoid") {
-    out.losses = smoothed_sigmoid_loss(beta * ((pc - pr) - (rc - rr)), options.label_smoothing);
-  } else if (options.loss == "hinge") {
-    out.losses = at::relu(1 - beta * ((pc - pr) - (rc - rr)));
-  } else {  // ipo
-    const at::Tensor h = (pc / nc - pr / nr) - (rc / nc - rr / nr);
-    out.losses = (h - 1 / (2 * beta)).pow(2);
-  }
-  out.chosen_rewards = (beta * (pc - rc)).detach();
-  out.rejected_rewards = (beta * (pr - rr)).detach();
+  // RPO: the chosen response's mean NLL per token keeps its likelihood from falling.
+  if (options.rpo_alpha > 0) out.losses = out.losses - options.rpo_alpha * (pc / nc);
   return out;
 }
 

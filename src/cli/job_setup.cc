@@ -1,11 +1,15 @@
 #include "job_setup.h"
 
+#include <ATen/Parallel.h>
+
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "flywheel/algos/algorithm.h"
 #include "flywheel/algos/presets.h"
+#include "flywheel/comm/mpmd.h"
 #include "flywheel/core/builtins.h"
+#include "flywheel/core/logging.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/rewards/builtins.h"
 #include "flywheel/rewards/model/reward_model.h"
@@ -44,6 +48,17 @@ absl::StatusOr<JobSetup> set_up_job(const std::string& config_path,
     FLYWHEEL_RETURN_IF_ERROR(core::check_registered_names(job.loaded, *job.registry));
   }
   return job;
+}
+
+absl::StatusOr<TrainingWorld> join_training_world(const core::Config& config,
+                                                  const std::string& log_name) {
+  TrainingWorld out;
+  FLYWHEEL_ASSIGN_OR_RETURN(out.mpi, comm::MpiRuntime::init(nullptr, nullptr));
+  FLYWHEEL_ASSIGN_OR_RETURN(out.world, comm::MpiCommunicator::world(
+                                           *out.mpi, comm::collective_options("learners", config)));
+  core::set_log_prefix(log_name, out.world->rank());
+  at::set_num_threads(static_cast<int>(config.cluster.threads_per_process));
+  return out;
 }
 
 }  // namespace flywheel::cli

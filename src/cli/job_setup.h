@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "flywheel/comm/communicator.h"
+#include "flywheel/comm/mpi_communicator.h"
 #include "flywheel/core/config_loader.h"
 #include "flywheel/core/plugin_registry.h"
 
@@ -27,5 +29,15 @@ struct JobSetup {
 absl::StatusOr<JobSetup> set_up_job(const std::string& config_path,
                                     const std::vector<std::string>& overrides,
                                     bool load_plugins = true);
+
+// MPI and the world communicator of a job whose every rank trains (`flywheel sft`, `dpo`): its
+// collectives under cluster.collective_timeout_s, log lines prefixed `log_name` and the rank,
+// cluster.threads_per_process intra-op threads.
+struct TrainingWorld {
+  std::unique_ptr<comm::MpiRuntime> mpi;
+  std::unique_ptr<comm::Communicator> world;
+};
+absl::StatusOr<TrainingWorld> join_training_world(const core::Config& config,
+                                                  const std::string& log_name);
 
 }  // namespace flywheel::cli

@@ -45,8 +45,9 @@ absl::Status run(const MakeDataArgs& args) {
               << "\n";
   } else {
     std::cout << "wrote " << t.train << " training and " << t.eval << " held-out " << t.digits
-              << "-digit additions (seed " << t.seed << ", digit order " << t.digit_order << ") to "
-              << args.out_dir << "\n";
+              << "-digit additions" << (t.task == "addition-pairs" ? " as preference pairs" : "")
+              << " (seed " << t.seed << ", digit order " << t.digit_order << ") to " << args.out_dir
+              << "\n";
   }
   return absl::OkStatus();
 }
@@ -61,9 +62,10 @@ void add_make_data_command(CLI::App& app, int* exit_code) {
   command
       ->add_option(
           "task", args->task.task,
-          "Task: addition (\"a+b=\" -> the sum) or calculator (\"a*b=\" -> the "
-          "product, solved with the calculator environment) or guess (the guess_number game); "
-          "calculator and guess also write sft.jsonl")
+          "Task: addition (\"a+b=\" -> the sum), addition-pairs (the same prompts as "
+          "preference pairs: the sum chosen, a near miss rejected; for flywheel dpo and rm), "
+          "calculator (\"a*b=\" -> the product, solved with the calculator environment) or "
+          "guess (the guess_number game); calculator and guess also write sft.jsonl")
       ->capture_default_str();
   command->add_option("--out", args->out_dir, "Output directory")->required();
   command

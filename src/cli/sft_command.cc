@@ -2,9 +2,6 @@
 // several ranks): masked NLL on response tokens, held-out loss and exact-match accuracy, an
 // optional stop on accuracy, checkpoints and resume, and a Hugging Face export at the end.
 
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-
 #include <cmath>
 #include <iostream>
 #include <memory>
@@ -12,8 +9,6 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "commands.h"
-#include "flywheel/comm/mpi_communicator.h"
-#include "flywheel/comm/mpmd.h"
 #include "flywheel/core/logging.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/core/stop_signal.h"
@@ -32,19 +27,15 @@ absl::Status run(const SftArgs& args) {
   core::StopSignal stop("flywheel sft");
   FLYWHEEL_ASSIGN_OR_RETURN(JobSetup job, set_up_job(args.config_path, args.overrides));
   const core::Config& c = job.loaded.config;
-  absl::StatusOr<std::unique_ptr<comm::MpiRuntime>> mpi = comm::MpiRuntime::init(nullptr, nullptr);
-  if (!mpi.ok()) return mpi.status();
-  auto world = comm::MpiCommunicator::world(**mpi, comm::collective_options("learners", c));
-  if (!world.ok()) return world.status();
-  core::set_log_prefix("sft", (*world)->rank());
-  at::set_num_threads(static_cast<int>(c.cluster.threads_per_process));
+  FLYWHEEL_ASSIGN_OR_RETURN(TrainingWorld training, join_training_world(c, "sft"));
+  comm::Communicator* world = training.world.get();
 
   absl::StatusOr<std::unique_ptr<eval::SftJob>> sft =
-      eval::SftJob::create(c, world->get(), *job.registry, job.config_dir());
+      eval::SftJob::create(c, world, *job.registry, job.config_dir());
   if (!sft.ok()) return sft.status();
   absl::StatusOr<eval::SftSummary> done = (*sft)->run([&stop] { return stop.requested(); });
   if (!done.ok()) return done.status();
-  if ((*world)->rank() == 0) {
+  if (world->rank() == 0) {
     // Episodes (environment.name) have no held-out loss: their records hold no response.
     const std::string loss =
         std::isnan(done->first.loss)

@@ -17,6 +17,7 @@ void bind_options(FieldBinder& b, Config& c) {
   b.section("environment", &c.environment, "Multi-turn environment (agentic episodes).");
   b.section("trainer", &c.trainer, "Learner optimisation.");
   b.section("sft", &c.sft, "Supervised fine-tuning (flywheel sft).");
+  b.section("dpo", &c.dpo, "Preference optimisation (flywheel dpo).");
   b.section("eval", &c.eval, "Held-out evaluation during RL training and `flywheel eval`.");
   b.section("buffer", &c.buffer,
             "The controller: trajectory buffer, staleness budget, prompt leases, gRPC server.");

@@ -114,18 +114,11 @@ absl::Status SftJob::resume() {
   absl::StatusOr<std::map<std::string, double>> scalars =
       trainer::load_checkpoint(sft_->training_state(), *world_, from);
   if (!scalars.ok()) return scalars.status();
-  auto scalar = [&](const char* name) { return scalars->count(name) ? scalars->at(name) : 0.0; };
-  if (scalars->count("data_records") &&
-      static_cast<size_t>(scalar("data_records")) != train_->records.size()) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s was trained on %d records of data.train_path; it now has %d: resume with the same "
-        "data (or checkpoint.resume: never)",
-        from, static_cast<int64_t>(scalar("data_records")), train_->records.size()));
-  }
+  FLYWHEEL_ASSIGN_OR_RETURN(
+      cursor_,
+      trainer::restore_cursor(*scalars, static_cast<int64_t>(train_->records.size()), from));
   sft_->restore(*scalars);
   last_saved_ = sft_->steps();
-  cursor_.epoch = static_cast<int64_t>(scalar("data_epoch"));
-  cursor_.position = static_cast<int64_t>(scalar("data_position"));
   if (world_->rank() == 0) FLYWHEEL_LOG_INFO("resumed from %s at step %d", from, sft_->steps());
   return absl::OkStatus();
 }
@@ -133,9 +126,7 @@ absl::Status SftJob::resume() {
 absl::Status SftJob::save(int64_t step) {
   if (step == last_saved_) return absl::OkStatus();  // the final save of a step just saved
   trainer::TrainingState state = sft_->training_state();
-  state.scalars["data_epoch"] = static_cast<double>(cursor_.epoch);
-  state.scalars["data_position"] = static_cast<double>(cursor_.position);
-  state.scalars["data_records"] = static_cast<double>(train_->records.size());
+  trainer::save_cursor(cursor_, static_cast<int64_t>(train_->records.size()), &state.scalars);
   FLYWHEEL_RETURN_IF_ERROR(
       trainer::save_checkpoint(state, *world_, checkpoints_, step, save_options_));
   last_saved_ = step;

@@ -33,6 +33,27 @@ std::string addition_record(int64_t a, int64_t b, const std::string& order) {
        {"answer", sum}});
 }
 
+// A preference pair for "a+b=": the sum (chosen) and a near miss (rejected): the sum with one
+// digit changed, the leading digit never to 0.
+std::string addition_pair_record(int64_t a, int64_t b, const std::string& order,
+                                 std::mt19937_64& rng) {
+  std::string wrong = std::to_string(a + b);
+  const size_t at = std::uniform_int_distribution<size_t>(0, wrong.size() - 1)(rng);
+  const int low = at == 0 && wrong.size() > 1 ? 1 : 0;
+  char digit = wrong[at];
+  while (digit == wrong[at])
+    digit = static_cast<char>('0' + std::uniform_int_distribution<int>(low, 9)(rng));
+  wrong[at] = digit;
+  const bool operands_lsd = order == "lsd", sum_lsd = order != "msd";
+  const std::string sum = digits_of(a + b, sum_lsd);
+  if (sum_lsd) std::reverse(wrong.begin(), wrong.end());
+  return line(
+      {{"prompt", absl::StrCat(digits_of(a, operands_lsd), "+", digits_of(b, operands_lsd), "=")},
+       {"chosen", sum},
+       {"rejected", wrong},
+       {"answer", sum}});
+}
+
 int64_t power_of_ten(int digits) {
   int64_t p = 1;
   for (int i = 0; i < digits; ++i) p *= 10;
@@ -92,7 +113,7 @@ std::map<std::string, std::string> guess_task(const SyntheticTaskOptions& o) {
 absl::StatusOr<std::map<std::string, std::string>> make_synthetic_task(
     const SyntheticTaskOptions& options) {
   const SyntheticTaskOptions& o = options;
-  const bool calculator = o.task == "calculator";
+  const bool calculator = o.task == "calculator", preference = o.task == "addition-pairs";
   if (o.task == "guess") {
     if (o.guess_max < 2 || o.guess_max > 1000000) {
       return absl::InvalidArgumentError(
@@ -100,9 +121,9 @@ absl::StatusOr<std::map<std::string, std::string>> make_synthetic_task(
     }
     return guess_task(o);
   }
-  if (!calculator && o.task != "addition") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown task '", o.task, "' (available: addition, calculator, guess)"));
+  if (!calculator && !preference && o.task != "addition") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown task '", o.task, "' (available: addition, addition-pairs, calculator, guess)"));
   }
   if (!calculator && o.digit_order != "msd" && o.digit_order != "sum-lsd" &&
       o.digit_order != "lsd") {
@@ -123,6 +144,8 @@ absl::StatusOr<std::map<std::string, std::string>> make_synthetic_task(
   }
   std::mt19937_64 rng(o.seed);
   std::uniform_int_distribution<int64_t> first(a_low, a_high - 1), second(b_low, b_high - 1);
+  // Its own generator: the pairs' prompts are the addition task's of the same seed.
+  std::mt19937_64 near_miss_rng(o.seed + 0x9e3779b97f4a7c15ULL);
   std::set<std::pair<int64_t, int64_t>> seen;
   std::vector<std::pair<int64_t, int64_t>> drawn;
   auto draw = [&](int64_t n) {
@@ -132,6 +155,8 @@ absl::StatusOr<std::map<std::string, std::string>> make_synthetic_task(
       if (!seen.insert({a, b}).second) continue;  // held-out pairs never appear in training
       if (calculator) {
         lines += line({{"prompt", absl::StrCat(a, "*", b, "=")}, {"answer", absl::StrCat(a * b)}});
+      } else if (preference) {
+        lines += addition_pair_record(a, b, o.digit_order, near_miss_rng);
       } else {
         lines += addition_record(a, b, o.digit_order);
       }

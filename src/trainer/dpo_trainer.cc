@@ -12,6 +12,9 @@
 namespace flywheel::trainer {
 namespace {
 
+// Implicit rewards closer than this many nats (times beta) are a tie.
+constexpr double kTieNats = 1e-4;
+
 // Response lengths, [2 x pairs] float64 in the chosen / rejected interleaving.
 at::Tensor response_lengths(const std::vector<const PreferenceExample*>& examples) {
   std::vector<double> n;
@@ -156,8 +159,13 @@ std::map<std::string, double> DpoTrainer::metrics(const algos::PreferenceLossRes
   at::Tensor sums = at::zeros({7}, at::kDouble);
   if (P > 0) {
     const at::Tensor by_pair = logps.view({P, 2});
-    sums = at::stack({result.chosen_rewards.sum(), result.rejected_rewards.sum(),
-                      (result.chosen_rewards > result.rejected_rewards).to(at::kDouble).sum(),
+    // A pair whose rewards differ by float noise only (at the start the policy is the
+    // reference) counts as half right, not as wrong: accuracy starts near 50%.
+    const at::Tensor margin = result.chosen_rewards - result.rejected_rewards;
+    const double tie = kTieNats * options_.loss.beta;
+    const at::Tensor right =
+        (margin > tie).to(at::kDouble) + 0.5 * (margin.abs() <= tie).to(at::kDouble);
+    sums = at::stack({result.chosen_rewards.sum(), result.rejected_rewards.sum(), right.sum(),
                       by_pair.select(1, 0).sum(), by_pair.select(1, 1).sum(),
                       at::scalar_tensor(static_cast<double>(P), at::kDouble),
                       at::scalar_tensor(loss, at::kDouble)})

@@ -5,16 +5,15 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "flywheel/core/jsonl_io.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/model/tokenizer/chat_messages.h"
 
 namespace flywheel::trainer {
-namespace {
-
-absl::StatusOr<std::vector<int32_t>> encode(const model::Tokenizer& tokenizer,
-                                            const std::string& text, bool special,
-                                            int64_t vocab_size) {
+absl::StatusOr<std::vector<int32_t>> encode_in_vocabulary(const model::Tokenizer& tokenizer,
+                                                          const std::string& text, bool special,
+                                                          int64_t vocab_size) {
   model::EncodeOptions options;
   options.add_special_tokens = special;
   FLYWHEEL_ASSIGN_OR_RETURN(std::vector<int64_t> ids, tokenizer.encode(text, options));
@@ -28,8 +27,6 @@ absl::StatusOr<std::vector<int32_t>> encode(const model::Tokenizer& tokenizer,
   }
   return out;
 }
-
-}  // namespace
 
 SftDataOptions SftDataOptions::from_config(const core::Config& config, int64_t vocab_size) {
   SftDataOptions o;
@@ -86,10 +83,10 @@ absl::StatusOr<SftData> load_sft_data(const std::string& path, const SftDataOpti
     SftRecord r;
     // A rendered chat carries its own special tokens; a plain prompt gets the tokenizer's.
     absl::StatusOr<std::vector<int32_t>> prompt =
-        encode(tokenizer, prompt_text, /*special=*/!chat, options.vocab_size);
+        encode_in_vocabulary(tokenizer, prompt_text, /*special=*/!chat, options.vocab_size);
     if (!prompt.ok()) return bad(prompt.status().message());
     absl::StatusOr<std::vector<int32_t>> response =
-        encode(tokenizer, response_text, /*special=*/false, options.vocab_size);
+        encode_in_vocabulary(tokenizer, response_text, /*special=*/false, options.vocab_size);
     if (!response.ok()) return bad(response.status().message());
     if (prompt->empty()) return bad("the prompt is empty");
     r.example.prompt = std::move(*prompt);
@@ -135,11 +132,35 @@ std::vector<int64_t> epoch_order(int64_t n, int64_t epoch, const SftBatchOptions
 
 }  // namespace
 
-std::vector<const SftExample*> next_sft_batch(const SftData& data, SftCursor* cursor,
-                                              const SftBatchOptions& options, int rank, int world) {
-  const int64_t n = static_cast<int64_t>(data.records.size());
+void save_cursor(const SftCursor& cursor, int64_t records, std::map<std::string, double>* scalars) {
+  (*scalars)["data_epoch"] = static_cast<double>(cursor.epoch);
+  (*scalars)["data_position"] = static_cast<double>(cursor.position);
+  (*scalars)["data_records"] = static_cast<double>(records);
+}
+
+absl::StatusOr<SftCursor> restore_cursor(const std::map<std::string, double>& scalars,
+                                         int64_t records, const std::string& from) {
+  auto scalar = [&](const char* name) {
+    auto it = scalars.find(name);
+    return it == scalars.end() ? 0.0 : it->second;
+  };
+  if (scalars.count("data_records") && static_cast<int64_t>(scalar("data_records")) != records) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s was trained on %d records of data.train_path; it now has %d: resume with the same "
+        "data (or checkpoint.resume: never)",
+        from, static_cast<int64_t>(scalar("data_records")), records));
+  }
+  SftCursor cursor;
+  cursor.epoch = static_cast<int64_t>(scalar("data_epoch"));
+  cursor.position = static_cast<int64_t>(scalar("data_position"));
+  return cursor;
+}
+
+std::vector<int64_t> next_batch_indices(int64_t records, SftCursor* cursor,
+                                        const SftBatchOptions& options, int rank, int world) {
+  const int64_t n = records;
   std::vector<int64_t> order = epoch_order(n, cursor->epoch, options);
-  std::vector<const SftExample*> mine;
+  std::vector<int64_t> mine;
   for (int64_t j = 0; j < options.batch_size; ++j) {
     if (cursor->position >= n) {
       ++cursor->epoch;
@@ -147,7 +168,17 @@ std::vector<const SftExample*> next_sft_batch(const SftData& data, SftCursor* cu
       order = epoch_order(n, cursor->epoch, options);
     }
     const int64_t record = order[cursor->position++];
-    if (j % world == rank) mine.push_back(&data.records[record].example);
+    if (j % world == rank) mine.push_back(record);
+  }
+  return mine;
+}
+
+std::vector<const SftExample*> next_sft_batch(const SftData& data, SftCursor* cursor,
+                                              const SftBatchOptions& options, int rank, int world) {
+  std::vector<const SftExample*> mine;
+  for (int64_t i : next_batch_indices(static_cast<int64_t>(data.records.size()), cursor, options,
+                                      rank, world)) {
+    mine.push_back(&data.records[i].example);
   }
   return mine;
 }

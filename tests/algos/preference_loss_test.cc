@@ -119,6 +119,28 @@ TEST(PreferenceLossTest, SimpoIsLengthNormalisedWithAMarginAndNoReference) {
   EXPECT_NEAR(p.pc.grad()[0].item<double>(), 0.5 / 4 * (1 / (1 + std::exp(0.55)) - 1), 1e-12);
 }
 
+TEST(PreferenceLossTest, RpoAddsTheChosenNllPerTokenToAnyLoss) {
+  for (const char* loss : {"sigmoid", "ipo", "hinge"}) {
+    SCOPED_TRACE(loss);
+    Pairs p;
+    PreferenceLossOptions o = opts(loss, 0.5);
+    const at::Tensor plain = preference_loss(o, p.get())->losses.detach();
+    o.rpo_alpha = 0.3;
+    auto r = preference_loss(o, p.get());
+    ASSERT_TRUE(r.ok()) << r.status();
+    // + alpha * (-pi_c / n_c): pair 0 0.3 * 10 / 4 = 0.75, pair 1 0.3 * 8 / 2 = 1.2.
+    expect_values(r->losses - plain, {0.75, 1.2});
+  }
+  Pairs p;
+  PreferenceLossOptions o = opts("sigmoid", 0.5);
+  o.rpo_alpha = 0.3;
+  preference_loss(o, p.get())->losses.sum().backward();
+  // dL/dpi_c = beta (sigmoid(z) - 1) - alpha / n_c, z = 1 for pair 0.
+  EXPECT_NEAR(p.pc.grad()[0].item<double>(), 0.5 * (1 / (1 + std::exp(-1.0)) - 1) - 0.3 / 4, 1e-12);
+  o.rpo_alpha = -1;
+  EXPECT_NE(preference_loss(o, p.get()).status().message().find("rpo_alpha"), std::string::npos);
+}
+
 TEST(PreferenceLossTest, BadOptionsAndInputsAreNamed) {
   Pairs p;
   EXPECT_NE(preference_loss(opts("kto", 0.5), p.get()).status().message().find("'kto'"),

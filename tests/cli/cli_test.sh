@@ -25,7 +25,7 @@ case "$case_name" in
   help)
     expect_exit 0 "$flywheel" --help
     subs=(version validate-config config-doc plot tokenize score export init-model generate buffer
-          sft reward train learner rollout eval make-data)
+          sft dpo reward train learner rollout eval make-data)
     for sub in "${subs[@]}"; do expect_output "$sub"; done
     for sub in "${subs[@]}"; do
       expect_exit 0 "$flywheel" "$sub" --help
@@ -173,7 +173,27 @@ JSON
       --digit-order lsd --out "$work/again"
     cmp -s "$work/again/eval.jsonl" "$work/lsd/eval.jsonl" || fail "same seed, different data"
     expect_exit 2 "$flywheel" make-data addition --digit-order backwards --out "$work/x"
-    expect_exit 2 "$flywheel" make-data addition --reversed --digit-order lsd --out "$work/x" ;;
+    expect_exit 2 "$flywheel" make-data addition --reversed --digit-order lsd --out "$work/x"
+    # Preference pairs: the addition task's prompts and answers (same seed), the answer chosen,
+    # a near miss (one digit changed, same length, no leading 0) rejected.
+    expect_exit 0 "$flywheel" make-data addition-pairs --digits 3 --train 300 --eval 50 --seed 4 \
+      --digit-order lsd --out "$work/pairs"
+    expect_output "as preference pairs"
+    node -e '
+      const fs = require("fs");
+      const read = (d, f) => fs.readFileSync(`${d}/${f}.jsonl`, "utf8").trim().split("\n").map(JSON.parse);
+      for (const f of ["train", "eval"]) {
+        const plain = read(`${process.argv[1]}/lsd`, f), pairs = read(`${process.argv[1]}/pairs`, f);
+        if (plain.length !== pairs.length) throw new Error(`${f}: counts`);
+        pairs.forEach((p, i) => {
+          if (p.prompt !== plain[i].prompt || p.answer !== plain[i].answer || p.chosen !== p.answer)
+            throw new Error(`${f} ${i}: ${JSON.stringify(p)} vs ${JSON.stringify(plain[i])}`);
+          const differ = [...p.chosen].filter((c, j) => c !== p.rejected[j]).length;
+          if (p.rejected.length !== p.chosen.length || differ !== 1 || /^[0-9]+$/.test(p.rejected) === false ||
+              (p.rejected.length > 1 && p.rejected.endsWith("0")))
+            throw new Error(`${f} ${i}: rejected ${p.rejected} for ${p.chosen}`);
+        });
+      }' "$work" || fail "make-data addition-pairs output is wrong" ;;
   generate)
     cat > "$work/config.json" <<'JSON'
 {"model_type": "llama", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,

@@ -10,6 +10,8 @@
 //   simpo (Meng et al. 2024), reference-free and length-normalised:
 //         z = beta * (pi_c / n_c - pi_r / n_r) - gamma;  loss = -(1 - eps) log sigmoid(z) - eps log
 //         sigmoid(-z)
+//   rpo_alpha (RPO, Pang et al. 2024), added to any of them: + alpha * (-pi_c / n_c), the chosen
+//         response's NLL per token
 //
 // Rewards: beta * (pi - ref) on the summed log-probs (simpo: beta * pi / n; TRL reports IPO's
 // on per-token means instead); accuracy = chosen reward > rejected reward. Every tensor is [P] (one
@@ -30,6 +32,7 @@ struct PreferenceLossOptions {
   double beta = 0.1;             // > 0
   double label_smoothing = 0;    // eps of sigmoid and simpo, in [0, 0.5)
   double simpo_gamma = 0.5;      // target margin of simpo (TRL: gamma_beta_ratio * beta)
+  double rpo_alpha = 0;          // weight of the chosen response's NLL per token; 0 = off
 
   absl::Status validate() const;
   bool uses_reference() const { return loss != "simpo"; }

@@ -14,6 +14,7 @@
 #include "flywheel/core/options/checkpoint_options.h"
 #include "flywheel/core/options/cluster_options.h"
 #include "flywheel/core/options/data_options.h"
+#include "flywheel/core/options/dpo_options.h"
 #include "flywheel/core/options/environment_options.h"
 #include "flywheel/core/options/eval_options.h"
 #include "flywheel/core/options/logging_options.h"
@@ -37,6 +38,7 @@ struct Config {
   EnvironmentOptions environment;
   TrainerOptions trainer;
   SftOptions sft;
+  DpoOptions dpo;
   EvalOptions eval;
   BufferOptions buffer;
   ClusterOptions cluster;

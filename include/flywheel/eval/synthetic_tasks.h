@@ -1,6 +1,9 @@
 // The built-in synthetic tasks of `flywheel make-data`: generated from a seed, no download.
 //
 //   addition:    "a+b=" -> the sum (the quickstart; digit orders below).
+//   addition-pairs: preference pairs of the same prompts for `flywheel dpo` and `flywheel rm`:
+//                the sum is chosen, a near miss (one digit of the sum changed) rejected:
+//                  {"prompt": "123+456=", "chosen": "579", "rejected": "589", "answer": "579"}
 //   calculator:  "a*b=" -> the product, a of `digits` digits and b of 2: more than a small
 //                model computes in its head, easy with the calculator environment. Besides
 //                train.jsonl and eval.jsonl it writes sft.jsonl, demonstration episodes cut
@@ -30,7 +33,7 @@
 namespace flywheel::eval {
 
 struct SyntheticTaskOptions {
-  std::string task = "addition";  // addition | calculator | guess
+  std::string task = "addition";  // addition | addition-pairs | calculator | guess
   int digits = 3;                 // of each addend; of the calculator's first factor
   int64_t train = 20000;
   int64_t eval = 200;

@@ -60,7 +60,8 @@ class DpoTrainer {
 
   // One optimizer step on this rank's pairs (ranks may pass different numbers, or none).
   // Metrics with TRL's names, means over every rank's pairs: rewards/chosen, rewards/rejected,
-  // rewards/margins, rewards/accuracies, logps/chosen, logps/rejected; and dpo/loss,
+  // rewards/margins, rewards/accuracies (chosen reward above rejected; rewards within 1e-4 * beta
+  // of each other count as half), logps/chosen, logps/rejected; and dpo/loss,
   // dpo/grad_norm, dpo/lr, dpo/pairs, dpo/skipped. Collective. InvalidArgument for a pair
   // without its reference (unless the loss is reference-free) or that does not fit in
   // micro_batch_tokens; FailedPrecondition after max_consecutive_skips non-finite updates.

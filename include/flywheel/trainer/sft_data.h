@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,12 @@ struct SftDataOptions {
   static SftDataOptions from_config(const core::Config& config, int64_t vocab_size);
 };
 
+// `text`'s ids (with the tokenizer's special tokens when `special`). InvalidArgument for an id
+// outside [0, vocab_size).
+absl::StatusOr<std::vector<int32_t>> encode_in_vocabulary(const model::Tokenizer& tokenizer,
+                                                          const std::string& text, bool special,
+                                                          int64_t vocab_size);
+
 // Reads and tokenizes `path`. InvalidArgument naming path:line for a malformed record, ids
 // outside the vocabulary, or a chat whose last message is not the assistant's; NotFound for an
 // unreadable file; InvalidArgument when no record is left.
@@ -62,11 +69,25 @@ struct SftCursor {
   int64_t epoch = 0, position = 0;
 };
 
+// The cursor and the number of records it walks, as checkpoint scalars (data_epoch,
+// data_position, data_records).
+void save_cursor(const SftCursor& cursor, int64_t records, std::map<std::string, double>* scalars);
+// The cursor of a checkpoint's scalars (zero when they have none). FailedPrecondition when the
+// checkpoint `from` walked another number of records.
+absl::StatusOr<SftCursor> restore_cursor(const std::map<std::string, double>& scalars,
+                                         int64_t records, const std::string& from);
+
 struct SftBatchOptions {
   int64_t batch_size = 1;  // sft.batch_size: records per step, over all ranks
   bool shuffle = true;     // data.shuffle
   uint64_t seed = 0;       // data.seed
 };
+
+// The indices of the records of one step (batch_size of them, across epochs of `records`; the
+// cursor moves on) that are this rank's share: the j-th record of the step goes to rank
+// j % world.
+std::vector<int64_t> next_batch_indices(int64_t records, SftCursor* cursor,
+                                        const SftBatchOptions& options, int rank, int world);
 
 // The records of one step (batch_size of them, across epochs; the cursor moves on), and of
 // those this rank's share: the j-th record of the step goes to rank j % world.

@@ -1,0 +1,75 @@
+// `flywheel dpo CONFIG`: preference optimisation (DPO, IPO, hinge, SimPO) on {prompt, chosen,
+// rejected} pairs, sharded over the ranks of `mpirun -np N flywheel dpo ...`: the reference's
+// log-probs computed once, held-out preference accuracy and greedy accuracy, checkpoints and
+// resume, and a Hugging Face export at the end.
+
+#include <cmath>
+#include <iostream>
+#include <memory>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_format.h"
+#include "commands.h"
+#include "flywheel/core/status_macros.h"
+#include "flywheel/core/stop_signal.h"
+#include "flywheel/eval/dpo_job.h"
+#include "job_setup.h"
+
+namespace flywheel::cli {
+namespace {
+
+struct DpoArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;
+};
+
+// "a -> b" of two held-out figures, or "" when neither was measured.
+std::string change(const char* what, double first, double last) {
+  if (std::isnan(first) && std::isnan(last)) return "";
+  return absl::StrFormat("; %s %.3f -> %.3f", what, first, last);
+}
+
+absl::Status run(const DpoArgs& args) {
+  core::StopSignal stop("flywheel dpo");
+  FLYWHEEL_ASSIGN_OR_RETURN(JobSetup job, set_up_job(args.config_path, args.overrides));
+  const core::Config& c = job.loaded.config;
+  FLYWHEEL_ASSIGN_OR_RETURN(TrainingWorld training, join_training_world(c, "dpo"));
+  comm::Communicator* world = training.world.get();
+
+  absl::StatusOr<std::unique_ptr<eval::DpoJob>> dpo =
+      eval::DpoJob::create(c, world, *job.registry, job.config_dir());
+  if (!dpo.ok()) return dpo.status();
+  absl::StatusOr<eval::DpoSummary> done = (*dpo)->run([&stop] { return stop.requested(); });
+  if (!done.ok()) return done.status();
+  if (world->rank() == 0) {
+    const eval::DpoEvalResult &first = done->first, &last = done->last;
+    std::cout << absl::StrFormat(
+        "flywheel dpo: %d steps%s%s%s%s%s\n", done->steps,
+        done->stopped_by.empty() ? "" : " (stopped by " + done->stopped_by + ")",
+        change("held-out preference accuracy", first.preference_accuracy, last.preference_accuracy),
+        change("reward margin", first.margin, last.margin),
+        change("greedy accuracy", first.accuracy, last.accuracy),
+        done->exported.empty() ? "" : "; exported to " + done->exported);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void add_dpo_command(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<DpoArgs>();
+  CLI::App* command = app.add_subcommand(
+      "dpo",
+      "Preference optimisation (dpo.loss: sigmoid = DPO, ipo, hinge, simpo) on {\"prompt\", "
+      "\"chosen\", \"rejected\"} pairs, sharded over the ranks of `mpirun -np N flywheel dpo ...`");
+  command->add_option("config", args->config_path, "YAML config file")->required();
+  command->add_option("--set", args->overrides, "Override a key (repeatable)")
+      ->allow_extra_args(false);  // one key=value per --set: a positional after it stays one
+  command->callback([args, exit_code] {
+    absl::Status status = run(*args);
+    if (!status.ok()) std::cerr << "flywheel dpo: " << status.message() << "\n";
+    *exit_code = exit_code_for(status);
+  });
+}
+
+}  // namespace flywheel::cli
