@@ -15,9 +15,10 @@ at::Tensor smoothed_sigmoid_loss(const at::Tensor& z, double eps) {
 }  // namespace
 
 absl::Status PreferenceLossOptions::validate() const {
-  if (loss != "sigmoid" && loss != "ipo" && loss != "hinge" && loss != "simpo") {
+  if (loss != "sigmoid" && loss != "ipo" && loss != "hinge" && loss != "simpo" &&
+      loss != "bradley_terry") {
     return absl::InvalidArgumentError(
-        absl::StrCat("loss: '", loss, "' is not one of sigmoid, ipo, hinge, simpo"));
+        absl::StrCat("loss: '", loss, "' is not one of sigmoid, ipo, hinge, simpo, bradley_terry"));
   }
   if (!(beta > 0)) return absl::InvalidArgumentError(absl::StrCat("beta: ", beta, " is not > 0"));
   if (!(label_smoothing >= 0 && label_smoothing < 0.5)) {
@@ -27,7 +28,11 @@ absl::Status PreferenceLossOptions::validate() const {
   if (!(rpo_alpha >= 0)) {
     return absl::InvalidArgumentError(absl::StrCat("rpo_alpha: ", rpo_alpha, " is negative"));
   }
-  if (label_smoothing > 0 && (loss == "ipo" || loss == "hinge")) {
+  if (!(center_coefficient >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("center_coefficient: ", center_coefficient, " is negative"));
+  }
+  if (label_smoothing > 0 && (loss == "ipo" || loss == "hinge" || loss == "bradley_terry")) {
     return absl::InvalidArgumentError(
         absl::StrCat("label_smoothing: applies to sigmoid and simpo, not ", loss));
   }
@@ -55,7 +60,15 @@ absl::StatusOr<PreferenceLossResult> preference_loss(const PreferenceLossOptions
   const at::Tensor nr = pairs.rejected_tokens.to(pc.scalar_type()).clamp_min(1);
   const double beta = options.beta;
   PreferenceLossResult out;
-  if (options.loss == "simpo") {
+  if (options.loss == "bradley_terry") {
+    if (pairs.margins.defined() && !pairs.margins.sizes().equals(pc.sizes())) {
+      return absl::InvalidArgumentError("preference_loss: margins must be [P]");
+    }
+    const at::Tensor z = pairs.margins.defined() ? pc - pr - pairs.margins : pc - pr;
+    out.losses = smoothed_sigmoid_loss(z, 0) + options.center_coefficient * (pc + pr).pow(2);
+    out.chosen_rewards = pc.detach();
+    out.rejected_rewards = pr.detach();
+  } else if (options.loss == "simpo") {
     const at::Tensor mc = pc / nc, mr = pr / nr;
     out.losses =
         smoothed_sigmoid_loss(beta * (mc - mr) - options.simpo_gamma, options.label_smoothing);

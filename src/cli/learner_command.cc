@@ -95,11 +95,11 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const core::StopS
   sources.policy_path = c.model.path;
   sources.reference_path = c.model.reference_path.empty() ? c.model.path : c.model.reference_path;
   sources.critic_path = c.model.critic_path.empty() ? c.model.path : c.model.critic_path;
+  sources.teacher_path = c.distill.teacher_path;
   sources.seed = static_cast<uint64_t>(c.trainer.seed);
   auto learner = trainer::Learner::create(c, model_config, &learners, *job->registry);
   if (!learner.ok()) return learner.status();
-  FLYWHEEL_RETURN_IF_ERROR(
-      trainer::load_learner_weights(**learner, model_config.hidden_size, sources));
+  FLYWHEEL_RETURN_IF_ERROR(trainer::load_learner_weights(**learner, sources));
 
   // Resume: the learners' state, then (rank 0) the controller's from the same step directory.
   const std::string checkpoints = trainer::checkpoint_dir(c);

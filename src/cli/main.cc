@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   add_eval_command(app, &exit_code);
   add_sft_command(app, &exit_code);
   add_dpo_command(app, &exit_code);
+  add_rm_command(app, &exit_code);
   add_make_data_command(app, &exit_code);
   add_learner_command(app, &exit_code);
   add_rollout_command(app, &exit_code);

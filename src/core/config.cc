@@ -18,6 +18,8 @@ void bind_options(FieldBinder& b, Config& c) {
   b.section("trainer", &c.trainer, "Learner optimisation.");
   b.section("sft", &c.sft, "Supervised fine-tuning (flywheel sft).");
   b.section("dpo", &c.dpo, "Preference optimisation (flywheel dpo).");
+  b.section("rm", &c.rm, "Reward-model training (flywheel rm).");
+  b.section("distill", &c.distill, "On-policy distillation from a teacher (flywheel train).");
   b.section("eval", &c.eval, "Held-out evaluation during RL training and `flywheel eval`.");
   b.section("buffer", &c.buffer,
             "The controller: trajectory buffer, staleness budget, prompt leases, gRPC server.");

@@ -36,19 +36,28 @@ std::vector<const trainer::PreferenceExample*> rank_share(const trainer::Prefere
 absl::StatusOr<std::unique_ptr<DpoJob>> DpoJob::create(const core::Config& config,
                                                        comm::Communicator* world,
                                                        core::PluginRegistry& registry,
-                                                       const std::string& config_dir) {
+                                                       const std::string& config_dir,
+                                                       bool reward_model) {
   const core::Config& c = config;
   if (c.model.path.empty()) return absl::InvalidArgumentError("model.path must be set");
   if (c.data.train_path.empty()) return absl::InvalidArgumentError("data.train_path must be set");
-  std::unique_ptr<DpoJob> job(new DpoJob(config, world));
+  std::unique_ptr<DpoJob> job(new DpoJob(config, world, reward_model));
+  job->batch_size_ = reward_model ? c.rm.batch_size : c.dpo.batch_size;
+  job->eval_every_ = reward_model ? c.rm.eval_every : c.dpo.eval_every;
   FLYWHEEL_RETURN_IF_ERROR(job->load_data());
 
   job->options_.optimizer = trainer::OptimizerOptions::from_config(c.trainer);
-  job->options_.loss.loss = c.dpo.loss;
-  job->options_.loss.beta = c.dpo.beta;
-  job->options_.loss.label_smoothing = c.dpo.label_smoothing;
-  job->options_.loss.simpo_gamma = c.dpo.simpo_gamma;
-  job->options_.loss.rpo_alpha = c.dpo.rpo_alpha;
+  job->options_.reward_model = reward_model;
+  if (reward_model) {
+    job->options_.loss.loss = "bradley_terry";
+    job->options_.loss.center_coefficient = c.rm.center_coefficient;
+  } else {
+    job->options_.loss.loss = c.dpo.loss;
+    job->options_.loss.beta = c.dpo.beta;
+    job->options_.loss.label_smoothing = c.dpo.label_smoothing;
+    job->options_.loss.simpo_gamma = c.dpo.simpo_gamma;
+    job->options_.loss.rpo_alpha = c.dpo.rpo_alpha;
+  }
   auto dpo = trainer::DpoTrainer::create(job->options_, *job->model_config_, world);
   if (!dpo.ok()) return dpo.status();
   job->dpo_ = std::move(*dpo);
@@ -67,7 +76,7 @@ absl::StatusOr<std::unique_ptr<DpoJob>> DpoJob::create(const core::Config& confi
     if (!created.ok()) return created.status();
     job->metrics_ = std::move(*created);
   }
-  if (job->eval_pairs_ && job->eval_pairs_->with_answer > 0) {
+  if (!reward_model && job->eval_pairs_ && job->eval_pairs_->with_answer > 0) {
     FLYWHEEL_RETURN_IF_ERROR(job->greedy_.emplace().set_up(
         c, registry, config_dir, *job->model_config_, *job->tokenizers_, c.data.eval_path));
   }
@@ -84,7 +93,9 @@ absl::Status DpoJob::load_data() {
   tokenizers_ = std::move(tokenizers);
   trainer::PreferenceDataOptions o =
       trainer::PreferenceDataOptions::from_config(c_, model_config_->vocab_size);
-  o.eos_id = model_config_->eos_token_ids.empty() ? -1 : model_config_->eos_token_ids[0];
+  // A reward model scores a response as reward_model reads it: its text, no eos appended.
+  o.eos_id =
+      model_config_->eos_token_ids.empty() || reward_model_ ? -1 : model_config_->eos_token_ids[0];
   const model::ChatTemplate* chat =
       tokenizers_->chat_template ? &*tokenizers_->chat_template : nullptr;
   FLYWHEEL_ASSIGN_OR_RETURN(
@@ -99,19 +110,24 @@ absl::Status DpoJob::load_data() {
   }
   if (world_->rank() == 0) {
     FLYWHEEL_LOG_INFO(
-        "%d training pairs (%d longer than model.max_seq_len skipped), %d held out; loss %s, "
-        "beta %g; %d learner rank(s), batch %d",
+        "%d training pairs (%d longer than model.max_seq_len skipped), %d held out; %s; %d "
+        "learner rank(s), batch %d",
         train_->pairs.size(), train_->skipped_too_long, eval_pairs_ ? eval_pairs_->pairs.size() : 0,
-        c_.dpo.loss, c_.dpo.beta, world_->size(), c_.dpo.batch_size);
+        reward_model_ ? "a Bradley-Terry reward model"
+                      : absl::StrFormat("loss %s, beta %g", c_.dpo.loss, c_.dpo.beta),
+        world_->size(), batch_size_);
   }
   return absl::OkStatus();
 }
 
+absl::Status DpoJob::load_model() {
+  const uint64_t seed = static_cast<uint64_t>(c_.trainer.seed);
+  if (reward_model_) return trainer::load_value_model(dpo_->model(), c_.model.path, seed);
+  return trainer::load_or_init(dpo_->model(), model::open_hf_weights(c_.model.path), c_.model.path,
+                               seed);
+}
+
 absl::Status DpoJob::compute_reference() {
-  auto load_policy = [&] {
-    return trainer::load_or_init(dpo_->model(), model::open_hf_weights(c_.model.path),
-                                 c_.model.path, static_cast<uint64_t>(c_.trainer.seed));
-  };
   std::vector<trainer::PreferenceExample*> missing;
   if (options_.loss.uses_reference()) {
     for (std::optional<trainer::PreferenceData>* data : {&train_, &eval_pairs_}) {
@@ -122,7 +138,7 @@ absl::Status DpoJob::compute_reference() {
     }
   }
   const std::string& reference = c_.dpo.reference_path;
-  if (missing.empty() || reference.empty()) FLYWHEEL_RETURN_IF_ERROR(load_policy());
+  if (missing.empty() || reference.empty()) FLYWHEEL_RETURN_IF_ERROR(load_model());
   if (missing.empty()) return absl::OkStatus();
   if (!reference.empty()) {
     absl::StatusOr<model::DecoderModel::TensorLookup> weights = model::open_hf_weights(reference);
@@ -158,7 +174,7 @@ absl::Status DpoJob::compute_reference() {
                       reference.empty() ? "the initial policy, " + c_.model.path : reference,
                       seconds_since(start));
   }
-  if (!reference.empty()) FLYWHEEL_RETURN_IF_ERROR(load_policy());
+  if (!reference.empty()) FLYWHEEL_RETURN_IF_ERROR(load_model());
   return absl::OkStatus();
 }
 
@@ -198,7 +214,7 @@ absl::StatusOr<DpoEvalResult> DpoJob::evaluate(int64_t step) {
     for (const auto& [name, value] : m) log("eval/" + name, value, step);
     r.preference_accuracy = m.at("rewards/accuracies");
     r.margin = m.at("rewards/margins");
-    r.loss = m.at("dpo/loss");
+    r.loss = m.at(dpo_->metric_prefix() + "loss");
   }
   if (greedy_) {
     FLYWHEEL_ASSIGN_OR_RETURN(
@@ -211,7 +227,7 @@ absl::StatusOr<DpoEvalResult> DpoJob::evaluate(int64_t step) {
 }
 
 absl::StatusOr<DpoSummary> DpoJob::run(const std::function<bool()>& stop) {
-  const trainer::SftBatchOptions batch{c_.dpo.batch_size, c_.data.shuffle,
+  const trainer::SftBatchOptions batch{batch_size_, c_.data.shuffle,
                                        static_cast<uint64_t>(c_.data.seed)};
   DpoSummary summary;
   FLYWHEEL_ASSIGN_OR_RETURN(DpoEvalResult first, evaluate(dpo_->steps()));
@@ -228,10 +244,11 @@ absl::StatusOr<DpoSummary> DpoJob::run(const std::function<bool()>& stop) {
     absl::StatusOr<std::map<std::string, double>> m = dpo_->step(mine);
     if (!m.ok()) return m.status();
     const int64_t step = dpo_->steps();
-    pairs += m->at("dpo/pairs");
+    const std::string& prefix = dpo_->metric_prefix();
+    pairs += m->at(prefix + "pairs");
     for (const auto& [name, value] : *m) log(name, value, step);
-    log("dpo/pairs_per_s", pairs / std::max(seconds_since(start), 1e-9), step);
-    if (c_.dpo.eval_every > 0 && step % c_.dpo.eval_every == 0) {
+    log(prefix + "pairs_per_s", pairs / std::max(seconds_since(start), 1e-9), step);
+    if (eval_every_ > 0 && step % eval_every_ == 0) {
       FLYWHEEL_ASSIGN_OR_RETURN(summary.last, evaluate(step));
       last_eval_step = step;
     }
@@ -255,8 +272,9 @@ absl::StatusOr<DpoSummary> DpoJob::run(const std::function<bool()>& stop) {
   if (c_.checkpoint.export_hf && world_->rank() == 0) {
     summary.exported = (fs::path(c_.logging.run_dir) / "hf").string();
     FLYWHEEL_RETURN_IF_ERROR(trainer::export_checkpoint(
-        (fs::path(checkpoints_) / absl::StrCat("step_", summary.steps)).string(), "policy",
-        summary.exported, options_.optimizer.sharding.param_dtype));
+        (fs::path(checkpoints_) / absl::StrCat("step_", summary.steps)).string(),
+        reward_model_ ? "critic" : "policy", summary.exported,
+        options_.optimizer.sharding.param_dtype));
   }
   return summary;
 }

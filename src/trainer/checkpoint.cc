@@ -311,6 +311,31 @@ absl::StatusOr<std::map<std::string, double>> load_checkpoint(const TrainingStat
   return scalars;
 }
 
+namespace {
+
+// A value-head model's config.json as transformers' sequence classifiers have it (what the
+// reward_model reward loads): <Arch>ForSequenceClassification, num_labels 1.
+absl::Status mark_sequence_classifier(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  FLYWHEEL_ASSIGN_OR_RETURN(Json config, core::read_json_file(path));
+  std::string arch;
+  if (const Json* archs = config.find("architectures"); archs != nullptr && archs->is_array() &&
+                                                        !archs->as_array().empty() &&
+                                                        archs->as_array()[0].is_string()) {
+    arch = archs->as_array()[0].as_string();
+  }
+  const std::string causal = "ForCausalLM";
+  if (arch.size() > causal.size() &&
+      arch.compare(arch.size() - causal.size(), causal.size(), causal) == 0) {
+    arch = arch.substr(0, arch.size() - causal.size());
+  }
+  config.set("architectures", Json::array({Json(arch + "ForSequenceClassification")}));
+  config.set("num_labels", Json(int64_t{1}));
+  return core::write_file_atomically(path, config.dump());
+}
+
+}  // namespace
+
 absl::Status export_checkpoint(const std::string& step_dir, const std::string& model_name,
                                const std::string& out_dir, at::ScalarType dtype,
                                const model::SaveOptions& save) {
@@ -372,6 +397,7 @@ absl::Status export_checkpoint(const std::string& step_dir, const std::string& m
     }
   }
   FLYWHEEL_RETURN_IF_ERROR(writer->finish());
+  if (model_name == "critic") FLYWHEEL_RETURN_IF_ERROR(mark_sequence_classifier(out_dir));
   FLYWHEEL_ASSIGN_OR_RETURN(std::vector<std::string> side, model::hf_side_files(step_dir));
   for (const std::string& file : side) {
     fs::copy_file(file, fs::path(out_dir) / fs::path(file).filename(),
@@ -382,10 +408,10 @@ absl::Status export_checkpoint(const std::string& step_dir, const std::string& m
 }
 
 TrainingState policy_training_state(ShardedDecoder& model, ShardedAdamW& optimizer,
-                                    const UpdateCounters& counters) {
+                                    const UpdateCounters& counters, const std::string& name) {
   TrainingState state;
-  state.models = {{"policy", &model}};
-  state.optimizers = {{"policy", &optimizer}};
+  state.models = {{name, &model}};
+  state.optimizers = {{name, &optimizer}};
   counters.save(&state.scalars);
   return state;
 }

@@ -12,7 +12,8 @@
 namespace flywheel::trainer {
 namespace {
 
-// Implicit rewards closer than this many nats (times beta) are a tie.
+// Implicit rewards closer than this many nats (times beta; a reward model's rewards: this much)
+// are a tie.
 constexpr double kTieNats = 1e-4;
 
 // Response lengths, [2 x pairs] float64 in the chosen / rejected interleaving.
@@ -34,9 +35,13 @@ absl::StatusOr<std::unique_ptr<DpoTrainer>> DpoTrainer::create(const DpoOptions&
     return absl::InvalidArgumentError("micro_batch_tokens must be >= 1");
   }
   FLYWHEEL_RETURN_IF_ERROR(options.loss.validate());
+  if (options.reward_model != (options.loss.loss == "bradley_terry")) {
+    return absl::InvalidArgumentError(
+        "a reward model trains with the bradley_terry loss, and only a reward model does");
+  }
   std::unique_ptr<DpoTrainer> dpo(new DpoTrainer(options, comm));
   ShardingOptions sharding = options.optimizer.sharding;
-  sharding.value_head = false;
+  sharding.value_head = options.reward_model;
   auto model = ShardedDecoder::create(config, comm, sharding);
   if (!model.ok()) return model.status();
   dpo->model_ = std::move(*model);
@@ -51,6 +56,19 @@ absl::StatusOr<at::Tensor> DpoTrainer::response_logps(
   int64_t longest = 1;
   std::vector<SequenceTokens> tokens;
   std::vector<int64_t> ids;
+  // A reward model reads the value at each response's last token, which must then be an input:
+  // one more token follows it (position P - 1 + j is fed response token j - 1).
+  const bool reward_model = options_.reward_model;
+  std::vector<std::vector<int32_t>> extended;
+  std::vector<int64_t> lengths;
+  if (reward_model) extended.reserve(2 * examples.size());
+  auto response = [&](const std::vector<int32_t>& r) -> const std::vector<int32_t>* {
+    lengths.push_back(static_cast<int64_t>(r.size()));
+    if (!reward_model) return &r;
+    extended.push_back(r);
+    extended.back().push_back(0);
+    return &extended.back();
+  };
   absl::Status bad;
   for (size_t i = 0; i < examples.size(); ++i) {
     const PreferenceExample* e = examples[i];
@@ -59,11 +77,12 @@ absl::StatusOr<at::Tensor> DpoTrainer::response_logps(
           "preference pair ", i, ": the prompt and both responses need at least one token"));
       break;
     }
-    longest = std::max<int64_t>({longest, static_cast<int64_t>(e->chosen.size()),
-                                 static_cast<int64_t>(e->rejected.size())});
-    tokens.push_back({&e->prompt, &e->chosen});
+    const int64_t extra = reward_model ? 1 : 0;
+    longest = std::max<int64_t>({longest, static_cast<int64_t>(e->chosen.size()) + extra,
+                                 static_cast<int64_t>(e->rejected.size()) + extra});
+    tokens.push_back({&e->prompt, response(e->chosen)});
     ids.push_back(static_cast<int64_t>(2 * i));
-    tokens.push_back({&e->prompt, &e->rejected});
+    tokens.push_back({&e->prompt, response(e->rejected)});
     ids.push_back(static_cast<int64_t>(2 * i + 1));
   }
   // Every rank learns of any rank's bad pair here, before the passes' collectives.
@@ -82,13 +101,21 @@ absl::StatusOr<at::Tensor> DpoTrainer::response_logps(
   if (weights == nullptr) no_grad = std::make_unique<at::NoGradGuard>();
   for (const MicroBatch& mb : packed.micro_batches) {
     TokenOutputs out = model_->forward(mb.batch);
-    // Per response (rows in micro-batch order); unpack() zeroed the positions past each one.
-    at::Tensor per_response = unpack(mb, out.logprobs).sum(1);
     if (mb.sequences.empty()) {  // a padding micro-batch: it only keeps the collectives in step
-      if (weights != nullptr) per_response.sum().backward();
+      // Zero gradient: the padding token trains nothing.
+      if (weights != nullptr) ((reward_model ? out.values : out.logprobs).sum() * 0).backward();
       continue;
     }
     const at::Tensor rows = packed.rows_of(mb);
+    // Per response (rows in micro-batch order); unpack() zeroed the positions past each one.
+    at::Tensor per_response;
+    if (reward_model) {
+      const at::Tensor last =
+          at::tensor(lengths, at::kLong).index({rows}).to(out.values.device()).unsqueeze(1);
+      per_response = unpack(mb, out.values).gather(1, last).squeeze(1);
+    } else {
+      per_response = unpack(mb, out.logprobs).sum(1);
+    }
     sums.index_put_({rows}, per_response.detach().to(at::kCPU, at::kDouble));
     if (weights != nullptr) {
       const at::Tensor w =
@@ -136,6 +163,11 @@ absl::StatusOr<algos::PreferenceLossResult> DpoTrainer::loss(
   pairs.rejected_logps = by_pair.select(1, 1).clone().requires_grad_(gradient != nullptr);
   pairs.chosen_tokens = lengths.select(1, 0);
   pairs.rejected_tokens = lengths.select(1, 1);
+  if (options_.reward_model) {
+    std::vector<double> margins;
+    for (const PreferenceExample* e : examples) margins.push_back(e->margin);
+    pairs.margins = at::tensor(margins, at::kDouble).view({P});
+  }
   if (reference) {
     pairs.chosen_ref = at::tensor(ref_chosen, at::kDouble).view({P});
     pairs.rejected_ref = at::tensor(ref_rejected, at::kDouble).view({P});
@@ -162,7 +194,7 @@ std::map<std::string, double> DpoTrainer::metrics(const algos::PreferenceLossRes
     // A pair whose rewards differ by float noise only (at the start the policy is the
     // reference) counts as half right, not as wrong: accuracy starts near 50%.
     const at::Tensor margin = result.chosen_rewards - result.rejected_rewards;
-    const double tie = kTieNats * options_.loss.beta;
+    const double tie = kTieNats * (options_.reward_model ? 1.0 : options_.loss.beta);
     const at::Tensor right =
         (margin > tie).to(at::kDouble) + 0.5 * (margin.abs() <= tie).to(at::kDouble);
     sums = at::stack({result.chosen_rewards.sum(), result.rejected_rewards.sum(), right.sum(),
@@ -177,14 +209,17 @@ std::map<std::string, double> DpoTrainer::metrics(const algos::PreferenceLossRes
   comm_->all_reduce_host(sums, comm::ReduceOp::kSum);
   const double n = std::max(1.0, sums[5].item<double>());
   const double chosen = sums[0].item<double>() / n, rejected = sums[1].item<double>() / n;
-  return {{"rewards/chosen", chosen},
-          {"rewards/rejected", rejected},
-          {"rewards/margins", chosen - rejected},
-          {"rewards/accuracies", sums[2].item<double>() / n},
-          {"logps/chosen", sums[3].item<double>() / n},
-          {"logps/rejected", sums[4].item<double>() / n},
-          {"dpo/pairs", sums[5].item<double>()},
-          {"dpo/loss", sums[6].item<double>()}};
+  std::map<std::string, double> m = {{"rewards/chosen", chosen},
+                                     {"rewards/rejected", rejected},
+                                     {"rewards/margins", chosen - rejected},
+                                     {"rewards/accuracies", sums[2].item<double>() / n},
+                                     {prefix_ + "pairs", sums[5].item<double>()},
+                                     {prefix_ + "loss", sums[6].item<double>()}};
+  if (!options_.reward_model) {  // a reward model's "log-probs" are its rewards
+    m["logps/chosen"] = sums[3].item<double>() / n;
+    m["logps/rejected"] = sums[4].item<double>() / n;
+  }
+  return m;
 }
 
 absl::Status DpoTrainer::set_reference(const std::vector<PreferenceExample*>& examples) {
@@ -211,9 +246,9 @@ absl::StatusOr<std::map<std::string, double>> DpoTrainer::step(
   FLYWHEEL_RETURN_IF_ERROR(
       counters_.count(u, options_.optimizer.max_consecutive_skips, "preference"));
   std::map<std::string, double> m = metrics(result, logps, loss_part);
-  m["dpo/grad_norm"] = u.grad_norm;
-  m["dpo/lr"] = lr;
-  m["dpo/skipped"] = u.applied ? 0.0 : 1.0;
+  m[prefix_ + "grad_norm"] = u.grad_norm;
+  m[prefix_ + "lr"] = lr;
+  m[prefix_ + "skipped"] = u.applied ? 0.0 : 1.0;
   return m;
 }
 
@@ -227,7 +262,8 @@ absl::StatusOr<std::map<std::string, double>> DpoTrainer::evaluate(
 }
 
 TrainingState DpoTrainer::training_state() {
-  return policy_training_state(*model_, *optimizer_, counters_);
+  return policy_training_state(*model_, *optimizer_, counters_,
+                               options_.reward_model ? "critic" : "policy");
 }
 
 void DpoTrainer::restore(const std::map<std::string, double>& scalars) {

@@ -1,6 +1,7 @@
 #include "flywheel/trainer/learner.h"
 
 #include <cmath>
+#include <filesystem>
 
 #include <ATen/ATen.h>
 
@@ -112,6 +113,24 @@ absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const core::Config& con
   LearnerOptions options = LearnerOptions::from_config(config);
   FLYWHEEL_ASSIGN_OR_RETURN(algos::Algorithm algorithm, algos::Algorithm::create(config, registry));
   options.sharding.device = comm->device();  // NCCL learners train on their GPU
+  if (!config.distill.teacher_path.empty()) {
+    const std::string path =
+        (std::filesystem::path(config.distill.teacher_path) / "config.json").string();
+    absl::StatusOr<model::ModelConfig> teacher = model::ModelConfig::from_file(path);
+    if (!teacher.ok()) {
+      return absl::Status(teacher.status().code(),
+                          absl::StrCat("distill.teacher_path: ", teacher.status().message()));
+    }
+    if (teacher->vocab_size != model_config.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("distill.teacher_path: the teacher's vocabulary has ", teacher->vocab_size,
+                       " ids, the policy's ", model_config.vocab_size,
+                       ": distillation compares their "
+                       "log-probs of the same tokens, so both need the same tokenizer"));
+    }
+    options.teacher = std::move(*teacher);
+    options.distill_coef = config.distill.coef;
+  }
   return create(options, std::move(algorithm), model_config, comm);
 }
 
@@ -139,6 +158,11 @@ absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const LearnerOptions& o
     if (options.kl_in_reward && options.adaptive_kl) {
       learner->kl_controller_.emplace(options.kl_coef, options.kl_target, options.kl_horizon);
     }
+  }
+  if (options.teacher) {
+    auto teacher = ShardedDecoder::create(*options.teacher, comm, policy_options);
+    if (!teacher.ok()) return teacher.status();
+    learner->teacher_ = std::move(*teacher);
   }
   if (options.critic) {
     ShardingOptions critic_options = options.sharding;
@@ -419,6 +443,11 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
   if (!one_update || options_.kl_in_reward) batch.old_logprobs = infer(*policy_, batch, false);
   if (reference_) batch.ref_logprobs = infer(*reference_, batch, false);
   if (critic_) batch.values = infer(*critic_, batch, true);
+  at::Tensor student, teacher;  // on-policy distillation: both models' log-probs [S_local, R]
+  if (teacher_) {
+    student = batch.old_logprobs.defined() ? batch.old_logprobs : infer(*policy_, batch, false);
+    teacher = infer(*teacher_, batch, false);
+  }
 
   // 2. Advantages over the whole batch, identically on every rank.
   algos::AdvantageInput in;
@@ -463,6 +492,17 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
   }
   (*metrics)["critic/rewards/mean"] = rewards.mean().item<double>();
   FLYWHEEL_ASSIGN_OR_RETURN(algos::AdvantageResult advantages, algorithm_.estimator->compute(in));
+  if (teacher_) {
+    // Each sampled token's reverse KL, log pi(x_t) - log pi_teacher(x_t), lowers its advantage.
+    const at::Tensor valid = batch.mask.to(at::kBool);
+    const at::Tensor reverse_kl = at::where(
+        valid,
+        gather_rows(student, batch.mine, S, *comm_) - gather_rows(teacher, batch.mine, S, *comm_),
+        0);
+    advantages.advantages = advantages.advantages - options_.distill_coef * reverse_kl;
+    const double tokens = std::max(1.0, valid.sum().item<double>());
+    (*metrics)["distill/reverse_kl"] = reverse_kl.sum().item<double>() / tokens;
+  }
   batch.all_advantages = advantages.advantages;
   batch.advantages = advantages.advantages.index_select(0, mine);
   batch.returns = advantages.returns.index_select(0, mine);

@@ -124,8 +124,9 @@ PreferenceDataOptions PreferenceDataOptions::from_config(const core::Config& con
   PreferenceDataOptions o;
   o.prompt_key = config.data.prompt_key;
   o.answer_key = config.data.answer_key;
-  o.chosen_key = config.dpo.chosen_key;
-  o.rejected_key = config.dpo.rejected_key;
+  o.chosen_key = config.data.chosen_key;
+  o.rejected_key = config.data.rejected_key;
+  o.margin_key = config.data.margin_key;
   o.max_tokens = config.model.max_seq_len;
   o.vocab_size = vocab_size;
   return o;
@@ -160,6 +161,13 @@ absl::StatusOr<PreferenceData> load_preference_data(const std::string& path,
     pair.rejected = std::move(*ids);
     if (pair.prompt.empty() || pair.chosen.empty() || pair.rejected.empty()) {
       return bad(absl::InvalidArgumentError("the prompt and both responses need a token each"));
+    }
+    if (const core::Json* margin = record.find(options.margin_key)) {
+      if (!margin->is_number() || !std::isfinite(margin->as_double())) {
+        return bad(absl::InvalidArgumentError(
+            absl::StrCat("\"", options.margin_key, "\" must be a finite number")));
+      }
+      pair.margin = margin->as_double();
     }
     bool has_reference = false;
     absl::Status reference = read_reference(record, &pair, &has_reference);

@@ -119,6 +119,38 @@ TEST(PreferenceLossTest, SimpoIsLengthNormalisedWithAMarginAndNoReference) {
   EXPECT_NEAR(p.pc.grad()[0].item<double>(), 0.5 / 4 * (1 / (1 + std::exp(0.55)) - 1), 1e-12);
 }
 
+TEST(PreferenceLossTest, BradleyTerryRanksTwoScalarRewardsWithAMarginAndCentering) {
+  Pairs p;  // pi_c, pi_r are the value head's rewards r_c, r_r here
+  PreferencePairs pairs = p.get();
+  pairs.chosen_ref = at::Tensor();  // no reference
+  pairs.rejected_ref = at::Tensor();
+  pairs.margins = D({0.5, 0});
+  PreferenceLossOptions o = opts("bradley_terry", 1);
+  auto r = preference_loss(o, pairs);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // z = r_c - r_r - m: pair 0 2 - 0.5 = 1.5, pair 1 -2; loss softplus(-z).
+  expect_values(r->losses, {std::log1p(std::exp(-1.5)), std::log1p(std::exp(2.0))});
+  expect_values(r->chosen_rewards, {-10, -8});
+  expect_values(r->rejected_rewards, {-12, -6});
+  // Centering adds c (r_c + r_r)^2: 0.1 * 22^2 = 48.4, 0.1 * 14^2 = 19.6.
+  o.center_coefficient = 0.1;
+  auto centred = preference_loss(o, pairs);
+  expect_values(centred->losses,
+                {std::log1p(std::exp(-1.5)) + 48.4, std::log1p(std::exp(2.0)) + 19.6});
+  centred->losses.sum().backward();
+  // dL/dr_c = sigmoid(z) - 1 + 2 c (r_c + r_r); dL/dr_r = 1 - sigmoid(z) + 2 c (r_c + r_r).
+  const double s = 1 / (1 + std::exp(-1.5));
+  EXPECT_NEAR(p.pc.grad()[0].item<double>(), s - 1 + 0.2 * -22, 1e-12);
+  EXPECT_NEAR(p.pr.grad()[0].item<double>(), 1 - s + 0.2 * -22, 1e-12);
+  EXPECT_FALSE(o.uses_reference());
+  o.label_smoothing = 0.1;
+  EXPECT_FALSE(preference_loss(o, pairs).ok());
+  o.label_smoothing = 0;
+  o.center_coefficient = -1;
+  EXPECT_NE(preference_loss(o, pairs).status().message().find("center_coefficient"),
+            std::string::npos);
+}
+
 TEST(PreferenceLossTest, RpoAddsTheChosenNllPerTokenToAnyLoss) {
   for (const char* loss : {"sigmoid", "ipo", "hinge"}) {
     SCOPED_TRACE(loss);

@@ -25,7 +25,7 @@ case "$case_name" in
   help)
     expect_exit 0 "$flywheel" --help
     subs=(version validate-config config-doc plot tokenize score export init-model generate buffer
-          sft dpo reward train learner rollout eval make-data)
+          sft dpo rm reward train learner rollout eval make-data)
     for sub in "${subs[@]}"; do expect_output "$sub"; done
     for sub in "${subs[@]}"; do
       expect_exit 0 "$flywheel" "$sub" --help

@@ -14,12 +14,14 @@
 #include "flywheel/core/options/checkpoint_options.h"
 #include "flywheel/core/options/cluster_options.h"
 #include "flywheel/core/options/data_options.h"
+#include "flywheel/core/options/distill_options.h"
 #include "flywheel/core/options/dpo_options.h"
 #include "flywheel/core/options/environment_options.h"
 #include "flywheel/core/options/eval_options.h"
 #include "flywheel/core/options/logging_options.h"
 #include "flywheel/core/options/model_options.h"
 #include "flywheel/core/options/rewards_options.h"
+#include "flywheel/core/options/rm_options.h"
 #include "flywheel/core/options/rollout_options.h"
 #include "flywheel/core/options/sft_options.h"
 #include "flywheel/core/options/tokenizer_options.h"
@@ -39,6 +41,8 @@ struct Config {
   TrainerOptions trainer;
   SftOptions sft;
   DpoOptions dpo;
+  RmOptions rm;
+  DistillOptions distill;
   EvalOptions eval;
   BufferOptions buffer;
   ClusterOptions cluster;

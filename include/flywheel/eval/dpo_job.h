@@ -4,6 +4,10 @@
 // reference model is held while training. Held-out preference metrics and, for held-out records
 // with an answer, greedy exact-match accuracy; checkpoints, resume and a Hugging Face export at
 // the end. Every rank of `world` runs one, in step.
+//
+// With `reward_model` it is `flywheel rm`: a Bradley-Terry reward model (the decoder with a value
+// head, from model.path with a zero head) on the same pairs, no reference, held-out pairwise
+// accuracy, and an export as a sequence classifier that the reward_model reward loads.
 #pragma once
 
 #include <cmath>
@@ -34,7 +38,7 @@ struct DpoEvalResult {
   double preference_accuracy = NAN;  // rewards/accuracies on the held-out pairs
   double margin = NAN;               // rewards/margins
   double loss = NAN;                 // dpo/loss
-  double accuracy = NAN;             // greedy exact-match accuracy (records with an answer)
+  double accuracy = NAN;             // greedy exact-match accuracy (policies; with answers)
 };
 
 struct DpoSummary {
@@ -52,13 +56,16 @@ class DpoJob {
   static absl::StatusOr<std::unique_ptr<DpoJob>> create(const core::Config& config,
                                                         comm::Communicator* world,
                                                         core::PluginRegistry& registry,
-                                                        const std::string& config_dir = "");
+                                                        const std::string& config_dir = "",
+                                                        bool reward_model = false);
 
   // Trains until trainer.total_steps or `stop()` on any rank; evaluates, checkpoints, exports.
   absl::StatusOr<DpoSummary> run(const std::function<bool()>& stop);
 
  private:
-  DpoJob(const core::Config& config, comm::Communicator* world) : c_(config), world_(world) {}
+  DpoJob(const core::Config& config, comm::Communicator* world, bool reward_model)
+      : c_(config), world_(world), reward_model_(reward_model) {}
+  absl::Status load_model();
   absl::Status load_data();
   absl::Status compute_reference();
   absl::Status resume();
@@ -68,6 +75,8 @@ class DpoJob {
 
   const core::Config& c_;
   comm::Communicator* world_;
+  bool reward_model_;
+  int64_t batch_size_ = 1, eval_every_ = 0;  // dpo: or rm:
   std::optional<model::ModelConfig> model_config_;
   std::optional<model::TokenizerSetup> tokenizers_;
   std::optional<trainer::PreferenceData> train_, eval_pairs_;

@@ -33,10 +33,12 @@ struct TrainingState {
   std::map<std::string, double> scalars;
 };
 
-// The state of a trainer of one policy (SFT, preference): the model and optimizer as "policy",
+// The state of a trainer of one model (SFT, preference): the model and optimizer as `name`
+// ("policy"; a reward model's value-head decoder "critic", the name export gives that layout),
 // and the update counters.
 TrainingState policy_training_state(ShardedDecoder& model, ShardedAdamW& optimizer,
-                                    const UpdateCounters& counters);
+                                    const UpdateCounters& counters,
+                                    const std::string& name = "policy");
 
 struct CheckpointSaveOptions {
   int64_t keep_last = 3;  // older complete checkpoints are deleted after a save; 0 = keep all

@@ -40,11 +40,15 @@ struct PreferenceExample {
   std::vector<int32_t> chosen;    // >= 1 token
   std::vector<int32_t> rejected;  // >= 1 token
   double ref_chosen = NAN, ref_rejected = NAN;
+  double margin = 0;  // bradley_terry: the reward the chosen response should lead by
 };
 
 struct DpoOptions {
   OptimizerOptions optimizer;
   algos::PreferenceLossOptions loss;
+  // A reward model (loss bradley_terry): the decoder with a value head ("score.weight"), each
+  // response's scalar the head's output at its last token, as reward_model scores it.
+  bool reward_model = false;
 };
 
 class DpoTrainer {
@@ -62,15 +66,18 @@ class DpoTrainer {
   // Metrics with TRL's names, means over every rank's pairs: rewards/chosen, rewards/rejected,
   // rewards/margins, rewards/accuracies (chosen reward above rejected; rewards within 1e-4 * beta
   // of each other count as half), logps/chosen, logps/rejected; and dpo/loss,
-  // dpo/grad_norm, dpo/lr, dpo/pairs, dpo/skipped. Collective. InvalidArgument for a pair
-  // without its reference (unless the loss is reference-free) or that does not fit in
-  // micro_batch_tokens; FailedPrecondition after max_consecutive_skips non-finite updates.
+  // dpo/grad_norm, dpo/lr, dpo/pairs, dpo/skipped (a reward model: rm/..., and no logps/).
+  // Collective. InvalidArgument for a pair without its reference (unless the loss is
+  // reference-free) or that does not fit in micro_batch_tokens; FailedPrecondition after
+  // max_consecutive_skips non-finite updates.
   absl::StatusOr<std::map<std::string, double>> step(
       const std::vector<const PreferenceExample*>& examples);
   // The same metrics (and dpo/loss) over every rank's `examples`, without training. Collective.
   absl::StatusOr<std::map<std::string, double>> evaluate(
       const std::vector<const PreferenceExample*>& examples);
 
+  // "dpo/", or "rm/" for a reward model: dpo/loss or rm/loss, ...
+  const std::string& metric_prefix() const { return prefix_; }
   ShardedDecoder& model() { return *model_; }
   ShardedAdamW& optimizer() { return *optimizer_; }
   int64_t steps() const { return counters_.steps; }
@@ -79,9 +86,10 @@ class DpoTrainer {
 
  private:
   DpoTrainer(const DpoOptions& options, comm::Communicator* comm)
-      : options_(options), comm_(comm) {}
-  // Summed log-prob of each response: [2 x pairs] float64, chosen of pair i at 2i, rejected at
-  // 2i + 1. With `weights` ([2 x pairs]), the gradient of sum_i weights_i logp_i is accumulated.
+      : options_(options), comm_(comm), prefix_(options.reward_model ? "rm/" : "dpo/") {}
+  // Summed log-prob of each response (a reward model: its reward): [2 x pairs] float64, chosen of
+  // pair i at 2i, rejected at 2i + 1. With `weights` ([2 x pairs]), the gradient of
+  // sum_i weights_i logp_i is accumulated.
   absl::StatusOr<at::Tensor> response_logps(const std::vector<const PreferenceExample*>& examples,
                                             const at::Tensor* weights);
   // The loss of `examples` from their summed log-probs, with the derivative of the mean loss
@@ -94,6 +102,7 @@ class DpoTrainer {
 
   DpoOptions options_;
   comm::Communicator* comm_;
+  std::string prefix_;  // of the loss and optimizer metrics: "dpo/", a reward model's "rm/"
   std::unique_ptr<ShardedDecoder> model_;
   std::unique_ptr<ShardedAdamW> optimizer_;
   std::optional<LrSchedule> schedule_;

@@ -84,6 +84,10 @@ struct LearnerOptions : OptimizerOptions {
   double turn_discount = 1.0;
   double overlong_penalty_factor = 1.0;
   int64_t max_response_tokens = 0;  // L_max of the punishment: rollout.max_new_tokens
+  // On-policy distillation: the teacher's architecture (a frozen model sharded like the policy)
+  // and the weight of -(log pi - log pi_teacher) added to each token's advantage.
+  std::optional<model::ModelConfig> teacher;
+  double distill_coef = 0;
 
   // From the config's trainer, algorithm and rollout sections.
   static LearnerOptions from_config(const core::Config& config);
@@ -115,6 +119,7 @@ class Learner {
   ShardedDecoder& policy() { return *policy_; }
   ShardedDecoder* reference() { return reference_.get(); }
   ShardedDecoder* critic() { return critic_.get(); }
+  ShardedDecoder* teacher() { return teacher_.get(); }
   ShardedAdamW& optimizer() { return *optimizer_; }
   ShardedAdamW* critic_optimizer() { return critic_optimizer_.get(); }
   const LearnerOptions& options() const { return options_; }
@@ -139,7 +144,7 @@ class Learner {
   LearnerOptions options_;
   algos::Algorithm algorithm_;
   comm::Communicator* comm_;
-  std::unique_ptr<ShardedDecoder> policy_, reference_, critic_;
+  std::unique_ptr<ShardedDecoder> policy_, reference_, critic_, teacher_;
   std::unique_ptr<ShardedAdamW> optimizer_, critic_optimizer_;
   std::optional<LrSchedule> schedule_, critic_schedule_;
   std::optional<algos::AdaptiveKlController> kl_controller_;

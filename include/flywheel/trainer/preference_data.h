@@ -4,9 +4,10 @@
 //    "rejected": [...]}                   (TRL's conversational form: the prompt is rendered with
 //                                          the chat template; each response is its one message)
 //   {"prompt_ids": [...], "chosen_ids": [...], "rejected_ids": [...]}   (token ids as they are)
-// The response keys are configurable (dpo.chosen_key, dpo.rejected_key). Optional:
+// The keys are configurable (data.prompt_key, chosen_key, rejected_key). Optional:
 // "ref_chosen_logps" and "ref_rejected_logps" (the reference's summed log-probs, precomputed),
-// and an answer (data.answer_key) for exact-match accuracy of greedy completions.
+// an answer (data.answer_key) for exact-match accuracy of greedy completions, and a margin
+// (data.margin_key: by how much a reward model should rank chosen above rejected).
 #pragma once
 
 #include <cstdint>
@@ -31,11 +32,12 @@ struct PreferenceData {
 struct PreferenceDataOptions {
   std::string prompt_key = "prompt", chosen_key = "chosen", rejected_key = "rejected";
   std::string answer_key = "answer";
+  std::string margin_key = "margin";  // a pair's margin (reward models); 0 when absent
   int64_t max_tokens = 4096;  // prompt + the longer response; longer pairs are skipped, counted
   int64_t eos_id = -1;        // appended to every response given as text; -1 = none
   int64_t vocab_size = 0;     // every id must be below it
 
-  // data.prompt_key, data.answer_key, dpo.chosen_key, dpo.rejected_key and model.max_seq_len of
+  // data.prompt_key, answer_key, chosen_key, rejected_key, margin_key and model.max_seq_len of
   // `config`.
   static PreferenceDataOptions from_config(const core::Config& config, int64_t vocab_size);
 };

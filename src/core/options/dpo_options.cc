@@ -28,8 +28,6 @@ void bind_options(FieldBinder& b, DpoOptions& o) {
                     "log-probs of every pair are computed once before training (records that "
                     "carry ref_chosen_logps and ref_rejected_logps keep theirs), so no "
                     "reference model is held while training."));
-  b.field("chosen_key", &o.chosen_key, FieldInfo("Key of the preferred response."));
-  b.field("rejected_key", &o.rejected_key, FieldInfo("Key of the dispreferred response."));
   b.field("batch_size", &o.batch_size,
           FieldInfo("Pairs per optimizer step, over all learner ranks.").min(1));
   b.field("eval_every", &o.eval_every,

@@ -16,9 +16,8 @@ struct DpoOptions {
   double simpo_gamma = 0.5;
   double rpo_alpha = 0;        // weight of the chosen response's NLL per token (RPO); 0 = off
   std::string reference_path;  // "" = model.path (the initial policy)
-  std::string chosen_key = "chosen", rejected_key = "rejected";
-  int64_t batch_size = 16;  // pairs per optimizer step, all ranks together
-  int64_t eval_every = 0;   // steps between held-out evaluations; 0 = at the end
+  int64_t batch_size = 16;     // pairs per optimizer step, all ranks together
+  int64_t eval_every = 0;      // steps between held-out evaluations; 0 = at the end
 };
 
 void bind_options(FieldBinder& b, DpoOptions& o);
