@@ -63,12 +63,8 @@ absl::StatusOr<std::unique_ptr<DpoJob>> DpoJob::create(const core::Config& confi
   job->dpo_ = std::move(*dpo);
   FLYWHEEL_RETURN_IF_ERROR(job->compute_reference());
 
-  job->checkpoints_ = trainer::checkpoint_dir(c);
-  job->save_options_.keep_last = c.checkpoint.keep_last;
-  absl::StatusOr<std::map<std::string, std::string>> side_files =
-      trainer::checkpoint_side_files(job->tokenizers_->dir);
-  if (!side_files.ok()) return side_files.status();
-  job->save_options_.extra_files = std::move(*side_files);
+  FLYWHEEL_ASSIGN_OR_RETURN(job->checkpoints_,
+                            trainer::DataCheckpoints::create(c, job->tokenizers_->dir));
   FLYWHEEL_RETURN_IF_ERROR(job->resume());
 
   if (world->rank() == 0) {
@@ -179,27 +175,16 @@ absl::Status DpoJob::compute_reference() {
 }
 
 absl::Status DpoJob::resume() {
-  const std::string from = trainer::resume_path(c_, *world_);
-  if (from.empty()) return absl::OkStatus();
-  absl::StatusOr<std::map<std::string, double>> scalars =
-      trainer::load_checkpoint(dpo_->training_state(), *world_, from);
-  if (!scalars.ok()) return scalars.status();
   FLYWHEEL_ASSIGN_OR_RETURN(
-      cursor_, trainer::restore_cursor(*scalars, static_cast<int64_t>(train_->pairs.size()), from));
-  dpo_->restore(*scalars);
-  last_saved_ = dpo_->steps();
-  if (world_->rank() == 0) FLYWHEEL_LOG_INFO("resumed from %s at step %d", from, dpo_->steps());
+      auto scalars, checkpoints_->resume(dpo_->training_state(), *world_,
+                                         static_cast<int64_t>(train_->pairs.size()), &cursor_));
+  if (!scalars.empty()) dpo_->restore(scalars);
   return absl::OkStatus();
 }
 
 absl::Status DpoJob::save(int64_t step) {
-  if (step == last_saved_) return absl::OkStatus();  // the final save of a step just saved
-  trainer::TrainingState state = dpo_->training_state();
-  trainer::save_cursor(cursor_, static_cast<int64_t>(train_->pairs.size()), &state.scalars);
-  FLYWHEEL_RETURN_IF_ERROR(
-      trainer::save_checkpoint(state, *world_, checkpoints_, step, save_options_));
-  last_saved_ = step;
-  return absl::OkStatus();
+  return checkpoints_->save(dpo_->training_state(), *world_, step, cursor_,
+                            static_cast<int64_t>(train_->pairs.size()));
 }
 
 void DpoJob::log(const std::string& name, double value, int64_t step) {
@@ -270,11 +255,9 @@ absl::StatusOr<DpoSummary> DpoJob::run(const std::function<bool()>& stop) {
   FLYWHEEL_RETURN_IF_ERROR(save(summary.steps));
   if (metrics_) FLYWHEEL_RETURN_IF_ERROR(metrics_->flush());
   if (c_.checkpoint.export_hf && world_->rank() == 0) {
-    summary.exported = (fs::path(c_.logging.run_dir) / "hf").string();
-    FLYWHEEL_RETURN_IF_ERROR(trainer::export_checkpoint(
-        (fs::path(checkpoints_) / absl::StrCat("step_", summary.steps)).string(),
-        reward_model_ ? "critic" : "policy", summary.exported,
-        options_.optimizer.sharding.param_dtype));
+    FLYWHEEL_ASSIGN_OR_RETURN(summary.exported,
+                              checkpoints_->export_last(reward_model_ ? "critic" : "policy",
+                                                        options_.optimizer.sharding.param_dtype));
   }
   return summary;
 }

@@ -36,13 +36,8 @@ absl::StatusOr<std::unique_ptr<SftJob>> SftJob::create(const core::Config& confi
                                                  model::open_hf_weights(c.model.path), c.model.path,
                                                  static_cast<uint64_t>(c.trainer.seed)));
 
-  // Checkpoints: the tokenizer and generation files travel with them (for export).
-  job->checkpoints_ = trainer::checkpoint_dir(c);
-  job->save_options_.keep_last = c.checkpoint.keep_last;
-  absl::StatusOr<std::map<std::string, std::string>> side_files =
-      trainer::checkpoint_side_files(job->tokenizers_->dir);
-  if (!side_files.ok()) return side_files.status();
-  job->save_options_.extra_files = std::move(*side_files);
+  FLYWHEEL_ASSIGN_OR_RETURN(job->checkpoints_,
+                            trainer::DataCheckpoints::create(c, job->tokenizers_->dir));
   FLYWHEEL_RETURN_IF_ERROR(job->resume());
 
   if (world->rank() == 0) {
@@ -109,28 +104,16 @@ absl::Status SftJob::load_data() {
 }
 
 absl::Status SftJob::resume() {
-  const std::string from = trainer::resume_path(c_, *world_);
-  if (from.empty()) return absl::OkStatus();
-  absl::StatusOr<std::map<std::string, double>> scalars =
-      trainer::load_checkpoint(sft_->training_state(), *world_, from);
-  if (!scalars.ok()) return scalars.status();
   FLYWHEEL_ASSIGN_OR_RETURN(
-      cursor_,
-      trainer::restore_cursor(*scalars, static_cast<int64_t>(train_->records.size()), from));
-  sft_->restore(*scalars);
-  last_saved_ = sft_->steps();
-  if (world_->rank() == 0) FLYWHEEL_LOG_INFO("resumed from %s at step %d", from, sft_->steps());
+      auto scalars, checkpoints_->resume(sft_->training_state(), *world_,
+                                         static_cast<int64_t>(train_->records.size()), &cursor_));
+  if (!scalars.empty()) sft_->restore(scalars);
   return absl::OkStatus();
 }
 
 absl::Status SftJob::save(int64_t step) {
-  if (step == last_saved_) return absl::OkStatus();  // the final save of a step just saved
-  trainer::TrainingState state = sft_->training_state();
-  trainer::save_cursor(cursor_, static_cast<int64_t>(train_->records.size()), &state.scalars);
-  FLYWHEEL_RETURN_IF_ERROR(
-      trainer::save_checkpoint(state, *world_, checkpoints_, step, save_options_));
-  last_saved_ = step;
-  return absl::OkStatus();
+  return checkpoints_->save(sft_->training_state(), *world_, step, cursor_,
+                            static_cast<int64_t>(train_->records.size()));
 }
 
 void SftJob::log(const std::string& name, double value, int64_t step) {
@@ -206,10 +189,8 @@ absl::StatusOr<SftSummary> SftJob::run(const std::function<bool()>& stop) {
   FLYWHEEL_RETURN_IF_ERROR(save(summary.steps));
   if (metrics_) FLYWHEEL_RETURN_IF_ERROR(metrics_->flush());
   if (c_.checkpoint.export_hf && world_->rank() == 0) {
-    summary.exported = (fs::path(c_.logging.run_dir) / "hf").string();
-    FLYWHEEL_RETURN_IF_ERROR(trainer::export_checkpoint(
-        (fs::path(checkpoints_) / absl::StrCat("step_", summary.steps)).string(), "policy",
-        summary.exported, options_.sharding.param_dtype));
+    FLYWHEEL_ASSIGN_OR_RETURN(summary.exported,
+                              checkpoints_->export_last("policy", options_.sharding.param_dtype));
   }
   return summary;
 }

@@ -10,17 +10,7 @@ flywheel=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-[[ $(id -u) == 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-cat > "$work/c.json" <<'JSON'
-{"model_type": "qwen2", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
- "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "eos_token_id": 2,
- "max_position_embeddings": 32}
-JSON
-"$flywheel" init-model --config "$work/c.json" --out "$work/m" --char-tokenizer --seed 3 \
-  > /dev/null || fail "init-model"
-"$flywheel" make-data addition-pairs --digits 2 --train 400 --eval 64 --seed 5 \
-  --out "$work/data" > /dev/null || fail "make-data addition-pairs"
+source "$(dirname "${BASH_SOURCE[0]}")/preference_task.sh"
 head -1 "$work/data/train.jsonl" | grep -q '"chosen":.*"rejected":' || fail "no pairs: $(head -1 "$work/data/train.jsonl")"
 cat > "$work/dpo.yaml" <<YAML
 model: {path: $work/m, max_seq_len: 16}
@@ -62,26 +52,7 @@ grep -q "greedy accuracy" <<<"$summary" || fail "no greedy accuracy: $summary"
 # 1 rank and 2 ranks: the same metrics at every step.
 out=$(run 1 --set trainer.total_steps=12 --set logging.run_dir="$work/r1") || fail "1 rank: $out"
 out=$(run 2 --set trainer.total_steps=12 --set logging.run_dir="$work/r2") || fail "2 ranks: $out"
-node -e '
-  const fs = require("fs");
-  const read = f => fs.readFileSync(f, "utf8").trim().split("\n").map(JSON.parse);
-  const [a, b] = [read(process.argv[1]), read(process.argv[2])];
-  if (a.length !== b.length) throw new Error(`${a.length} vs ${b.length} rows`);
-  let worst = 0, compared = 0;
-  for (let i = 0; i < a.length; ++i) {
-    for (const [k, v] of Object.entries(a[i].scalars)) {
-      if (k.endsWith("_per_s")) continue;
-      const w = b[i].scalars[k];
-      if (w === undefined) throw new Error(`step ${a[i].step}: ${k} missing with 2 ranks`);
-      const d = Math.abs(v - w) / Math.max(1, Math.abs(v));
-      worst = Math.max(worst, d);
-      ++compared;
-      if (d > 2e-5) throw new Error(`step ${a[i].step}: ${k} ${v} (1 rank) vs ${w} (2 ranks)`);
-    }
-  }
-  if (compared < 100) throw new Error(`only ${compared} values compared`);
-  console.log(`1 rank vs 2 ranks: ${compared} metric values, largest difference ${worst.toExponential(2)}`);' \
-  "$work/r1/metrics.jsonl" "$work/r2/metrics.jsonl" || fail "1 and 2 ranks differ"
+same_metrics "$work/r1" "$work/r2" 100 || fail "1 and 2 ranks differ"
 
 # Resume: 4 more steps from the last checkpoint.
 out=$(run 2 --set trainer.total_steps=44) || fail "resume exited with $?: $out"

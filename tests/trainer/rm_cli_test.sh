@@ -11,17 +11,7 @@ flywheel=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-[[ $(id -u) == 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-cat > "$work/c.json" <<'JSON'
-{"model_type": "qwen2", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
- "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "eos_token_id": 2,
- "max_position_embeddings": 32}
-JSON
-"$flywheel" init-model --config "$work/c.json" --out "$work/m" --char-tokenizer --seed 3 \
-  > /dev/null || fail "init-model"
-"$flywheel" make-data addition-pairs --digits 2 --train 400 --eval 64 --seed 5 \
-  --out "$work/data" > /dev/null || fail "make-data addition-pairs"
+source "$(dirname "${BASH_SOURCE[0]}")/preference_task.sh"
 cat > "$work/rm.yaml" <<YAML
 model: {path: $work/m, max_seq_len: 16}
 tokenizer: {type: char, chat_template: none}
@@ -93,21 +83,7 @@ out=$(run 1 --set trainer.total_steps=8 --set trainer.lr=3e-3 --set logging.run_
   fail "1 rank: $out"
 out=$(run 2 --set trainer.total_steps=8 --set trainer.lr=3e-3 --set logging.run_dir="$work/r2") ||
   fail "2 ranks: $out"
-node -e '
-  const fs = require("fs");
-  const read = f => fs.readFileSync(f, "utf8").trim().split("\n").map(JSON.parse);
-  const [a, b] = [read(process.argv[1]), read(process.argv[2])];
-  let worst = 0;
-  a.forEach((r, i) => {
-    for (const [k, v] of Object.entries(r.scalars)) {
-      if (k.endsWith("_per_s")) continue;
-      const d = Math.abs(v - b[i].scalars[k]) / Math.max(1, Math.abs(v));
-      worst = Math.max(worst, d);
-      if (!(d <= 2e-5)) throw new Error(`step ${r.step}: ${k} ${v} vs ${b[i].scalars[k]}`);
-    }
-  });
-  console.log(`1 rank vs 2 ranks: largest difference ${worst.toExponential(2)}`);' \
-  "$work/r1/metrics.jsonl" "$work/r2/metrics.jsonl" || fail "1 and 2 ranks differ"
+same_metrics "$work/r1" "$work/r2" 40 || fail "1 and 2 ranks differ"
 
 # A margin and the centering term change the loss; a bad margin is named.
 node -e '

@@ -27,6 +27,7 @@
 #include "flywheel/model/model_config.h"
 #include "flywheel/model/tokenizer/tokenizer_setup.h"
 #include "flywheel/trainer/checkpoint.h"
+#include "flywheel/trainer/data_checkpoints.h"
 #include "flywheel/trainer/dpo_trainer.h"
 #include "flywheel/trainer/preference_data.h"
 #include "flywheel/trainer/sft_data.h"
@@ -82,10 +83,8 @@ class DpoJob {
   std::optional<trainer::PreferenceData> train_, eval_pairs_;
   std::unique_ptr<trainer::DpoTrainer> dpo_;
   trainer::DpoOptions options_;
-  std::string checkpoints_;
-  trainer::CheckpointSaveOptions save_options_;
+  std::optional<trainer::DataCheckpoints> checkpoints_;
   trainer::SftCursor cursor_;
-  int64_t last_saved_ = -1;
   std::unique_ptr<core::MetricsLogger> metrics_;  // rank 0 only
   std::optional<HeldOutEvaluation> greedy_;       // held-out records with an answer only
 };

@@ -20,6 +20,7 @@
 #include "flywheel/model/model_config.h"
 #include "flywheel/model/tokenizer/tokenizer_setup.h"
 #include "flywheel/trainer/checkpoint.h"
+#include "flywheel/trainer/data_checkpoints.h"
 #include "flywheel/trainer/sft_data.h"
 #include "flywheel/trainer/sft_trainer.h"
 
@@ -66,10 +67,8 @@ class SftJob {
   std::optional<trainer::SftData> train_, eval_data_;
   std::unique_ptr<trainer::SftTrainer> sft_;
   trainer::SftOptions options_;
-  std::string checkpoints_;
-  trainer::CheckpointSaveOptions save_options_;
+  std::optional<trainer::DataCheckpoints> checkpoints_;
   trainer::SftCursor cursor_;
-  int64_t last_saved_ = -1;
   std::unique_ptr<core::MetricsLogger> metrics_;  // rank 0 only
   std::unique_ptr<HeldOutEvaluator> evaluator_;   // eval data with answers only
 };
