@@ -56,7 +56,9 @@ host=$(hostname)
 collective_timeout_s=5
 rpc_deadline_s=2
 reconnect_timeout_s=6
-no_progress_timeout_s=6
+# Counted from the controller's start: on a loaded machine (ctest -j2 beside the multinode
+# test) a worker process can take 6 s to register, so 6 s ended runs before any worker joined.
+no_progress_timeout_s=15
 write_config() {  # $1: run name, $2: steps
   local port
   # A free port below the ephemeral range, which mpirun's own listeners draw from.
