@@ -175,10 +175,7 @@ absl::StatusOr<SftSummary> SftJob::run(const std::function<bool()>& stop) {
     if (c_.checkpoint.every_steps > 0 && step % c_.checkpoint.every_steps == 0) {
       FLYWHEEL_RETURN_IF_ERROR(save(step));
     }
-    // Every rank stops together when any got a signal.
-    at::Tensor signal = at::full({1}, stop() ? 1 : 0, at::kLong);
-    world_->all_reduce_host(signal, comm::ReduceOp::kMax);
-    if (signal.item<int64_t>() != 0) summary.stopped_by = "a signal";
+    if (trainer::on_any_rank(stop(), *world_)) summary.stopped_by = "a signal";
     if (!summary.stopped_by.empty()) break;
   }
   summary.steps = sft_->steps();

@@ -443,10 +443,11 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
   if (!one_update || options_.kl_in_reward) batch.old_logprobs = infer(*policy_, batch, false);
   if (reference_) batch.ref_logprobs = infer(*reference_, batch, false);
   if (critic_) batch.values = infer(*critic_, batch, true);
-  at::Tensor student, teacher;  // on-policy distillation: both models' log-probs [S_local, R]
+  at::Tensor local_reverse_kl;  // on-policy distillation: log pi - log pi_teacher [S_local, R]
   if (teacher_) {
-    student = batch.old_logprobs.defined() ? batch.old_logprobs : infer(*policy_, batch, false);
-    teacher = infer(*teacher_, batch, false);
+    const at::Tensor student =
+        batch.old_logprobs.defined() ? batch.old_logprobs : infer(*policy_, batch, false);
+    local_reverse_kl = student - infer(*teacher_, batch, false);
   }
 
   // 2. Advantages over the whole batch, identically on every rank.
@@ -495,10 +496,8 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
   if (teacher_) {
     // Each sampled token's reverse KL, log pi(x_t) - log pi_teacher(x_t), lowers its advantage.
     const at::Tensor valid = batch.mask.to(at::kBool);
-    const at::Tensor reverse_kl = at::where(
-        valid,
-        gather_rows(student, batch.mine, S, *comm_) - gather_rows(teacher, batch.mine, S, *comm_),
-        0);
+    const at::Tensor reverse_kl =
+        at::where(valid, gather_rows(local_reverse_kl, batch.mine, S, *comm_), 0);
     advantages.advantages = advantages.advantages - options_.distill_coef * reverse_kl;
     const double tokens = std::max(1.0, valid.sum().item<double>());
     (*metrics)["distill/reverse_kl"] = reverse_kl.sum().item<double>() / tokens;

@@ -82,4 +82,10 @@ absl::StatusOr<ResumedState> read_resumed_state(const std::string& step_dir) {
   return out;
 }
 
+bool on_any_rank(bool here, comm::Communicator& comm) {
+  at::Tensor flag = at::full({1}, here ? 1 : 0, at::kLong);
+  comm.all_reduce_host(flag, comm::ReduceOp::kMax);
+  return flag.item<int64_t>() != 0;
+}
+
 }  // namespace flywheel::trainer

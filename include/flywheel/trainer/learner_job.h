@@ -28,6 +28,10 @@ std::string resume_path(const core::Config& config, comm::Communicator& comm);
 absl::StatusOr<std::map<std::string, std::string>> checkpoint_side_files(
     const std::string& tokenizer_dir);
 
+// Whether `here` holds on any rank of `comm` (a stop signal one rank got: every rank stops
+// together). Collective.
+bool on_any_rank(bool here, comm::Communicator& comm);
+
 // The logger of logging.sinks in logging.run_dir (call it on rank 0 only).
 absl::StatusOr<std::unique_ptr<core::MetricsLogger>> make_metrics_logger(
     const core::Config& config, core::PluginRegistry& registry, int64_t total_steps,
