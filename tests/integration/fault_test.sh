@@ -138,10 +138,24 @@ kill -0 "$learner_pid" 2> /dev/null && fail "the learners did not finish"
 wait "$learner_pid"
 rc=$?
 [[ $rc == 0 ]] || fail "the resumed learner job exited $rc"
+# A worker restarted just before the end (by a scheduler that cannot know) that never reached
+# the controller before it shut down cannot be told: it retries for reconnect_timeout_s, as it
+# must for a controller that restarts. Only such a worker may still run here.
+registered_since_start() {  # $1: index; the log of its last start names its registration
+  awk -v id="rollout worker w$1 on" 'index($0, id) { r = 0 } /registered with the controller/ { r = 1 }
+    END { exit !r }' "$work/worker-$1.log"
+}
 for _ in $(seq 600); do
   supervise
   [[ -n "${worker_done[0]:-}" && -n "${worker_done[1]:-}" ]] && break
   sleep 0.05
+done
+for w in 0 1; do
+  if [[ -z "${worker_done[$w]:-}" ]] && ! registered_since_start "$w"; then
+    echo "worker $w started as the run ended and never registered; stopping it"
+    kill -9 "${worker_pid[$w]}" 2> /dev/null
+    worker_done[$w]=1
+  fi
 done
 [[ "${worker_done[0]:-}" == 1 && "${worker_done[1]:-}" == 1 ]] ||
   fail "a worker did not exit 0: ${worker_done[0]:-running}, ${worker_done[1]:-running}"

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "../model/test_models.h"
+#include "absl/strings/match.h"
 #include "flywheel/buffer/service/controller_server.h"
 #include "flywheel/core/json.h"
 #include "flywheel/core/plugin_registry.h"
@@ -196,7 +197,10 @@ class Worker {
       parts.environment = std::move(environment);
     }
     worker_ = std::make_unique<RolloutWorker>(o, parts);
-    thread_ = std::thread([this] { status_ = worker_->run([this] { return stop_.load(); }); });
+    thread_ = std::thread([this] {
+      status_ = worker_->run([this] { return stop_.load(); });
+      returned_.store(true);
+    });
   }
   // Asks run() to stop (as a signal would).
   void stop() { stop_.store(true); }
@@ -206,6 +210,7 @@ class Worker {
     pool_.reset();
     return status_;
   }
+  bool returned() const { return returned_.load(); }  // run() has returned
   RolloutWorkerStats stats() const { return worker_->stats(); }
   int64_t slow_tokens() const { return tokens_.load(); }  // sampled with slow_decode
   const model::DecoderModel& model() const { return engine_->model(); }
@@ -221,6 +226,7 @@ class Worker {
   std::unique_ptr<WeightSource> source_;
   std::unique_ptr<RolloutWorker> worker_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> returned_{false};
   std::thread thread_;
   absl::Status status_;
 };
@@ -363,6 +369,25 @@ TEST(RolloutWorkerTest, TheEndOfTrainingIsASuccessEvenOnceTheControllerIsGone) {
       eventually([&] { return c.core->settled(buffer::ControllerServer::monotonic_seconds()); }));
   c.server->shutdown();
   EXPECT_TRUE(w.join().ok());
+}
+
+// A worker still waiting for its first weights when a heartbeat says training is over ends at
+// once with OK once the controller shuts down; before, it waited until the heartbeats had been
+// unanswered for reconnect_timeout_s (30 s here; CI saw a restarted worker hang so).
+TEST(RolloutWorkerTest, TheEndOfTrainingEndsAWaitForWeights) {
+  Controller c(/*max_staleness=*/1, /*incarnation=*/6, 0);
+  Worker w(c.server->port(), std::chrono::milliseconds(0));  // nothing is ever published
+  ASSERT_TRUE(eventually([&] {
+    return absl::StrContains(c.core->workers_heard(buffer::ControllerServer::monotonic_seconds()),
+                             "w0");
+  }));
+  c.core->close();
+  ASSERT_TRUE(
+      eventually([&] { return c.core->settled(buffer::ControllerServer::monotonic_seconds()); }));
+  c.server->shutdown();
+  EXPECT_TRUE(eventually([&] { return w.returned(); }, /*seconds=*/15));
+  EXPECT_TRUE(w.join().ok());
+  EXPECT_EQ(w.stats().weight_updates, 0);
 }
 
 // Weight application: versions published with changed parameters reach the engine, which then

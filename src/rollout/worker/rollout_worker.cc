@@ -232,6 +232,7 @@ absl::Status RolloutWorker::submit_ready() {
     // grant rule then keeps the group within max_staleness when it is trained.
     absl::Status s = apply_weights(next.grant_version);
     if (!s.ok()) return s;
+    if (applied_version_ < next.grant_version) return absl::OkStatus();  // training is over
     if (next.lease.partial_size() > 0 && !runner_ && !options_.greedy_baseline) {
       s = submit_resumed(next);
       pending_.pop_front();
@@ -622,6 +623,7 @@ absl::Status RolloutWorker::loop() {
                      " but rollout.group_size is ", options_.group_size));
   }
   lease_tag_.store(registered.incarnation());
+  FLYWHEEL_LOG_INFO("registered with the controller at %s", client_->options().address);
   client_->start_heartbeats(std::max(0.05, registered.heartbeat_interval_s()));
 
   // The first weights, before anything is generated.

@@ -67,11 +67,18 @@ absl::Status RolloutWorker::apply_weights(int64_t min_version) {
       const absl::Time deadline = absl::Now() + absl::Seconds(options_.weight_timeout_s);
       bool ready = false;
       while (!ready && absl::Now() < deadline) {  // in slices: a fetch may block for long
-        ready = wait_until(
-            &fetch_cv_, &fetch_mu_, std::min(deadline, absl::Now() + absl::Seconds(0.5)), [&] {
-              return fetched_version_ >= min_version || client_->controller_restarted() ||
-                     stopping_.load() || (stop_ && stop_()) || silent();
-            });
+        ready = wait_until(&fetch_cv_, &fetch_mu_,
+                           std::min(deadline, absl::Now() + absl::Seconds(0.5)), [&] {
+                             return fetched_version_ >= min_version ||
+                                    client_->controller_restarted() || client_->controller_done() ||
+                                    stopping_.load() || (stop_ && stop_()) || silent();
+                           });
+      }
+      if (fetched_version_ < min_version && client_->controller_done()) {
+        // Told in a heartbeat that training is over: these weights may never come (the
+        // controller shuts down once every worker heard it). The caller sees applied_version_
+        // short of what it asked for and generates nothing more.
+        return absl::OkStatus();
       }
       if (client_->controller_restarted()) {
         return absl::AbortedError(absl::StrCat(buffer::kControllerRestarted,

@@ -143,7 +143,8 @@ class RolloutWorker {
   absl::Status submit_ready();
   // Hands the newest fetched weights to the engine. When it holds less than `min_version`,
   // waits for them (up to weight_timeout_s, DeadlineExceeded); Aborted "controller restarted"
-  // when a heartbeat finds another incarnation meanwhile.
+  // when a heartbeat finds another incarnation meanwhile; OK without them when a heartbeat says
+  // training is over or the worker is stopping (the caller checks applied_version_).
   absl::Status apply_weights(int64_t min_version);
   void maybe_acknowledge();
   void collect_finished();
