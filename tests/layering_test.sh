@@ -50,6 +50,8 @@ check_includes rollout "core model rollout" $(files "$src/src/rollout" "$src/src
 check_includes remote_environment "core model rollout v1" $(files "$src/src/rollout/remote")
 check_includes rollout_agent "core model rollout launcher" $(files "$src/src/rollout/agent" \
   "$src/include/flywheel/rollout/agent")
+check_includes rollout_judge "core model rollout rewards" $(files "$src/src/rollout/judge" \
+  "$src/include/flywheel/rollout/judge")
 check_includes worker "core model rollout buffer comm rewards v1" \
   $(files "$src/src/rollout/worker" "$src/include/flywheel/rollout/worker")
 check_includes trainer "core comm model algos buffer trainer" \

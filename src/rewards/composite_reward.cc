@@ -60,6 +60,16 @@ ScoredSample CompositeReward::combine(const std::vector<PartResult>& results) co
     out.parts[part.label] = score;
     out.reward += part.weight * score;
   }
+  // A judge's agreement with each other function that scored this sample (1 or 0 per sample;
+  // its mean is the agreement rate): both read as pass at >= 0.5.
+  for (size_t j = 0; j < parts_.size(); ++j) {
+    if (!parts_[j].function->judge() || !results[j].output.ok() || results[j].timed_out) continue;
+    for (size_t k = 0; k < parts_.size(); ++k) {
+      if (parts_[k].function->judge() || !results[k].output.ok() || results[k].timed_out) continue;
+      const bool agree = (results[j].output->score >= kPass) == (results[k].output->score >= kPass);
+      out.parts[absl::StrCat(parts_[j].label, "/agreement/", parts_[k].label)] = agree ? 1 : 0;
+    }
+  }
   return out;
 }
 

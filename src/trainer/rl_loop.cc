@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <utility>
+
+#include "absl/strings/match.h"
 
 namespace flywheel::trainer {
 namespace {
@@ -19,6 +22,9 @@ double seconds_since(Clock::time_point start) {
 }  // namespace
 
 namespace {
+
+// A reward component of this name (a judge's call time) is reported as quantiles, not a mean.
+constexpr char kLatencySuffix[] = "/latency_s";
 
 // The p-quantile (nearest rank) of `v`, which it sorts.
 double quantile(std::vector<double>& v, double p) {
@@ -73,6 +79,7 @@ BatchStats batch_stats(const std::vector<buffer::TrajectoryGroup>& groups, int64
   BatchStats s;
   double n = 0;
   std::map<std::string, double> part_counts;
+  std::map<std::string, std::vector<double>> latencies;  // "<label>/latency_s" parts
   for (const buffer::TrajectoryGroup& g : groups) {
     for (const buffer::Trajectory& t : g.trajectories) {
       ++n;
@@ -87,6 +94,10 @@ BatchStats batch_stats(const std::vector<buffer::TrajectoryGroup>& groups, int64
       s.staleness_max = std::max(s.staleness_max, staleness);
       if (staleness > static_cast<double>(max_staleness)) ++s.violations;
       for (const auto& [name, value] : t.reward_breakdown) {
+        if (absl::EndsWith(name, kLatencySuffix)) {
+          latencies[name].push_back(value);
+          continue;
+        }
         s.reward_parts[name] += value;
         part_counts[name] += 1;
       }
@@ -97,6 +108,11 @@ BatchStats batch_stats(const std::vector<buffer::TrajectoryGroup>& groups, int64
     s.staleness_mean /= n;
   }
   for (auto& [name, value] : s.reward_parts) value /= part_counts[name];
+  for (auto& [name, values] : latencies) {
+    const std::string stem = name.substr(0, name.size() - std::strlen(kLatencySuffix));
+    s.reward_parts[stem + "/latency_p50"] = quantile(values, 0.5);
+    s.reward_parts[stem + "/latency_p99"] = quantile(values, 0.99);
+  }
   s.episode = episode_stats(groups);
   return s;
 }

@@ -254,6 +254,24 @@ TEST(RlLoopTest, CountsTrajectoriesTrainedBeyondMaxStalenessOverTheWholeRun) {
   EXPECT_EQ(result->violations, 0);
 }
 
+// Reward parts are averaged over the batch, except a judge's call time ("<label>/latency_s"),
+// which is reported as its median and 99th percentile.
+TEST(BatchStatsTest, RewardPartsAreMeansAndLatenciesQuantiles) {
+  buffer::TrajectoryGroup g = group_at(0);
+  buffer::TrajectoryGroup h = group_at(0, "h");
+  const std::vector<double> latencies = {0.4, 0.1, 0.3, 0.2};
+  for (int i = 0; i < 4; ++i) {
+    buffer::Trajectory& t = (i < 2 ? g : h).trajectories[i % 2];
+    t.reward_breakdown["judge"] = i;
+    t.reward_breakdown["judge/latency_s"] = latencies[i];
+  }
+  const BatchStats s = batch_stats({g, h}, 0, 1);
+  EXPECT_DOUBLE_EQ(s.reward_parts.at("judge"), 1.5);
+  EXPECT_DOUBLE_EQ(s.reward_parts.at("judge/latency_p50"), 0.2);
+  EXPECT_DOUBLE_EQ(s.reward_parts.at("judge/latency_p99"), 0.4);
+  EXPECT_EQ(s.reward_parts.count("judge/latency_s"), 0u);
+}
+
 // Issue 28: a batch of episodes logs episode/*; single-turn batches log none of them.
 TEST(BatchStatsTest, EpisodesHaveTheirMetrics) {
   EXPECT_TRUE(batch_stats({group_at(0)}, 0, 1).episode.empty());

@@ -24,7 +24,8 @@ struct WeightedReward {
 // One sample's result.
 struct ScoredSample {
   double reward = 0;  // sum of weight x score (fallback for failed parts)
-  // "<label>": a part's score; "<label>/<component>": its components.
+  // "<label>": a part's score; "<label>/<component>": its components; for a judge,
+  // "<label>/agreement/<other>": 1 when it and another function both pass or both fail.
   std::map<std::string, double> parts;
   std::vector<std::string> errors;  // "<label>: message", including timeouts
   int64_t timeouts = 0;
@@ -38,6 +39,10 @@ struct PartResult {
 
 class CompositeReward {
  public:
+  // A judge's verdict, and another function's score, at or above this count as a pass when
+  // their agreement is reported ("<judge>/agreement/<other>").
+  static constexpr double kPass = 0.5;
+
   CompositeReward(std::vector<WeightedReward> parts, double fallback_score)
       : parts_(std::move(parts)), fallback_score_(fallback_score) {}
 

@@ -64,6 +64,9 @@ class RewardFunction {
   virtual std::vector<absl::StatusOr<RewardOutput>> score_batch(
       const std::vector<RewardInput>& inputs) const;
   virtual bool batched() const { return false; }
+  // A judge's score is a verdict in [0, 1] with 0.5 the boundary (llm_judge): the composite
+  // reports how often it agrees with each other function of the run that is not a judge.
+  virtual bool judge() const { return false; }
 };
 
 using RewardFactory = absl::StatusOr<std::unique_ptr<RewardFunction>>(const RewardSpec&);

@@ -7,9 +7,11 @@
 namespace flywheel::core {
 
 void bind_options(FieldBinder& b, RewardFunctionOptions& o) {
-  b.field("name", &o.name,
-          FieldInfo("Reward registry name: exact_match, math, format_regex, overlong_penalty, "
-                    "length_penalty, repetition_penalty, code_exec, reward_model or a plugin's."));
+  b.field(
+      "name", &o.name,
+      FieldInfo(
+          "Reward registry name: exact_match, math, format_regex, overlong_penalty, "
+          "length_penalty, repetition_penalty, code_exec, reward_model, llm_judge or a plugin's."));
   b.field("label", &o.label,
           FieldInfo("Metric prefix of this function (reward/<label>/...); empty = its name. Needed "
                     "to use one function twice."));

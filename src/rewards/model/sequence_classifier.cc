@@ -11,6 +11,7 @@
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/model/hf_checkpoint.h"
+#include "flywheel/model/padded_rows.h"
 
 namespace flywheel::rewards {
 namespace {
@@ -124,33 +125,10 @@ int64_t SequenceClassifier::read_position(const std::vector<int64_t>& ids) const
 
 std::vector<double> SequenceClassifier::scores(
     const std::vector<const std::vector<int64_t>*>& rows) const {
-  at::NoGradGuard no_grad;
   const int64_t B = static_cast<int64_t>(rows.size());
-  int64_t T = 0;
-  for (const std::vector<int64_t>* ids : rows) T = std::max<int64_t>(T, ids->size());
-  model::ForwardBatch batch;
-  batch.tokens = at::zeros({B, T}, at::kLong);
-  batch.positions = at::zeros({B, T}, at::kLong);
-  // Rows are right-padded and attention is causal: no real token attends to the padding after
-  // it, so no padding mask is needed (and the decoder keeps its plain causal path).
   std::vector<int64_t> read(B);
-  auto tokens = batch.tokens.accessor<int64_t, 2>();
-  auto positions = batch.positions.accessor<int64_t, 2>();
-  for (int64_t b = 0; b < B; ++b) {
-    const std::vector<int64_t>& ids = *rows[b];
-    for (int64_t t = 0; t < static_cast<int64_t>(ids.size()); ++t) {
-      tokens[b][t] = ids[t];
-      positions[b][t] = t;
-    }
-    read[b] = read_position(ids);
-  }
-  const at::Device device = decoder_->options().device;
-  batch.tokens = batch.tokens.to(device);
-  batch.positions = batch.positions.to(device);
-  const at::Tensor hidden = decoder_->forward(batch);  // [B, T, H]
-  for (int64_t b = 0; b < B; ++b) read[b] += b * T;    // into the flattened [B * T, H]
-  const at::Tensor last = hidden.reshape({B * T, hidden.size(2)})
-                              .index_select(0, at::tensor(read, at::kLong).to(device));  // [B, H]
+  for (int64_t b = 0; b < B; ++b) read[b] = read_position(*rows[b]);
+  const at::Tensor last = model::hidden_at(*decoder_, rows, read);  // [B, H]
   // In the model dtype, as transformers computes the head.
   const at::Tensor out = at::matmul(last, score_weight_.t()).squeeze(-1).to(at::kCPU, at::kDouble);
   std::vector<double> result(B);

@@ -1,0 +1,23 @@
+// Rows of token ids of different lengths through one cache-less forward: right-padded to the
+// longest, and the hidden state read at one position of each row. Used where a head reads one
+// token per sequence (a reward model's score, a judge's verdict token).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "flywheel/model/decoder.h"
+
+namespace flywheel::model {
+
+// The final hidden state (after the last norm) of row b at position read[b], [B, hidden], in
+// the model's dtype and on its device, without gradients. Rows are non-empty, ids < vocab_size,
+// 0 <= read[b] < rows[b]->size(). Attention is causal, so no real token attends to the padding
+// after it and no mask is needed. Throws c10::Error / std::bad_alloc as the forward does.
+at::Tensor hidden_at(const DecoderModel& model,
+                     const std::vector<const std::vector<int64_t>*>& rows,
+                     const std::vector<int64_t>& read);
+
+}  // namespace flywheel::model
