@@ -4,8 +4,10 @@
 //   code_exec     latency of a trivial program through the sandbox (p50 / p99) beside a bare
 //                 `python3 -c pass` start-up (fork + exec + wait) (target: p50 <= 1.5x bare);
 //   reward_model  samples/s of a ~25M-parameter Qwen2-shaped reward model on ~300-token inputs
-//                 beside the same decoder's plain forward tokens/s.
-// Usage: reward_bench [--only math|code|rm] [--runs N]
+//                 beside the same decoder's plain forward tokens/s;
+//   llm_judge     samples/s of a judge of the same shape reading P(yes) from one forward
+//                 (target >= 80% of the plain forward), and generating an 8-token verdict.
+// Usage: reward_bench [--only math|code|rm|judge] [--runs N]
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +28,7 @@
 #include "flywheel/model/tokenizer/tokenizer.h"
 #include "flywheel/rewards/builtins.h"
 #include "flywheel/rewards/model/reward_model.h"
+#include "flywheel/rollout/judge/llm_judge.h"
 
 extern char** environ;
 
@@ -211,6 +214,61 @@ std::string write_reward_model(const fs::path& dir, model::ModelConfig* config) 
       core::write_file_atomically((dir / "config.json").string(), json->dump()).message());
 }
 
+// Scoring samples/s of `scorer` on 32 random 300-character inputs (the character tokenizer: one
+// token per character) beside the plain forward of `decoder` on [8, 300], timed interleaved
+// (best of 3 each) so that both see the same machine.
+struct ScoreVsForward {
+  double samples_per_s = 0;
+  double forward_tokens_per_s = 0;
+  int64_t chars = 300;
+};
+ScoreVsForward score_vs_forward(const RewardFunction& scorer, const model::DecoderModel& decoder) {
+  const int64_t n = 32, rows = 8;
+  ScoreVsForward r;
+  std::mt19937 rng(3);
+  std::vector<std::string> texts;
+  for (int64_t i = 0; i < n; ++i) {
+    std::string t;
+    for (int64_t k = 0; k < r.chars; ++k) t.push_back(static_cast<char>('a' + rng() % 26));
+    texts.push_back(t);
+  }
+  core::Json record = core::Json::object();
+  std::vector<RewardInput> inputs(n);
+  for (int64_t i = 0; i < n; ++i) {
+    inputs[i].record = &record;
+    inputs[i].record_name = "bench";
+    inputs[i].completion = texts[i];
+  }
+  model::ForwardBatch batch;
+  batch.tokens = at::randint(decoder.config().vocab_size, {rows, r.chars}, at::kLong);
+  batch.positions = at::arange(r.chars).repeat({rows, 1});
+  auto forward = [&] {
+    at::NoGradGuard no_grad;
+    decoder.forward(batch);
+  };
+  auto score = [&] { scorer.score_batch(inputs); };
+  forward();
+  score();
+  double t_score = 1e30, t_forward = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto start = Clock::now();
+    score();
+    t_score = std::min(t_score, seconds_since(start) / (n / static_cast<double>(rows)));
+    start = Clock::now();
+    forward();
+    t_forward = std::min(t_forward, seconds_since(start));
+  }
+  r.samples_per_s = rows / t_score;
+  r.forward_tokens_per_s = static_cast<double>(rows * r.chars) / t_forward;
+  return r;
+}
+
+int64_t parameter_count(const model::DecoderModel& decoder) {
+  int64_t params = 0;
+  for (const auto& [name, p] : decoder.named_parameters()) params += p.numel();
+  return params;
+}
+
 void bench_reward_model() {
   const fs::path dir = fs::temp_directory_path() / absl::StrCat("reward_bench_rm_", getpid());
   fs::create_directories(dir);
@@ -230,52 +288,71 @@ void bench_reward_model() {
     fs::remove_all(dir);
     return;
   }
-  const int64_t n = 32, chars = 300;  // the character tokenizer: one token per character
-  std::mt19937 rng(3);
-  std::vector<std::string> texts;
-  for (int64_t i = 0; i < n; ++i) {
-    std::string t;
-    for (int64_t k = 0; k < chars; ++k) t.push_back(static_cast<char>('a' + rng() % 26));
-    texts.push_back(t);
-  }
-  core::Json record = core::Json::object();
-  std::vector<RewardInput> inputs(n);
-  for (int64_t i = 0; i < n; ++i) {
-    inputs[i].record = &record;
-    inputs[i].record_name = "bench";
-    inputs[i].completion = texts[i];
-  }
-  // The plain forward of the same decoder on the same shapes (batch 8 x 300 tokens), timed
-  // interleaved with scoring (best of 3 each) so that both see the same machine.
-  auto* reward_model = dynamic_cast<rewards::RewardModel*>(rm->get());
-  model::ForwardBatch batch;
-  batch.tokens = at::randint(config.vocab_size, {8, chars}, at::kLong);
-  batch.positions = at::arange(chars).repeat({8, 1});
-  auto forward = [&] {
-    at::NoGradGuard no_grad;
-    reward_model->decoder().forward(batch);
-  };
-  auto score = [&] { (*rm)->score_batch(inputs); };
-  forward();
-  score();
-  double t_score = 1e30, t_forward = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
-    auto start = Clock::now();
-    score();
-    t_score = std::min(t_score, seconds_since(start) / (n / 8.0));  // per batch of 8
-    start = Clock::now();
-    forward();
-    t_forward = std::min(t_forward, seconds_since(start));
-  }
-  const double samples_per_s = 8.0 / t_score;
-  const double forward_tokens = 8.0 * chars / t_forward;
-  int64_t params = 0;
-  for (const auto& [name, p] : reward_model->decoder().named_parameters()) params += p.numel();
+  const model::DecoderModel& decoder = dynamic_cast<rewards::RewardModel*>(rm->get())->decoder();
+  const ScoreVsForward r = score_vs_forward(**rm, decoder);
   std::printf(
-      "reward_model  %.1fM-parameter Qwen2-shaped, %lld x %lld-token inputs, batch 8: %.1f "
+      "reward_model  %.1fM-parameter Qwen2-shaped, 32 x %lld-token inputs, batch 8: %.1f "
       "samples/s = %.0f tokens/s, beside the decoder's plain forward %.0f tokens/s (%.0f%%)\n",
-      params / 1e6, static_cast<long long>(n), static_cast<long long>(chars), samples_per_s,
-      samples_per_s * chars, forward_tokens, 100.0 * samples_per_s * chars / forward_tokens);
+      parameter_count(decoder) / 1e6, static_cast<long long>(r.chars), r.samples_per_s,
+      r.samples_per_s * r.chars, r.forward_tokens_per_s,
+      100.0 * r.samples_per_s * r.chars / r.forward_tokens_per_s);
+  fs::remove_all(dir);
+}
+
+// llm_judge with verdict yes_prob (one forward per batch, the verdict read at the last token) on
+// a random causal LM of the reward model's shape, beside the same decoder's plain forward
+// (target >= 80%); and with verdict label (8 generated tokens per sample, for scale).
+void bench_llm_judge() {
+  const fs::path dir = fs::temp_directory_path() / absl::StrCat("reward_bench_judge_", getpid());
+  fs::create_directories(dir);
+  model::ModelConfig config;
+  config.model_type = "qwen2";
+  config.vocab_size = 100;
+  config.hidden_size = 512;
+  config.intermediate_size = 1536;
+  config.num_hidden_layers = 8;
+  config.num_attention_heads = 8;
+  config.num_key_value_heads = 2;
+  config.head_dim = 64;
+  config.max_position_embeddings = 1024;
+  config.qkv_bias = true;
+  config.eos_token_ids = {2};
+  auto decoder = model::DecoderModel::create(config, {});
+  if (!decoder.ok()) return;
+  (*decoder)->init_random(1);
+  if (absl::Status s = model::save_hf_model(**decoder, dir.string());
+      !s.ok() || !model::save_default_char_tokenizer(dir.string()).ok()) {
+    std::fprintf(stderr, "reward_bench: writing the judge: %s\n", std::string(s.message()).c_str());
+    fs::remove_all(dir);
+    return;
+  }
+  for (const char* verdict : {"yes_prob", "label"}) {
+    RewardSpec spec;
+    spec.name = "llm_judge";
+    spec.params = {{"path", dir.string()}, {"batch_size", "8"},     {"template", "{completion}?"},
+                   {"verdict", verdict},   {"max_new_tokens", "8"}, {"chat_template", "none"}};
+    auto judge = rollout::make_llm_judge(spec);
+    if (!judge.ok()) {
+      std::fprintf(stderr, "reward_bench: %s\n", std::string(judge.status().message()).c_str());
+      break;
+    }
+    const ScoreVsForward r = score_vs_forward(**judge, **decoder);
+    const double share = 100.0 * r.samples_per_s * (r.chars + 1) / r.forward_tokens_per_s;
+    if (std::string(verdict) == "yes_prob") {
+      std::printf(
+          "llm_judge     yes_prob, %.1fM-parameter Qwen2-shaped, 32 x %lld-token prompts, batch 8: "
+          "%.1f samples/s = %.0f tokens/s, beside the decoder's plain forward %.0f tokens/s "
+          "(%.0f%%; target >= 80%%: %s)\n",
+          parameter_count(**decoder) / 1e6, static_cast<long long>(r.chars + 1), r.samples_per_s,
+          r.samples_per_s * (r.chars + 1), r.forward_tokens_per_s, share,
+          share >= 80 ? "met" : "NOT met");
+    } else {
+      std::printf(
+          "llm_judge     label, the same judge generating 8 tokens per sample (engine, batch 8): "
+          "%.1f samples/s, %.0f%% of the plain forward's prompt tokens/s\n",
+          r.samples_per_s, share);
+    }
+  }
   fs::remove_all(dir);
 }
 
@@ -298,5 +375,6 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "math") bench::bench_math(registry);
   if (only.empty() || only == "code") bench::bench_code(registry, runs);
   if (only.empty() || only == "rm") bench::bench_reward_model();
+  if (only.empty() || only == "judge") bench::bench_llm_judge();
   return 0;
 }

@@ -45,7 +45,10 @@ absl::Status run(const MakeDataArgs& args) {
               << "\n";
   } else {
     std::cout << "wrote " << t.train << " training and " << t.eval << " held-out " << t.digits
-              << "-digit additions" << (t.task == "addition-pairs" ? " as preference pairs" : "")
+              << "-digit additions"
+              << (t.task == "addition-pairs"   ? " as preference pairs"
+                  : t.task == "addition-judge" ? " as judge examples"
+                                               : "")
               << " (seed " << t.seed << ", digit order " << t.digit_order << ") to " << args.out_dir
               << "\n";
   }
@@ -64,6 +67,8 @@ void add_make_data_command(CLI::App& app, int* exit_code) {
           "task", args->task.task,
           "Task: addition (\"a+b=\" -> the sum), addition-pairs (the same prompts as "
           "preference pairs: the sum chosen, a near miss rejected; for flywheel dpo and rm), "
+          "addition-judge (\"c|a+b=\" -> \"<sum> <digit marks> yes|no\": examples to SFT an "
+          "llm_judge), "
           "calculator (\"a*b=\" -> the product, solved with the calculator environment) or "
           "guess (the guess_number game); calculator and guess also write sft.jsonl")
       ->capture_default_str();

@@ -54,6 +54,51 @@ std::string addition_pair_record(int64_t a, int64_t b, const std::string& order,
        {"answer", sum}});
 }
 
+// A judge's example "c|a+b=": c is the sum (half the time) or a wrong answer like a policy's
+// (some digits changed, or one, often by one as a carry gone wrong, a digit dropped or added,
+// another number), and
+// the judge's response works the sum out and compares it digit by digit before its verdict:
+// "<sum> <marks> yes|no" (see synthetic_tasks.h).
+std::string addition_judge_record(int64_t a, int64_t b, const std::string& order,
+                                  std::mt19937_64& rng) {
+  const bool operands_lsd = order == "lsd", sum_lsd = order != "msd";
+  const std::string sum = digits_of(a + b, sum_lsd);
+  std::string shown = sum;
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const bool correct = uniform(0, 1) == 0;
+  while (!correct && shown == sum) {
+    const int kind = uniform(0, 9);
+    shown = sum;
+    if (kind < 4) {  // any digits changed, each with probability 1/2
+      for (char& c : shown) {
+        if (uniform(0, 1) == 0) c = static_cast<char>('0' + uniform(0, 9));
+      }
+    } else if (kind < 7) {  // one digit changed, half the time by one (a carry gone wrong)
+      char& c = shown[uniform(0, static_cast<int>(shown.size()) - 1)];
+      const int by_one = (c - '0' + (uniform(0, 1) == 1 ? 1 : 9)) % 10;
+      c = static_cast<char>('0' + (uniform(0, 1) == 0 ? by_one : uniform(0, 9)));
+    } else if (kind == 7 && shown.size() > 1) {  // a digit dropped
+      shown.erase(uniform(0, static_cast<int>(shown.size()) - 1), 1);
+    } else if (kind == 8) {  // a digit added
+      shown.insert(uniform(0, static_cast<int>(shown.size())), 1,
+                   static_cast<char>('0' + uniform(0, 9)));
+    } else {  // another number of about the same size
+      shown = digits_of(uniform(0, static_cast<int>(2 * (a + b))), sum_lsd);
+    }
+  }
+  // Digit by digit: '=' where the shown answer has the sum's digit, 'x' where it differs or
+  // either runs out.
+  std::string marks;
+  for (size_t k = 0; k < std::max(sum.size(), shown.size()); ++k) {
+    marks.push_back(k < sum.size() && k < shown.size() && sum[k] == shown[k] ? '=' : 'x');
+  }
+  const std::string response = absl::StrCat(sum, " ", marks, correct ? " yes" : " no");
+  return line({{"prompt", absl::StrCat(shown, "|", digits_of(a, operands_lsd), "+",
+                                       digits_of(b, operands_lsd), "=")},
+               {"response", response},
+               {"answer", response}});
+}
+
 int64_t power_of_ten(int digits) {
   int64_t p = 1;
   for (int i = 0; i < digits; ++i) p *= 10;
@@ -113,7 +158,8 @@ std::map<std::string, std::string> guess_task(const SyntheticTaskOptions& o) {
 absl::StatusOr<std::map<std::string, std::string>> make_synthetic_task(
     const SyntheticTaskOptions& options) {
   const SyntheticTaskOptions& o = options;
-  const bool calculator = o.task == "calculator", preference = o.task == "addition-pairs";
+  const bool calculator = o.task == "calculator", preference = o.task == "addition-pairs",
+             judge = o.task == "addition-judge";
   if (o.task == "guess") {
     if (o.guess_max < 2 || o.guess_max > 1000000) {
       return absl::InvalidArgumentError(
@@ -121,9 +167,10 @@ absl::StatusOr<std::map<std::string, std::string>> make_synthetic_task(
     }
     return guess_task(o);
   }
-  if (!calculator && !preference && o.task != "addition") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown task '", o.task, "' (available: addition, addition-pairs, calculator, guess)"));
+  if (!calculator && !preference && !judge && o.task != "addition") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown task '", o.task,
+                     "' (available: addition, addition-pairs, addition-judge, calculator, guess)"));
   }
   if (!calculator && o.digit_order != "msd" && o.digit_order != "sum-lsd" &&
       o.digit_order != "lsd") {
@@ -157,6 +204,8 @@ absl::StatusOr<std::map<std::string, std::string>> make_synthetic_task(
         lines += line({{"prompt", absl::StrCat(a, "*", b, "=")}, {"answer", absl::StrCat(a * b)}});
       } else if (preference) {
         lines += addition_pair_record(a, b, o.digit_order, near_miss_rng);
+      } else if (judge) {
+        lines += addition_judge_record(a, b, o.digit_order, near_miss_rng);
       } else {
         lines += addition_record(a, b, o.digit_order);
       }

@@ -193,7 +193,34 @@ JSON
               (p.rejected.length > 1 && p.rejected.endsWith("0")))
             throw new Error(`${f} ${i}: rejected ${p.rejected} for ${p.chosen}`);
         });
-      }' "$work" || fail "make-data addition-pairs output is wrong" ;;
+      }' "$work" || fail "make-data addition-pairs output is wrong"
+    # Judge examples: the addition task's prompts with an answer shown (the sum about half the
+    # time), and the response: the sum, a mark per digit, the verdict.
+    expect_exit 0 "$flywheel" make-data addition-judge --digits 3 --train 300 --eval 50 --seed 4 \
+      --digit-order lsd --out "$work/judge"
+    expect_output "as judge examples"
+    node -e '
+      const fs = require("fs");
+      const read = (d, f) => fs.readFileSync(`${d}/${f}.jsonl`, "utf8").trim().split("\n").map(JSON.parse);
+      let yes = 0, n = 0;
+      for (const f of ["train", "eval"]) {
+        const plain = read(`${process.argv[1]}/lsd`, f), judge = read(`${process.argv[1]}/judge`, f);
+        if (plain.length !== judge.length) throw new Error(`${f}: counts`);
+        judge.forEach((j, i) => {
+          const shown = j.prompt.slice(0, j.prompt.length - plain[i].prompt.length - 1);
+          const [sum, marks, verdict] = j.response.split(" ");
+          let want = "";
+          for (let k = 0; k < Math.max(sum.length, shown.length); ++k) want += sum[k] === shown[k] ? "=" : "x";
+          if (j.prompt !== `${shown}|${plain[i].prompt}` || sum !== plain[i].answer ||
+              marks !== want || verdict !== (shown === sum ? "yes" : "no") || j.answer !== j.response ||
+              !/^[0-9]+$/.test(shown))
+            throw new Error(`${f} ${i}: ${JSON.stringify(j)} for ${JSON.stringify(plain[i])}`);
+          yes += verdict === "yes";
+          ++n;
+        });
+      }
+      if (yes < 0.4 * n || yes > 0.6 * n) throw new Error(`${yes} of ${n} say yes`);
+    ' "$work" || fail "make-data addition-judge output is wrong" ;;
   generate)
     cat > "$work/config.json" <<'JSON'
 {"model_type": "llama", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
@@ -478,6 +505,40 @@ YAML
     expect_exit 2 "$flywheel" validate-config "$work/name.yaml"
     expect_output "name.yaml:3:13: rewards.functions[0].name: unknown reward 'mth'"
     expect_output "did you mean 'math'?" ;;
+  judge)
+    # llm_judge through `flywheel reward` (the CLI registers it): a random judge's P(yes) for
+    # every record, the agreement with exact_match, and its garbage labels scored the fallback,
+    # each counted; a missing judge is an error at start naming it.
+    cat > "$work/config.json" <<'JSON'
+{"model_type": "llama", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "eos_token_id": 2}
+JSON
+    expect_exit 0 "$flywheel" init-model --config "$work/config.json" --out "$work/judge" --char-tokenizer
+    printf '%s\n' '{"prompt": "1+2=", "completion": "3", "answer": "3"}' \
+      '{"prompt": "2+2=", "completion": "5", "answer": "4"}' > "$work/in.jsonl"
+    judge_config() {  # $1: verdict
+      printf 'rewards:\n  fallback_score: -1\n  functions:\n    - {name: exact_match, weight: 0}\n    - name: llm_judge\n      params: {path: %s, template: "{prompt}{completion}?", verdict: %s}\n' \
+        "$work/judge" "$1" > "$work/$1.yaml"
+    }
+    judge_config yes_prob
+    expect_exit 0 "$flywheel" reward "$work/yes_prob.yaml" -i "$work/in.jsonl" -o "$work/y.jsonl"
+    expect_output "llm_judge/agreement/exact_match: mean"
+    expect_output "errors: 0 call(s)"
+    node -e '
+      const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map(JSON.parse);
+      for (const l of lines) {
+        const r = l.rewards;
+        if (!(r.llm_judge > 0 && r.llm_judge < 1) || r["llm_judge/verdict"] !== r.llm_judge ||
+            !(r["llm_judge/latency_s"] >= 0) || ![0, 1].includes(r["llm_judge/agreement/exact_match"]))
+          throw new Error(JSON.stringify(l));
+      }' "$work/y.jsonl" || fail "judge scores are wrong: $(cat "$work/y.jsonl")"
+    judge_config label  # a random judge writes no "yes" or "no"
+    expect_exit 0 "$flywheel" reward "$work/label.yaml" -i "$work/in.jsonl" -o "$work/l.jsonl"
+    expect_output "errors: 2 call(s) (2 record(s))"
+    grep -q "holds none of the labels yes, no" "$work/l.jsonl" || fail "no label error: $(cat "$work/l.jsonl")"
+    sed -i "s|$work/judge|$work/nowhere|" "$work/yes_prob.yaml"
+    expect_exit 1 "$flywheel" reward "$work/yes_prob.yaml" -i "$work/in.jsonl" -o "$work/x.jsonl"
+    expect_output "the judge '$work/nowhere' is not a directory" ;;
   buffer)
     printf '{"model_type": "llama", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4}' > "$work/c.json"
     expect_exit 0 "$flywheel" init-model --config "$work/c.json" --out "$work/m"

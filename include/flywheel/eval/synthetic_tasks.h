@@ -4,6 +4,15 @@
 //   addition-pairs: preference pairs of the same prompts for `flywheel dpo` and `flywheel rm`:
 //                the sum is chosen, a near miss (one digit of the sum changed) rejected:
 //                  {"prompt": "123+456=", "chosen": "579", "rejected": "589", "answer": "579"}
+//   addition-judge: examples to SFT a judge of the same prompts (the llm_judge reward, template
+//                "{completion}|{prompt}"): an answer to judge, the sum (half the time) or a
+//                wrong one like a policy's (some digits changed, or one, often by one as a
+//                carry gone wrong, a digit dropped or added, another number), then the
+//                addition; the response works the sum out (the answer comes first, so that
+//                the judge adds rather than copies), marks each digit of the answer ('=' the
+//                sum's, 'x' another or missing), then gives the verdict, so that every step
+//                is a local one a small model learns:
+//                  {"prompt": "589|123+456=", "response": "579 =x= no", "answer": "579 =x= no"}
 //   calculator:  "a*b=" -> the product, a of `digits` digits and b of 2: more than a small
 //                model computes in its head, easy with the calculator environment. Besides
 //                train.jsonl and eval.jsonl it writes sft.jsonl, demonstration episodes cut
@@ -33,7 +42,7 @@
 namespace flywheel::eval {
 
 struct SyntheticTaskOptions {
-  std::string task = "addition";  // addition | addition-pairs | calculator | guess
+  std::string task = "addition";  // addition | addition-pairs | addition-judge | calculator | guess
   int digits = 3;                 // of each addend; of the calculator's first factor
   int64_t train = 20000;
   int64_t eval = 200;
