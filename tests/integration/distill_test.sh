@@ -62,16 +62,18 @@ echo "teacher = policy: step 1 reverse KL ${first#* }"
 awk -v k="${first#* }" 'BEGIN { exit !(k != "" && k < 1e-5 && k > -1e-5) }' ||
   fail "a teacher equal to the policy gives reverse KL $first, not 0"
 
+# 30 steps, and the first and last 5 averaged: one step's KL is over 48 tokens (CI saw 20 steps
+# and 4-step means fall only 6% under load, against 22-27% alone).
 out=$(timeout 300 "$flywheel" train "$work/base.yaml" --set distill.teacher_path="$work/teacher" \
-      --overwrite 2>&1) ||
+      --set trainer.total_steps=30 --overwrite 2>&1) ||
   fail "distillation exited with $?: $out"
 kl_of > "$work/kl.txt"
 node -e '
   const rows = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map(l => l.split(" ").map(Number));
-  if (rows.length < 20) throw new Error(`${rows.length} steps with distill/reverse_kl`);
+  if (rows.length < 30) throw new Error(`${rows.length} steps with distill/reverse_kl`);
   const mean = rs => rs.reduce((a, r) => a + r[1], 0) / rs.length;
-  const [first, last] = [mean(rows.slice(0, 4)), mean(rows.slice(-4))];
-  console.log(`a fine-tuned teacher: reverse KL ${first.toFixed(4)} (steps 1-4) -> ${last.toFixed(4)} (steps 17-20)`);
+  const [first, last] = [mean(rows.slice(0, 5)), mean(rows.slice(-5))];
+  console.log(`a fine-tuned teacher: reverse KL ${first.toFixed(4)} (steps 1-5) -> ${last.toFixed(4)} (steps 26-30)`);
   if (!(first > 0.1 && last < 0.9 * first)) process.exit(1);' "$work/kl.txt" ||
   fail "pure distillation does not reduce the reverse KL"
 

@@ -281,11 +281,12 @@ std::vector<absl::StatusOr<double>> LlmJudge::State::next_token_verdicts(
   auto lp = logprobs.accessor<double, 2>();
   std::vector<absl::StatusOr<double>> out;
   for (size_t b = 0; b < rows.size(); ++b) {
-    const double p = yes_probability(lp[b][yes_id], lp[b][no_id]);
-    if (!std::isfinite(lp[b][yes_id]) && !std::isfinite(lp[b][no_id])) {
-      out.push_back(absl::InternalError("the judge's log-probabilities are not finite"));
+    const double yes = lp[b][yes_id], no = lp[b][no_id];
+    if (std::isnan(yes) || std::isnan(no) || (std::isinf(yes) && std::isinf(no))) {
+      out.push_back(absl::InternalError(
+          absl::StrCat("the judge's log-probabilities of yes and no are ", yes, " and ", no)));
     } else {
-      out.push_back(p);
+      out.push_back(yes_probability(yes, no));
     }
   }
   return out;
