@@ -14,6 +14,7 @@
 #include "flywheel/model/cpu/cpu_allocator.h"
 #include "flywheel/model/cpu/cpu_features.h"
 #include "flywheel/model/hf_checkpoint.h"
+#include "flywheel/model/torch_error.h"
 
 namespace flywheel::cli {
 namespace {
@@ -97,8 +98,7 @@ absl::Status check_model_memory(const model::ModelConfig& config, at::ScalarType
 
 absl::Status model_exception_error(const model::ModelConfig& config, const std::string& source,
                                    const std::exception& e) {
-  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
-  const std::string what = torch_error ? torch_error->what_without_backtrace() : e.what();
+  const std::string what = model::exception_message(e);
   if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat(source, ": out of memory allocating the model's ", config.num_parameters(),

@@ -6,6 +6,20 @@
 
 namespace flywheel::model {
 
+std::vector<std::vector<size_t>> length_sorted_batches(
+    const std::vector<std::vector<int64_t>>& rows, std::vector<size_t> include,
+    int64_t batch_size) {
+  std::stable_sort(include.begin(), include.end(),
+                   [&](size_t a, size_t b) { return rows[a].size() > rows[b].size(); });
+  std::vector<std::vector<size_t>> batches;
+  const size_t per = static_cast<size_t>(std::max<int64_t>(1, batch_size));
+  for (size_t begin = 0; begin < include.size(); begin += per) {
+    const size_t end = std::min(include.size(), begin + per);
+    batches.emplace_back(include.begin() + begin, include.begin() + end);
+  }
+  return batches;
+}
+
 at::Tensor hidden_at(const DecoderModel& model,
                      const std::vector<const std::vector<int64_t>*>& rows,
                      const std::vector<int64_t>& read) {

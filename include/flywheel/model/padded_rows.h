@@ -3,6 +3,7 @@
 // token per sequence (a reward model's score, a judge's verdict token).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -16,6 +17,12 @@ namespace flywheel::model {
 // the model's dtype and on its device, without gradients. Rows are non-empty, ids < vocab_size,
 // 0 <= read[b] < rows[b]->size(). Attention is causal, so no real token attends to the padding
 // after it and no mask is needed. Throws c10::Error / std::bad_alloc as the forward does.
+// The rows `include` names (indices into `rows`), longest first and cut into batches of at most
+// `batch_size`: similar lengths then share a forward pass, so that little of it is padding. The
+// order among rows of one length is kept.
+std::vector<std::vector<size_t>> length_sorted_batches(
+    const std::vector<std::vector<int64_t>>& rows, std::vector<size_t> include, int64_t batch_size);
+
 at::Tensor hidden_at(const DecoderModel& model,
                      const std::vector<const std::vector<int64_t>*>& rows,
                      const std::vector<int64_t>& read);

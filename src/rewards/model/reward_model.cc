@@ -9,7 +9,6 @@
 
 #include <ATen/Context.h>
 #include <c10/core/Device.h>
-#include <c10/util/Exception.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -17,8 +16,10 @@
 #include "flywheel/core/status_macros.h"
 #include "flywheel/core/utf8.h"
 #include "flywheel/model/hf_checkpoint.h"
+#include "flywheel/model/padded_rows.h"
 #include "flywheel/model/tokenizer/chat_template.h"
 #include "flywheel/model/tokenizer/tokenizer.h"
+#include "flywheel/model/torch_error.h"
 #include "flywheel/rewards/param_reader.h"
 #include "sequence_classifier.h"
 
@@ -30,11 +31,6 @@ namespace fs = std::filesystem;
 constexpr char kName[] = "reward_model";
 constexpr double kMinStddev = 1e-8;  // normalisation divides by at least this
 constexpr double kMaxClip = 1e30;
-
-std::string what(const std::exception& e) {
-  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
-  return torch_error ? torch_error->what_without_backtrace() : e.what();
-}
 
 // The template `name` names (see RewardModelOptions::chat_template); nullopt for none, and for
 // auto when the checkpoint has no template.
@@ -183,8 +179,8 @@ absl::StatusOr<std::unique_ptr<RewardModel>> RewardModel::create(
     if (!classifier.ok()) return classifier.status();
     state->classifier = std::move(*classifier);
   } catch (const std::exception& e) {
-    return absl::InternalError(
-        absl::StrCat(options.path, ": loading the reward model failed: ", what(e)));
+    return absl::InternalError(absl::StrCat(
+        options.path, ": loading the reward model failed: ", model::exception_message(e)));
   }
   absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer = model::load_tokenizer(options.path);
   if (!tokenizer.ok()) {
@@ -287,31 +283,27 @@ std::vector<absl::StatusOr<RewardOutput>> RewardModel::score_batch(
     ids[i] = std::move(*t);
     order.push_back(i);
   }
-  // Similar lengths share a forward pass, so that little of it is padding.
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return ids[a].size() > ids[b].size(); });
   std::vector<double> raw(n);
   std::vector<size_t> scored;
-  const size_t batch = static_cast<size_t>(s.options.batch_size);
-  for (size_t begin = 0; begin < order.size(); begin += batch) {
-    const size_t end = std::min(order.size(), begin + batch);
+  for (const std::vector<size_t>& batch :
+       model::length_sorted_batches(ids, order, s.options.batch_size)) {
     std::vector<const std::vector<int64_t>*> rows;
-    for (size_t k = begin; k < end; ++k) rows.push_back(&ids[order[k]]);
+    for (size_t i : batch) rows.push_back(&ids[i]);
     std::string error;
     try {
       absl::MutexLock lock(&s.forward_mu);
       std::vector<double> values = s.classifier->scores(rows);
-      for (size_t k = begin; k < end; ++k) {
-        raw[order[k]] = values[k - begin];
-        scored.push_back(order[k]);
+      for (size_t k = 0; k < batch.size(); ++k) {
+        raw[batch[k]] = values[k];
+        scored.push_back(batch[k]);
       }
     } catch (const std::exception& e) {
-      error = what(e);
+      error = model::exception_message(e);
     }
     if (!error.empty()) {
-      for (size_t k = begin; k < end; ++k) {
-        out[order[k]] = absl::InternalError(absl::StrCat(inputs[order[k]].record_name, ": reward '",
-                                                         kName, "': forward failed: ", error));
+      for (size_t i : batch) {
+        out[i] = absl::InternalError(
+            absl::StrCat(inputs[i].record_name, ": reward '", kName, "': forward failed: ", error));
       }
     }
   }

@@ -8,7 +8,6 @@
 #include <optional>
 
 #include <ATen/ATen.h>
-#include <c10/util/Exception.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -18,6 +17,7 @@
 #include "flywheel/model/padded_rows.h"
 #include "flywheel/model/tokenizer/chat_template.h"
 #include "flywheel/model/tokenizer/tokenizer.h"
+#include "flywheel/model/torch_error.h"
 #include "flywheel/rewards/param_reader.h"
 #include "flywheel/rollout/engine.h"
 
@@ -29,11 +29,6 @@ using rewards::RewardInput;
 using rewards::RewardOutput;
 
 constexpr char kName[] = "llm_judge";
-
-std::string what(const std::exception& e) {
-  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
-  return torch_error ? torch_error->what_without_backtrace() : e.what();
-}
 
 absl::Status bad_option(absl::string_view key, absl::string_view problem) {
   return absl::InvalidArgumentError(
@@ -173,7 +168,8 @@ absl::StatusOr<std::unique_ptr<LlmJudge>> LlmJudge::create(const LlmJudgeOptions
     }
     s->model = std::move(*loaded);
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat(options.path, ": loading the judge failed: ", what(e)));
+    return absl::InternalError(
+        absl::StrCat(options.path, ": loading the judge failed: ", model::exception_message(e)));
   }
   absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer = model::load_tokenizer(options.path);
   if (!tokenizer.ok()) {
@@ -359,27 +355,23 @@ std::vector<absl::StatusOr<RewardOutput>> LlmJudge::score_batch(
     ids[i] = std::move(*t);
     order.push_back(i);
   }
-  // Similar lengths share a forward pass, so that little of it is padding.
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return ids[a].size() > ids[b].size(); });
   std::vector<absl::StatusOr<double>> verdicts(n, absl::UnknownError("not judged"));
-  const size_t batch = static_cast<size_t>(s.options.batch_size);
-  for (size_t begin = 0; begin < order.size(); begin += batch) {
-    const size_t end = std::min(order.size(), begin + batch);
+  for (const std::vector<size_t>& batch :
+       model::length_sorted_batches(ids, order, s.options.batch_size)) {
     std::vector<const std::vector<int64_t>*> rows;
-    for (size_t k = begin; k < end; ++k) rows.push_back(&ids[order[k]]);
+    for (size_t i : batch) rows.push_back(&ids[i]);
     std::vector<absl::StatusOr<double>> got;
     std::string error;
     try {
       absl::MutexLock lock(&s.mu);
       got = s.judge(rows);
     } catch (const std::exception& e) {
-      error = what(e);
+      error = model::exception_message(e);
       if (s.engine) s.engine->abort_all();
     }
-    for (size_t k = begin; k < end; ++k) {
-      verdicts[order[k]] = error.empty()
-                               ? std::move(got[k - begin])
+    for (size_t k = 0; k < batch.size(); ++k) {
+      verdicts[batch[k]] = error.empty()
+                               ? std::move(got[k])
                                : absl::InternalError(absl::StrCat("judging failed: ", error));
     }
   }
