@@ -44,6 +44,10 @@ Json trajectory_json(const Trajectory& t) {
     j.set("env_step_seconds", numbers(t.env_step_seconds));
   }
   if (t.segment != 0) j.set("segment", Json(static_cast<int64_t>(t.segment)));
+  if (!t.step_ends.empty()) {  // process rewards
+    j.set("step_ends", numbers(t.step_ends));
+    j.set("step_rewards", numbers(t.step_rewards));
+  }
   return j;
 }
 
@@ -124,6 +128,10 @@ struct Reader {
       const int64_t segment = integer(j.find("segment"));
       if (segment < 0 || segment > std::numeric_limits<int32_t>::max()) ok = false;
       t.segment = static_cast<int32_t>(segment);
+    }
+    if (j.find("step_ends") != nullptr) {
+      t.step_ends = list<int32_t>(j.find("step_ends"));
+      t.step_rewards = list<double>(j.find("step_rewards"));
     }
     return t;
   }

@@ -33,28 +33,40 @@ bool mask_ok(const std::vector<uint8_t>& mask) {
   return bad == 0;
 }
 
+// Rewards paid inside a response (`what` turn or step): `ends` increasing within (0, n], one
+// finite reward each.
+absl::Status validate_credit(const std::vector<int32_t>& ends, const std::vector<double>& rewards,
+                             const char* what, const std::string& at, size_t n) {
+  auto bad = [&](const std::string& field, const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(at, field, ": ", why));
+  };
+  if (rewards.size() != ends.size()) {
+    return bad("", absl::StrCat(what, "_ends (", ends.size(), ") and ", what, "_rewards (",
+                                rewards.size(), ") must have equal lengths"));
+  }
+  int64_t previous = 0;
+  for (size_t k = 0; k < ends.size(); ++k) {
+    const int64_t end = ends[k];
+    if (end <= previous || end > static_cast<int64_t>(n)) {
+      return bad(absl::StrCat(".", what, "_ends[", k, "]"),
+                 absl::StrCat(end, " must be above the previous ", what, "'s end (", previous,
+                              ") and at most the response length (", n, ")"));
+    }
+    previous = end;
+    if (!std::isfinite(rewards[k])) {
+      return bad(absl::StrCat(".", what, "_rewards[", k, "]"), "must be finite");
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The episode fields of trajectory `at` (response length n): empty, or well formed.
 absl::Status validate_episode(const Trajectory& t, const std::string& at, size_t n) {
   auto bad = [&](const std::string& field, const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat(at, field, ": ", why));
   };
-  if (t.turn_rewards.size() != t.turn_ends.size()) {
-    return bad("", absl::StrCat("turn_ends (", t.turn_ends.size(), ") and turn_rewards (",
-                                t.turn_rewards.size(), ") must have equal lengths"));
-  }
-  int64_t previous = 0;
-  for (size_t k = 0; k < t.turn_ends.size(); ++k) {
-    const int64_t end = t.turn_ends[k];
-    if (end <= previous || end > static_cast<int64_t>(n)) {
-      return bad(absl::StrCat(".turn_ends[", k, "]"),
-                 absl::StrCat(end, " must be above the previous turn's end (", previous,
-                              ") and at most the response length (", n, ")"));
-    }
-    previous = end;
-    if (!std::isfinite(t.turn_rewards[k])) {
-      return bad(absl::StrCat(".turn_rewards[", k, "]"), "must be finite");
-    }
-  }
+  FLYWHEEL_RETURN_IF_ERROR(validate_credit(t.turn_ends, t.turn_rewards, "turn", at, n));
+  FLYWHEEL_RETURN_IF_ERROR(validate_credit(t.step_ends, t.step_rewards, "step", at, n));
   if (t.tool_calls < 0 || t.tool_calls > static_cast<int64_t>(t.turn_ends.size())) {
     return bad(".tool_calls",
                absl::StrCat(t.tool_calls, " is outside [0, ", t.turn_ends.size(), "] (the turns)"));
@@ -129,7 +141,8 @@ int64_t Trajectory::min_version() const {
 
 size_t Trajectory::bytes() const {
   return prompt_ids.size() * 4 + response_ids.size() * (4 + 1 + 4 + 4) + finish_reason.size() +
-         reward_breakdown.size() * 24 + turn_ends.size() * 12 + env_step_seconds.size() * 4 + 64;
+         reward_breakdown.size() * 24 + (turn_ends.size() + step_ends.size()) * 12 +
+         env_step_seconds.size() * 4 + 64;
 }
 
 int64_t TrajectoryGroup::min_version() const {

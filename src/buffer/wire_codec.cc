@@ -57,6 +57,8 @@ enum TrajectoryField {
   kToolCalls = 12,
   kEnvStepSeconds = 13,
   kSegment = 14,
+  kStepEnds = 15,
+  kStepRewards = 16,
 };
 
 constexpr int kMaxGroupDepth = 64;
@@ -257,6 +259,10 @@ const char* trajectory_field_name(uint32_t number) {
       return "env_step_seconds";
     case kSegment:
       return "segment";
+    case kStepEnds:
+      return "step_ends";
+    case kStepRewards:
+      return "step_rewards";
     default:
       return "an unknown field";
   }
@@ -311,6 +317,12 @@ bool read_trajectory(Reader& r, Trajectory* t, const char** field) {
         break;
       case kSegment:
         ok = r.varint(tag, &t->segment);
+        break;
+      case kStepEnds:
+        ok = r.fixed32s(tag, &t->step_ends);
+        break;
+      case kStepRewards:
+        ok = r.doubles(tag, &t->step_rewards);
         break;
       default:
         ok = number != 0 && r.skip(tag);
@@ -419,6 +431,8 @@ void write_trajectory(const Trajectory& t, Sink* out) {
     out->varint(tag(kSegment, kVarint));
     out->varint(static_cast<uint64_t>(static_cast<int64_t>(t.segment)));
   }
+  out->delimited(kStepEnds, t.step_ends.data(), t.step_ends.size() * 4);
+  out->delimited(kStepRewards, t.step_rewards.data(), t.step_rewards.size() * 8);
 }
 
 void write_group(const TrajectoryGroup& group, absl::string_view worker_id, Sink* out) {

@@ -3,7 +3,8 @@
 // log-probs computed once, held-out preference accuracy and greedy accuracy, checkpoints and
 // resume, and a Hugging Face export at the end.
 // `flywheel rm CONFIG`: a Bradley-Terry reward model on the same pairs, exported as a sequence
-// classifier for the reward_model reward.
+// classifier for the reward_model reward; `flywheel rm --process CONFIG`: a process reward model
+// on step-labelled completions, exported as a token classifier for process_reward_model.
 
 #include <cmath>
 #include <iostream>
@@ -16,6 +17,7 @@
 #include "flywheel/core/status_macros.h"
 #include "flywheel/core/stop_signal.h"
 #include "flywheel/eval/dpo_job.h"
+#include "flywheel/eval/prm_job.h"
 #include "job_setup.h"
 
 namespace flywheel::cli {
@@ -25,12 +27,31 @@ struct DpoArgs {
   std::string config_path;
   std::vector<std::string> overrides;
   bool reward_model = false;  // flywheel rm
+  bool process = false;       // flywheel rm --process
 };
 
 // "a -> b" of two held-out figures, or "" when neither was measured.
 std::string change(const char* what, double first, double last) {
   if (std::isnan(first) && std::isnan(last)) return "";
   return absl::StrFormat("; %s %.3f -> %.3f", what, first, last);
+}
+
+// flywheel rm --process: a process reward model.
+absl::Status run_process(const core::Config& c, comm::Communicator* world,
+                         core::PluginRegistry& registry, const core::StopSignal& stop) {
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<eval::PrmJob> prm,
+                            eval::PrmJob::create(c, world, registry));
+  FLYWHEEL_ASSIGN_OR_RETURN(eval::PrmSummary done, prm->run([&stop] { return stop.requested(); }));
+  if (world->rank() == 0) {
+    std::cout << absl::StrFormat(
+        "flywheel rm --process: %d steps%s%s%s%s\n", done.steps,
+        done.stopped_by.empty() ? "" : " (stopped by " + done.stopped_by + ")",
+        change("held-out step accuracy", done.first.step_accuracy, done.last.step_accuracy),
+        change("held-out outcome accuracy", done.first.outcome_accuracy,
+               done.last.outcome_accuracy),
+        done.exported.empty() ? "" : "; exported to " + done.exported);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status run(const DpoArgs& args) {
@@ -40,6 +61,7 @@ absl::Status run(const DpoArgs& args) {
   const core::Config& c = job.loaded.config;
   FLYWHEEL_ASSIGN_OR_RETURN(TrainingWorld training, join_training_world(c, name));
   comm::Communicator* world = training.world.get();
+  if (args.process) return run_process(c, world, *job.registry, stop);
 
   absl::StatusOr<std::unique_ptr<eval::DpoJob>> dpo =
       eval::DpoJob::create(c, world, *job.registry, job.config_dir(), args.reward_model);
@@ -74,6 +96,12 @@ void add_preference_command(CLI::App& app, int* exit_code, bool reward_model) {
             "{\"prompt\", \"chosen\", \"rejected\"} pairs, sharded over the ranks of "
             "`mpirun -np N flywheel dpo ...`");
   command->add_option("config", args->config_path, "YAML config file")->required();
+  if (reward_model) {
+    command->add_flag("--process", args->process,
+                      "Train a process reward model instead: a label per step of "
+                      "{\"prompt\", \"completions\": [steps], \"labels\": [true|false]} records "
+                      "(TRL's stepwise form), exported for the process_reward_model reward");
+  }
   command->add_option("--set", args->overrides, "Override a key (repeatable)")
       ->allow_extra_args(false);  // one key=value per --set: a positional after it stays one
   command->callback([args, exit_code, name] {

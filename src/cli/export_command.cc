@@ -121,8 +121,9 @@ void add_export_command(CLI::App& app, int* exit_code) {
       ->check(CLI::PositiveNumber);
   command
       ->add_option("--model-name", args->which,
-                   "Which model of a learner checkpoint: policy, critic or reference")
-      ->check(CLI::IsMember({"policy", "critic", "reference"}));
+                   "Which model of a checkpoint: policy, critic, reference, or prm (flywheel rm "
+                   "--process: a token classifier)")
+      ->check(CLI::IsMember({"policy", "critic", "reference", "prm"}));
   command->callback([args, exit_code] {
     absl::Status status = run(*args);
     if (!status.ok()) std::cerr << "flywheel export: " << status.message() << "\n";

@@ -12,6 +12,7 @@
 #include "flywheel/core/logging.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/rewards/builtins.h"
+#include "flywheel/rewards/model/process_reward_model.h"
 #include "flywheel/rewards/model/reward_model.h"
 #include "flywheel/rollout/judge/llm_judge.h"
 #include "flywheel/rollout/logits_processor.h"
@@ -39,6 +40,7 @@ absl::StatusOr<JobSetup> set_up_job(const std::string& config_path,
   FLYWHEEL_RETURN_IF_ERROR(algos::register_algos_builtins(*job.registry));
   FLYWHEEL_RETURN_IF_ERROR(rewards::register_rewards_builtins(*job.registry));
   FLYWHEEL_RETURN_IF_ERROR(rewards::register_reward_model(*job.registry));
+  FLYWHEEL_RETURN_IF_ERROR(rewards::register_process_reward_model(*job.registry));
   FLYWHEEL_RETURN_IF_ERROR(rollout::register_llm_judge(*job.registry));
   if (load_plugins) {
     absl::Status status = job.registry->load_plugins(job.loaded.config.plugins);

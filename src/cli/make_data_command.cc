@@ -22,9 +22,23 @@ struct MakeDataArgs {
   eval::SyntheticTaskOptions task;
   std::string out_dir;
   bool reversed = false;  // --reversed: digit_order sum-lsd
+  std::string samples;    // addition-prm --samples: label a policy's answers instead
 };
 
 absl::Status run(const MakeDataArgs& args) {
+  if (!args.samples.empty()) {
+    if (args.task.task != "addition-prm") {
+      return absl::InvalidArgumentError("--samples labels answers for addition-prm only");
+    }
+    FLYWHEEL_ASSIGN_OR_RETURN(std::string labelled, eval::label_addition_samples(args.samples));
+    std::error_code ec;
+    fs::create_directories(args.out_dir, ec);
+    const std::string out = (fs::path(args.out_dir) / "train.jsonl").string();
+    FLYWHEEL_RETURN_IF_ERROR(core::write_file_atomically(out, labelled));
+    std::cout << "wrote " << std::count(labelled.begin(), labelled.end(), '\n')
+              << " step-labelled answers of " << args.samples << " to " << out << "\n";
+    return absl::OkStatus();
+  }
   FLYWHEEL_ASSIGN_OR_RETURN(auto files, eval::make_synthetic_task(args.task));
   std::error_code ec;
   fs::create_directories(args.out_dir, ec);
@@ -48,6 +62,7 @@ absl::Status run(const MakeDataArgs& args) {
               << "-digit additions"
               << (t.task == "addition-pairs"   ? " as preference pairs"
                   : t.task == "addition-judge" ? " as judge examples"
+                  : t.task == "addition-prm"   ? " as step-labelled answers"
                                                : "")
               << " (seed " << t.seed << ", digit order " << t.digit_order << ") to " << args.out_dir
               << "\n";
@@ -68,7 +83,8 @@ void add_make_data_command(CLI::App& app, int* exit_code) {
           "Task: addition (\"a+b=\" -> the sum), addition-pairs (the same prompts as "
           "preference pairs: the sum chosen, a near miss rejected; for flywheel dpo and rm), "
           "addition-judge (\"c|a+b=\" -> \"<sum> <digit marks> yes|no\": examples to SFT an "
-          "llm_judge), "
+          "llm_judge), addition-prm (answers like a policy's, each digit a step labelled "
+          "right or wrong: for flywheel rm --process), "
           "calculator (\"a*b=\" -> the product, solved with the calculator environment) or "
           "guess (the guess_number game); calculator and guess also write sft.jsonl")
       ->capture_default_str();
@@ -105,6 +121,10 @@ void add_make_data_command(CLI::App& app, int* exit_code) {
           ->capture_default_str();
   command->add_flag("--reversed", args->reversed, "Shorthand for --digit-order sum-lsd")
       ->excludes(order);
+  command->add_option("--samples", args->samples,
+                      "addition-prm: label the answers of `flywheel generate`'s output FILE (a "
+                      "policy's own, against each record's \"answer\") into <out>/train.jsonl "
+                      "instead of drawing answers");
   command->callback([args, exit_code] {
     if (args->reversed) args->task.digit_order = "sum-lsd";
     absl::Status status = run(*args);

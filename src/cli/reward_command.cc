@@ -106,6 +106,13 @@ core::Json scored_record(const rewards::OwnedSample& sample, const rewards::Scor
   core::Json parts = core::Json::object();
   for (const auto& [name, value] : scored.parts) parts.set(name, core::Json(value));
   out.set("rewards", std::move(parts));
+  if (!scored.step_ends.empty()) {  // process rewards: where each step's reward is paid
+    core::Json ends = core::Json::array(), rewards = core::Json::array();
+    for (int32_t end : scored.step_ends) ends.push_back(core::Json(static_cast<int64_t>(end)));
+    for (double r : scored.step_rewards) rewards.push_back(core::Json(r));
+    out.set("step_ends", std::move(ends));
+    out.set("step_rewards", std::move(rewards));
+  }
   if (!scored.errors.empty()) {
     core::Json errors = core::Json::array();
     for (const std::string& e : scored.errors) errors.push_back(core::Json(e));
@@ -224,7 +231,8 @@ void add_reward_command(CLI::App& app, int* exit_code) {
   CLI::App* command = app.add_subcommand(
       "reward",
       "Score {\"prompt\", \"completion\", ...metadata} lines with the config's reward functions "
-      "(rewards:) and print a summary; writes each record with \"reward\" and \"rewards\"");
+      "(rewards:) and print a summary; writes each record with \"reward\" and \"rewards\" (and a "
+      "process reward's \"step_ends\" and \"step_rewards\")");
   command->add_option("config", args->config, "YAML config with a rewards: section")->required();
   command->add_option("-i,--input", args->input, "JSONL records ('-' = stdin)");
   command->add_option("-o,--output", args->output, "JSONL output ('-' = stdout)");

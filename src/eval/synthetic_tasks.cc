@@ -1,12 +1,17 @@
 #include "flywheel/eval/synthetic_tasks.h"
 
 #include <algorithm>
+#include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/json.h"
+#include "flywheel/core/jsonl_io.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::eval {
 namespace {
@@ -59,13 +64,13 @@ std::string addition_pair_record(int64_t a, int64_t b, const std::string& order,
 // another number), and
 // the judge's response works the sum out and compares it digit by digit before its verdict:
 // "<sum> <marks> yes|no" (see synthetic_tasks.h).
-std::string addition_judge_record(int64_t a, int64_t b, const std::string& order,
-                                  std::mt19937_64& rng) {
-  const bool operands_lsd = order == "lsd", sum_lsd = order != "msd";
-  const std::string sum = digits_of(a + b, sum_lsd);
+// An answer to a+b like a policy's: the sum (`sum`, written as the task writes it) when
+// `correct`, else a wrong one (some digits changed, or one, often by one as a carry gone wrong,
+// a digit dropped or added, another number).
+std::string policy_like_answer(int64_t a, int64_t b, const std::string& sum, bool sum_lsd,
+                               bool correct, std::mt19937_64& rng) {
   std::string shown = sum;
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  const bool correct = uniform(0, 1) == 0;
   while (!correct && shown == sum) {
     const int kind = uniform(0, 9);
     shown = sum;
@@ -86,6 +91,15 @@ std::string addition_judge_record(int64_t a, int64_t b, const std::string& order
       shown = digits_of(uniform(0, static_cast<int>(2 * (a + b))), sum_lsd);
     }
   }
+  return shown;
+}
+
+std::string addition_judge_record(int64_t a, int64_t b, const std::string& order,
+                                  std::mt19937_64& rng) {
+  const bool operands_lsd = order == "lsd", sum_lsd = order != "msd";
+  const std::string sum = digits_of(a + b, sum_lsd);
+  const bool correct = std::uniform_int_distribution<int>(0, 1)(rng) == 0;
+  const std::string shown = policy_like_answer(a, b, sum, sum_lsd, correct, rng);
   // Digit by digit: '=' where the shown answer has the sum's digit, 'x' where it differs or
   // either runs out.
   std::string marks;
@@ -153,13 +167,49 @@ std::map<std::string, std::string> guess_task(const SyntheticTaskOptions& o) {
   return files;
 }
 
+// A process reward model's example for "a+b=": an answer like a policy's (the sum half the
+// time), each digit a step labelled by whether it is the sum's digit at that place, then the
+// end of the answer ("<eos>", the character tokenizer's stop token) as a step labelled by
+// whether the sum ends there too (an answer that drops a digit is otherwise all right steps).
+// The step-labelled record of answer `shown` to `prompt` whose sum is `sum`: a step per
+// character, labelled by whether it is the sum's at that place, then (when `ended`) "<eos>".
+std::string step_labelled_record(const std::string& prompt, const std::string& sum,
+                                 const std::string& shown, bool ended) {
+  core::Json steps = core::Json::array(), labels = core::Json::array();
+  for (size_t k = 0; k < shown.size(); ++k) {
+    steps.push_back(core::Json(std::string(1, shown[k])));
+    labels.push_back(core::Json(k < sum.size() && sum[k] == shown[k]));
+  }
+  if (ended) {
+    steps.push_back(core::Json("<eos>"));
+    labels.push_back(core::Json(shown.size() == sum.size()));
+  }
+  core::Json json = core::Json::object();
+  json.set("prompt", core::Json(prompt));
+  json.set("completions", std::move(steps));
+  json.set("labels", std::move(labels));
+  json.set("answer", core::Json(sum));
+  return json.dump() + "\n";
+}
+
+std::string addition_prm_record(int64_t a, int64_t b, const std::string& order,
+                                std::mt19937_64& rng) {
+  const bool operands_lsd = order == "lsd", sum_lsd = order != "msd";
+  const std::string sum = digits_of(a + b, sum_lsd);
+  const bool correct = std::uniform_int_distribution<int>(0, 1)(rng) == 0;
+  const std::string shown = policy_like_answer(a, b, sum, sum_lsd, correct, rng);
+  return step_labelled_record(
+      absl::StrCat(digits_of(a, operands_lsd), "+", digits_of(b, operands_lsd), "="), sum, shown,
+      /*ended=*/true);
+}
+
 }  // namespace
 
 absl::StatusOr<std::map<std::string, std::string>> make_synthetic_task(
     const SyntheticTaskOptions& options) {
   const SyntheticTaskOptions& o = options;
   const bool calculator = o.task == "calculator", preference = o.task == "addition-pairs",
-             judge = o.task == "addition-judge";
+             judge = o.task == "addition-judge", prm = o.task == "addition-prm";
   if (o.task == "guess") {
     if (o.guess_max < 2 || o.guess_max > 1000000) {
       return absl::InvalidArgumentError(
@@ -167,10 +217,11 @@ absl::StatusOr<std::map<std::string, std::string>> make_synthetic_task(
     }
     return guess_task(o);
   }
-  if (!calculator && !preference && !judge && o.task != "addition") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown task '", o.task,
-                     "' (available: addition, addition-pairs, addition-judge, calculator, guess)"));
+  if (!calculator && !preference && !judge && !prm && o.task != "addition") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown task '", o.task,
+                                                   "' (available: addition, addition-pairs, "
+                                                   "addition-judge, addition-prm, calculator, "
+                                                   "guess)"));
   }
   if (!calculator && o.digit_order != "msd" && o.digit_order != "sum-lsd" &&
       o.digit_order != "lsd") {
@@ -206,6 +257,8 @@ absl::StatusOr<std::map<std::string, std::string>> make_synthetic_task(
         lines += addition_pair_record(a, b, o.digit_order, near_miss_rng);
       } else if (judge) {
         lines += addition_judge_record(a, b, o.digit_order, near_miss_rng);
+      } else if (prm) {
+        lines += addition_prm_record(a, b, o.digit_order, near_miss_rng);
       } else {
         lines += addition_record(a, b, o.digit_order);
       }
@@ -231,6 +284,40 @@ absl::StatusOr<std::map<std::string, std::string>> make_synthetic_task(
     files["sft.jsonl"] = demos;
   }
   return files;
+}
+
+absl::StatusOr<std::string> label_addition_samples(const std::string& path) {
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<core::JsonlReader> in, core::JsonlReader::open(path));
+  std::string lines;
+  while (true) {
+    absl::StatusOr<std::optional<core::Json>> line = in->next();
+    if (!line.ok()) return line.status();
+    if (!line->has_value()) break;
+    const core::Json& r = **line;
+    const core::Json* prompt = r.is_object() ? r.find("prompt") : nullptr;
+    const core::Json* answer = r.is_object() ? r.find("answer") : nullptr;
+    const core::Json* completions = r.is_object() ? r.find("completions") : nullptr;
+    if (prompt == nullptr || !prompt->is_string() || answer == nullptr || !answer->is_string() ||
+        completions == nullptr || !completions->is_array()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(in->where(),
+                       ": expected flywheel generate's output: \"prompt\" and \"answer\" strings "
+                       "and a \"completions\" list"));
+    }
+    for (const core::Json& c : completions->as_array()) {
+      const core::Json* text = c.is_object() ? c.find("text") : nullptr;
+      const core::Json* finish = c.is_object() ? c.find("finish_reason") : nullptr;
+      if (text == nullptr || !text->is_string()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(in->where(), ": a completion without its \"text\""));
+      }
+      std::string shown = text->as_string();
+      const bool ended = finish != nullptr && finish->is_string() && finish->as_string() == "stop";
+      if (ended && absl::EndsWith(shown, "<eos>")) shown.resize(shown.size() - 5);
+      lines += step_labelled_record(prompt->as_string(), answer->as_string(), shown, ended);
+    }
+  }
+  return lines;
 }
 
 }  // namespace flywheel::eval

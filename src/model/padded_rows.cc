@@ -20,9 +20,8 @@ std::vector<std::vector<size_t>> length_sorted_batches(
   return batches;
 }
 
-at::Tensor hidden_at(const DecoderModel& model,
-                     const std::vector<const std::vector<int64_t>*>& rows,
-                     const std::vector<int64_t>& read) {
+at::Tensor hidden_states(const DecoderModel& model,
+                         const std::vector<const std::vector<int64_t>*>& rows) {
   at::NoGradGuard no_grad;
   const int64_t B = static_cast<int64_t>(rows.size());
   int64_t T = 0;
@@ -32,21 +31,28 @@ at::Tensor hidden_at(const DecoderModel& model,
   batch.positions = at::zeros({B, T}, at::kLong);
   auto tokens = batch.tokens.accessor<int64_t, 2>();
   auto positions = batch.positions.accessor<int64_t, 2>();
-  std::vector<int64_t> flat(B);  // into the flattened [B * T, hidden]
   for (int64_t b = 0; b < B; ++b) {
     const std::vector<int64_t>& ids = *rows[b];
     for (int64_t t = 0; t < static_cast<int64_t>(ids.size()); ++t) {
       tokens[b][t] = ids[t];
       positions[b][t] = t;
     }
-    flat[b] = b * T + read[b];
   }
   const at::Device device = model.options().device;
   batch.tokens = batch.tokens.to(device);
   batch.positions = batch.positions.to(device);
-  const at::Tensor hidden = model.forward(batch);  // [B, T, H]
+  return model.forward(batch);  // [B, T, H]
+}
+
+at::Tensor hidden_at(const DecoderModel& model,
+                     const std::vector<const std::vector<int64_t>*>& rows,
+                     const std::vector<int64_t>& read) {
+  const at::Tensor hidden = hidden_states(model, rows);
+  const int64_t B = hidden.size(0), T = hidden.size(1);
+  std::vector<int64_t> flat(B);  // into the flattened [B * T, hidden]
+  for (int64_t b = 0; b < B; ++b) flat[b] = b * T + read[b];
   return hidden.reshape({B * T, hidden.size(2)})
-      .index_select(0, at::tensor(flat, at::kLong).to(device));
+      .index_select(0, at::tensor(flat, at::kLong).to(hidden.device()));
 }
 
 }  // namespace flywheel::model

@@ -42,6 +42,7 @@ absl::StatusOr<std::shared_ptr<const CompositeReward>> CompositeReward::create(
 
 ScoredSample CompositeReward::combine(const std::vector<PartResult>& results) const {
   ScoredSample out;
+  std::map<int32_t, double> steps;  // process rewards by end, every part's
   for (size_t i = 0; i < parts_.size(); ++i) {
     const WeightedReward& part = parts_[i];
     const PartResult& r = results.at(i);
@@ -59,6 +60,16 @@ ScoredSample CompositeReward::combine(const std::vector<PartResult>& results) co
     }
     out.parts[part.label] = score;
     out.reward += part.weight * score;
+    if (!r.timed_out && r.output.ok()) {
+      const RewardOutput& o = *r.output;
+      for (size_t k = 0; k < o.step_ends.size() && k < o.step_rewards.size(); ++k) {
+        steps[o.step_ends[k]] += part.weight * o.step_rewards[k];
+      }
+    }
+  }
+  for (const auto& [end, reward] : steps) {
+    out.step_ends.push_back(end);
+    out.step_rewards.push_back(reward);
   }
   // A judge's agreement with each other function that scored this sample (1 or 0 per sample;
   // its mean is the agreement rate): both read as pass at >= 0.5.

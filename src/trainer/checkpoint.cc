@@ -313,9 +313,10 @@ absl::StatusOr<std::map<std::string, double>> load_checkpoint(const TrainingStat
 
 namespace {
 
-// A value-head model's config.json as transformers' sequence classifiers have it (what the
-// reward_model reward loads): <Arch>ForSequenceClassification, num_labels 1.
-absl::Status mark_sequence_classifier(const std::string& dir) {
+// A value-head model's config.json as transformers' classifiers have it, num_labels 1:
+// <Arch>ForSequenceClassification (a critic or reward model, what the reward_model reward
+// loads) or <Arch>ForTokenClassification (a process reward model, for process_reward_model).
+absl::Status mark_classifier(const std::string& dir, const std::string& suffix) {
   const std::string path = (fs::path(dir) / "config.json").string();
   FLYWHEEL_ASSIGN_OR_RETURN(Json config, core::read_json_file(path));
   std::string arch;
@@ -329,7 +330,7 @@ absl::Status mark_sequence_classifier(const std::string& dir) {
       arch.compare(arch.size() - causal.size(), causal.size(), causal) == 0) {
     arch = arch.substr(0, arch.size() - causal.size());
   }
-  config.set("architectures", Json::array({Json(arch + "ForSequenceClassification")}));
+  config.set("architectures", Json::array({Json(arch + suffix)}));
   config.set("num_labels", Json(int64_t{1}));
   return core::write_file_atomically(path, config.dump());
 }
@@ -371,7 +372,8 @@ absl::Status export_checkpoint(const std::string& step_dir, const std::string& m
   }
   FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<model::HfWriter> writer,
                             model::HfWriter::create(out_dir, config, dtype, save));
-  for (const auto& [unit, specs] : decoder_units(config, model_name == "critic")) {
+  const bool prm = model_name == "prm";  // a process reward model
+  for (const auto& [unit, specs] : decoder_units(config, model_name == "critic" || prm)) {
     std::vector<at::Tensor> shards;
     for (int r = 0; r < W; ++r) {
       absl::StatusOr<at::Tensor> t = files[r]->tensor(model_name + "/" + unit);
@@ -396,8 +398,13 @@ absl::Status export_checkpoint(const std::string& step_dir, const std::string& m
       offset += numel;
     }
   }
+  // transformers' token classifiers have a bias, which flywheel's head does not train.
+  if (prm) FLYWHEEL_RETURN_IF_ERROR(writer->add("score.bias", at::zeros({1}, at::kFloat)));
   FLYWHEEL_RETURN_IF_ERROR(writer->finish());
-  if (model_name == "critic") FLYWHEEL_RETURN_IF_ERROR(mark_sequence_classifier(out_dir));
+  if (model_name == "critic") {
+    FLYWHEEL_RETURN_IF_ERROR(mark_classifier(out_dir, "ForSequenceClassification"));
+  }
+  if (prm) FLYWHEEL_RETURN_IF_ERROR(mark_classifier(out_dir, "ForTokenClassification"));
   FLYWHEEL_ASSIGN_OR_RETURN(std::vector<std::string> side, model::hf_side_files(step_dir));
   for (const std::string& file : side) {
     fs::copy_file(file, fs::path(out_dir) / fs::path(file).filename(),

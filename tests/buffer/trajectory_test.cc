@@ -110,6 +110,25 @@ TEST(ValidateGroupTest, EpisodeFieldsAreChecked) {
   EXPECT_THAT(error(g), HasSubstr("env_errors: must be >= 0"));
 }
 
+// Process rewards (issue 32): step ends increasing within the response, one finite reward each.
+TEST(ValidateGroupTest, StepRewardsAreChecked) {
+  TrajectoryGroup g = good();
+  g.trajectories[0].step_ends = {1, 2, 3};
+  g.trajectories[0].step_rewards = {0.25, 0, -1};
+  EXPECT_TRUE(validate_group(g, limits(), 4).ok());
+  const TrajectoryGroup stepped = g;
+  g.trajectories[0].step_rewards.pop_back();
+  EXPECT_THAT(error(g), HasSubstr("trajectories[0]: step_ends (3) and step_rewards (2)"));
+  for (const std::vector<int32_t>& ends : {std::vector<int32_t>{1, 1, 3}, {0, 2, 3}, {1, 2, 9}}) {
+    g = stepped;
+    g.trajectories[0].step_ends = ends;
+    EXPECT_THAT(error(g), HasSubstr("trajectories[0].step_ends["));
+  }
+  g = stepped;
+  g.trajectories[0].step_rewards[2] = INFINITY;
+  EXPECT_THAT(error(g), HasSubstr("trajectories[0].step_rewards[2]: must be finite"));
+}
+
 // Issue 29: an agent episode cut into segments adds trajectories of its sample index, segments
 // 0, 1, ... adjacent and in order; only a run that trains segments accepts them.
 TEST(ValidateGroupTest, SegmentsOfAnEpisodeFollowEachOther) {

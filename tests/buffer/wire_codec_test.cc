@@ -66,6 +66,11 @@ void expect_same(const TrajectoryGroup& a, const TrajectoryGroup& b) {
     EXPECT_EQ(x.tool_calls, y.tool_calls);
     EXPECT_TRUE(same_bits(x.env_step_seconds, y.env_step_seconds));
     EXPECT_EQ(x.segment, y.segment);
+    EXPECT_EQ(x.step_ends, y.step_ends);
+    ASSERT_EQ(x.step_rewards.size(), y.step_rewards.size());
+    for (size_t k = 0; k < x.step_rewards.size(); ++k) {
+      EXPECT_TRUE(same_double(x.step_rewards[k], y.step_rewards[k]));
+    }
   }
   EXPECT_EQ(a.env_errors, b.env_errors);
 }
@@ -103,6 +108,10 @@ TrajectoryGroup random_group(std::mt19937& rng) {
       t.tool_calls = pick(3) == 0 ? -pick(3) : pick(4);  // negative int32: a 10-byte varint
     }
     if (pick(3) == 0) t.segment = pick(3) == 0 ? -pick(3) : pick(5);  // an agent's segment
+    for (int k = pick(2) == 0 ? pick(5) : 0; k > 0; --k) {  // process rewards, unvalidated
+      t.step_ends.push_back(static_cast<int32_t>(rng()));
+      t.step_rewards.push_back(rewards[pick(6)]);
+    }
     g.trajectories.push_back(std::move(t));
   }
   if (pick(2) == 0) g.env_errors = pick(3) == 0 ? 0 : static_cast<int64_t>(rng() >> 1);

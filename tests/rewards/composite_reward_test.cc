@@ -52,6 +52,37 @@ TEST(CompositeRewardTest, AFailingFunctionScoresTheFallbackAndIsReported) {
   EXPECT_THAT(out.errors[1], HasSubstr("bad: scripted error"));
 }
 
+// Process rewards (issue 32): each part's step rewards times its weight, merged by where they
+// end; a part that fails gives none (its fallback is paid at the end).
+class SteppedReward : public RewardFunction {
+ public:
+  absl::StatusOr<RewardOutput> score(const RewardInput& input) const override {
+    if (input.completion == "error") return absl::InvalidArgumentError("no steps");
+    RewardOutput out;
+    out.step_ends = {1, 3};
+    out.step_rewards = {0.25, 0.5};
+    out.score = 0.75;
+    return out;
+  }
+};
+
+TEST(CompositeRewardTest, StepRewardsAreWeightedAndMergedByEnd) {
+  auto stepped = std::make_shared<SteppedReward>();
+  auto scripted = std::make_shared<testing::ScriptedReward>();
+  CompositeReward composite({{"a", 2.0, stepped}, {"b", 1.0, stepped}, {"len", 1.0, scripted}},
+                            -1.0);
+  OwnedSample s = testing::sample("{}", "abc");
+  ScoredSample out = composite.score(s.view());
+  EXPECT_DOUBLE_EQ(out.reward, 3 * 0.75 + 3);
+  EXPECT_EQ(out.step_ends, (std::vector<int32_t>{1, 3}));
+  EXPECT_EQ(out.step_rewards, (std::vector<double>{0.75, 1.5}));
+  CompositeReward failing({{"a", 1.0, stepped}}, -1.0);
+  OwnedSample bad = testing::sample("{}", "error");
+  out = failing.score(bad.view());
+  EXPECT_EQ(out.reward, -1.0);
+  EXPECT_TRUE(out.step_ends.empty());
+}
+
 TEST(CompositeRewardTest, ConfigErrorsNameTheFunction) {
   core::PluginRegistry registry;
   ASSERT_TRUE(register_rewards_builtins(registry).ok());

@@ -1,6 +1,6 @@
 // Reward shaping in the learner step (under mpirun, 1 and 2 ranks): the KL in the reward reaches
 // the group estimators' r_i (ALGORITHMS.md §1.2, §4.2) and DAPO's soft overlong punishment is
-// applied to every trained trajectory's score (§5.2).
+// applied to every trained trajectory's score (§5.2); process rewards sit where their steps end.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -185,6 +185,53 @@ TEST(LearnerShapingTest, SegmentsOfAnEpisodeCountOnceInTheirGroup) {
   }
   absl::StatusOr<Metrics> m = learner->step(groups);
   ASSERT_TRUE(m.ok()) << m.status();
+}
+
+// Issue 32: process rewards reach token-level estimators where their steps end, as an
+// environment's turn rewards do (the same advantages as those turn rewards), change them from the
+// outcome-only batch, and leave group estimators' advantages as the row sum gives them.
+TEST(LearnerShapingTest, StepRewardsArePaidWhereTheirStepsEnd) {
+  auto world = flywheel::testing::world_communicator();
+  constexpr int64_t kGroupSize = 4;
+  auto plain = testing::synthetic_groups(5, /*groups=*/2, kGroupSize, /*vocab=*/97);
+  for (buffer::TrajectoryGroup& g : plain) {
+    for (buffer::Trajectory& t : g.trajectories) {
+      while (t.response_ids.size() < 3) {  // room for two steps before the last token
+        t.response_ids.push_back(5);
+        t.loss_mask.push_back(1);
+        t.logprobs.push_back(-1.0f);
+        t.versions.push_back(t.versions.empty() ? 0 : t.versions.back());
+      }
+    }
+  }
+  auto stepped = plain, turned = plain;
+  for (size_t g = 0; g < plain.size(); ++g) {
+    for (size_t i = 0; i < plain[g].trajectories.size(); ++i) {
+      buffer::Trajectory& s = stepped[g].trajectories[i];
+      s.step_ends = {1, 2};
+      s.step_rewards = {0.25 * static_cast<double>(i), -0.5};
+      buffer::Trajectory& t = turned[g].trajectories[i];
+      t.turn_ends = {1, 2};
+      t.turn_rewards = s.step_rewards;
+    }
+  }
+  auto advantages = [&](const std::string& estimator,
+                        const std::vector<buffer::TrajectoryGroup>& groups) {
+    algos::Algorithm a = testing::test_algorithm(algos::AggMode::kTokenMean);
+    a.estimator = estimator == "grpo" ? *algos::make_grpo({}) : *algos::make_reinforce_pp({});
+    auto learner = Learner::create(shaping_options(), std::move(a),
+                                   model::testing::tiny_config("qwen2"), world.get());
+    EXPECT_TRUE(learner.ok()) << learner.status();
+    (*learner)->policy().init_random(3);
+    absl::StatusOr<AdvantageTrace> trace = (*learner)->advantages(groups);
+    EXPECT_TRUE(trace.ok()) << trace.status();
+    return trace->advantages;
+  };
+  const at::Tensor by_steps = advantages("reinforce_pp", stepped);
+  EXPECT_LT((by_steps - advantages("reinforce_pp", turned)).abs().max().item<double>(), 1e-6);
+  EXPECT_GT((by_steps - advantages("reinforce_pp", plain)).abs().max().item<double>(), 1e-3);
+  EXPECT_LT((advantages("grpo", stepped) - advantages("grpo", plain)).abs().max().item<double>(),
+            1e-6);
 }
 
 }  // namespace

@@ -31,6 +31,10 @@ struct Trajectory {
   // An agent episode's segment (trajectory.proto): 0, or the index of a further token stream of
   // the episode after its agent rewrote its history.
   int32_t segment = 0;
+  // Process rewards (trajectory.proto): step_rewards[k], part of `reward`, is paid at the token
+  // just before response index step_ends[k]. Empty for an outcome reward.
+  std::vector<int32_t> step_ends;
+  std::vector<double> step_rewards;
 
   // Smallest token version; INT64_MAX for an empty response.
   int64_t min_version() const;

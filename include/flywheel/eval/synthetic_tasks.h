@@ -13,6 +13,14 @@
 //                sum's, 'x' another or missing), then gives the verdict, so that every step
 //                is a local one a small model learns:
 //                  {"prompt": "589|123+456=", "response": "579 =x= no", "answer": "579 =x= no"}
+//   addition-prm: step-labelled answers to the same prompts for `flywheel rm --process` (a
+//                process reward model; rm.separator ""): an answer like a policy's (the sum
+//                half the time, else a wrong one as addition-judge draws them), each digit a
+//                step labelled by whether it is the sum's digit at that place, and the end of
+//                the answer ("<eos>", the character tokenizer's stop token) a last step
+//                labelled by whether the sum has that many digits:
+//                  {"prompt": "123+456=", "completions": ["5", "8", "9", "<eos>"],
+//                   "labels": [true, false, true, true], "answer": "579"}
 //   calculator:  "a*b=" -> the product, a of `digits` digits and b of 2: more than a small
 //                model computes in its head, easy with the calculator environment. Besides
 //                train.jsonl and eval.jsonl it writes sft.jsonl, demonstration episodes cut
@@ -42,8 +50,9 @@
 namespace flywheel::eval {
 
 struct SyntheticTaskOptions {
-  std::string task = "addition";  // addition | addition-pairs | addition-judge | calculator | guess
-  int digits = 3;                 // of each addend; of the calculator's first factor
+  // addition | addition-pairs | addition-judge | addition-prm | calculator | guess
+  std::string task = "addition";
+  int digits = 3;  // of each addend; of the calculator's first factor
   int64_t train = 20000;
   int64_t eval = 200;
   int64_t demos = 1000;    // calculator, guess: demonstration episodes in sft.jsonl
@@ -58,5 +67,12 @@ struct SyntheticTaskOptions {
 // than there are distinct operand pairs.
 absl::StatusOr<std::map<std::string, std::string>> make_synthetic_task(
     const SyntheticTaskOptions& options);
+
+// addition-prm from a policy's own answers: every completion of `flywheel generate`'s output at
+// `path` (records with "prompt", "answer" and "completions": [{"text", "finish_reason"}])
+// becomes a step-labelled record as addition-prm writes them (a completion that stopped on its
+// own ends with the "<eos>" step). JSONL text; InvalidArgument naming path:line for a record
+// without those fields.
+absl::StatusOr<std::string> label_addition_samples(const std::string& path);
 
 }  // namespace flywheel::eval

@@ -29,6 +29,10 @@ struct ScoredSample {
   std::map<std::string, double> parts;
   std::vector<std::string> errors;  // "<label>: message", including timeouts
   int64_t timeouts = 0;
+  // Process rewards of the parts that gave them, times their weights (part of `reward`); ends
+  // increasing, rewards at one end summed. See RewardOutput.
+  std::vector<int32_t> step_ends;
+  std::vector<double> step_rewards;
 };
 
 // The outcome of one function on one sample, as the pool collects it.

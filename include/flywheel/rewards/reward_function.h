@@ -36,6 +36,12 @@ struct RewardInput {
 struct RewardOutput {
   double score = 0;
   std::map<std::string, double> components;
+  // Process rewards (optional): step_rewards[k], a part of `score`, is paid at the token just
+  // before completion_ids index step_ends[k] (ends increasing, within the completion), where
+  // token-level estimators (gae, reinforce_pp) credit it; the rest of the score is paid at the
+  // last token. Empty for an outcome score.
+  std::vector<int32_t> step_ends;
+  std::vector<double> step_rewards;
 };
 
 // What a factory gets: the function's name, its options and facts from the rest of the config.

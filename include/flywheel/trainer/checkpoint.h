@@ -68,10 +68,12 @@ absl::StatusOr<std::map<std::string, double>> load_checkpoint(const TrainingStat
 // The same for a learner: parameters, optimizer state, version, KL coefficient, skip count.
 absl::Status load_checkpoint(Learner& learner, const std::string& step_dir);
 
-// Writes model `model` ("policy", "reference", "critic") of a step directory as a Hugging Face
-// directory in `dtype`, reading every rank's shard file in this one process (no MPI needed), and
-// copies the tokenizer and generation files the checkpoint holds. Errors name the file: not a
-// checkpoint, incomplete, a missing rank file or tensor, a model it does not hold.
+// Writes model `model` ("policy", "reference", "critic", a process reward model's "prm") of a
+// step directory as a Hugging Face directory in `dtype` (a critic as a sequence classifier, a
+// "prm" as a token classifier with a zero score.bias), reading every rank's shard file in this one
+// process (no MPI needed), and copies the tokenizer and generation files the checkpoint holds.
+// Errors name the file: not a checkpoint, incomplete, a missing rank file or tensor, a model it
+// does not hold.
 absl::Status export_checkpoint(const std::string& step_dir, const std::string& model,
                                const std::string& out_dir, at::ScalarType dtype,
                                const model::SaveOptions& save = {});

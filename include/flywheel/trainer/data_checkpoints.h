@@ -39,8 +39,8 @@ class DataCheckpoints {
   // Saves `state` with the cursor as step `step`. Collective.
   absl::Status save(TrainingState state, comm::Communicator& world, int64_t step,
                     const SftCursor& cursor, int64_t records);
-  // Rank 0: exports `model` ("policy", or a value model's "critic") of the step saved last to
-  // <logging.run_dir>/hf in `dtype`; returns that directory.
+  // Rank 0: exports `model` ("policy", a value model's "critic", a process reward model's "prm") of
+  // the step saved last to <logging.run_dir>/hf in `dtype`; returns that directory.
   absl::StatusOr<std::string> export_last(const std::string& model, at::ScalarType dtype) const;
 
  private:

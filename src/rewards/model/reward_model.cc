@@ -160,35 +160,11 @@ absl::StatusOr<std::unique_ptr<RewardModel>> RewardModel::create(
   FLYWHEEL_RETURN_IF_ERROR(options.validate());
   auto state = std::make_unique<State>();
   state->options = options;
-  FLYWHEEL_ASSIGN_OR_RETURN(at::ScalarType dtype, model::parse_dtype(options.dtype));
-  std::optional<at::Device> device;
-  try {
-    device = at::Device(options.device);
-  } catch (const std::exception&) {
-    return absl::InvalidArgumentError(absl::StrCat("reward '", kName, "': option 'device' is '",
-                                                   options.device,
-                                                   "'; must be cpu, cuda or cuda:<index>"));
-  }
-  if (device->is_cuda() && !at::hasCUDA()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "reward '", kName, "': device '", options.device, "' but no CUDA device is available"));
-  }
-  try {
-    absl::StatusOr<std::unique_ptr<SequenceClassifier>> classifier =
-        SequenceClassifier::load(options.path, model::DecoderOptions{dtype, *device});
-    if (!classifier.ok()) return classifier.status();
-    state->classifier = std::move(*classifier);
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat(
-        options.path, ": loading the reward model failed: ", model::exception_message(e)));
-  }
-  absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer = model::load_tokenizer(options.path);
-  if (!tokenizer.ok()) {
-    return absl::Status(tokenizer.status().code(),
-                        absl::StrCat(options.path, ": the reward model's tokenizer: ",
-                                     tokenizer.status().message()));
-  }
-  state->tokenizer = std::move(*tokenizer);
+  FLYWHEEL_ASSIGN_OR_RETURN(ScoringModel loaded,
+                            load_scoring_model(options.path, options.dtype, options.device,
+                                               SequenceClassifier::Head::kSequence, kName));
+  state->classifier = std::move(loaded.classifier);
+  state->tokenizer = std::move(loaded.tokenizer);
   absl::StatusOr<std::optional<model::ChatTemplate>> chat =
       resolve_template(options.chat_template, options.path);
   if (!chat.ok()) {

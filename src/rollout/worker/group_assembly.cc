@@ -103,6 +103,19 @@ buffer::TrajectoryGroup trajectory_group(const std::string& worker_id, const v1:
     t.finish_reason = finish_reason_name(sample.finish_reason);
     t.sample_index = static_cast<int64_t>(i);
     if (i >= episodes.size()) {
+      // Process rewards sit where their steps end; an end past the response (a function's
+      // mistake) is paid at its last token rather than failing the group's validation.
+      const int32_t n = static_cast<int32_t>(t.response_ids.size());
+      for (size_t k = 0; k < scored[i].step_ends.size(); ++k) {
+        const int32_t end = std::min(scored[i].step_ends[k], n);
+        if (end < 1) continue;
+        if (!t.step_ends.empty() && t.step_ends.back() >= end) {
+          t.step_rewards.back() += scored[i].step_rewards[k];
+          continue;
+        }
+        t.step_ends.push_back(end);
+        t.step_rewards.push_back(scored[i].step_rewards[k]);
+      }
       group.trajectories.push_back(std::move(t));
       continue;
     }
