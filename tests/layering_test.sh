@@ -40,6 +40,8 @@ check_includes rewards "core rewards" $(files "$src/src/rewards" "$src/src/rewar
   $(files "$src/include/flywheel/rewards")
 check_includes reward_model "core model rewards" $(files "$src/src/rewards/model") \
   $(files "$src/include/flywheel/rewards/model")
+check_includes remote_reward "core rewards v1" $(files "$src/src/rewards/remote") \
+  $(files "$src/include/flywheel/rewards/remote")
 check_includes algos "core algos" $(files "$src/src/algos" "$src/include/flywheel/algos")
 check_includes buffer "core buffer" $(files "$src/src/buffer") \
   $(files "$src/include/flywheel/buffer")

@@ -38,6 +38,7 @@ void add_sft_command(CLI::App& app, int* exit_code);
 void add_dpo_command(CLI::App& app, int* exit_code);
 void add_rm_command(CLI::App& app, int* exit_code);
 void add_reward_command(CLI::App& app, int* exit_code);
+void add_reward_serve_command(CLI::App& app, int* exit_code);
 void add_learner_command(CLI::App& app, int* exit_code);
 void add_rollout_command(CLI::App& app, int* exit_code);
 void add_train_command(CLI::App& app, int* exit_code);

@@ -14,6 +14,7 @@
 #include "flywheel/rewards/builtins.h"
 #include "flywheel/rewards/model/process_reward_model.h"
 #include "flywheel/rewards/model/reward_model.h"
+#include "flywheel/rewards/remote/remote_reward.h"
 #include "flywheel/rollout/judge/llm_judge.h"
 #include "flywheel/rollout/logits_processor.h"
 #include "flywheel/rollout/remote_environment.h"
@@ -41,7 +42,14 @@ absl::StatusOr<JobSetup> set_up_job(const std::string& config_path,
   FLYWHEEL_RETURN_IF_ERROR(rewards::register_rewards_builtins(*job.registry));
   FLYWHEEL_RETURN_IF_ERROR(rewards::register_reward_model(*job.registry));
   FLYWHEEL_RETURN_IF_ERROR(rewards::register_process_reward_model(*job.registry));
-  FLYWHEEL_RETURN_IF_ERROR(rollout::register_llm_judge(*job.registry));
+  // llm_judge runs the judge here, or with params.address asks `flywheel reward-serve`'s.
+  auto llm_judge = [](const rewards::RewardSpec& spec)
+      -> absl::StatusOr<std::unique_ptr<rewards::RewardFunction>> {
+    if (spec.params.count("address") != 0) return rewards::make_remote_reward(spec);
+    return rollout::make_llm_judge(spec);
+  };
+  auto& reward_registry = job.registry->get<rewards::RewardFunction, const rewards::RewardSpec&>();
+  FLYWHEEL_RETURN_IF_ERROR(reward_registry.add("llm_judge", llm_judge));
   if (load_plugins) {
     absl::Status status = job.registry->load_plugins(job.loaded.config.plugins);
     if (!status.ok()) {

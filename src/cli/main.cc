@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   add_rollout_command(app, &exit_code);
   add_generate_command(app, &exit_code);
   add_reward_command(app, &exit_code);
+  add_reward_serve_command(app, &exit_code);
   add_score_command(app, &exit_code);
   add_buffer_command(app, &exit_code);
   add_tokenize_command(app, &exit_code);

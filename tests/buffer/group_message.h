@@ -31,6 +31,8 @@ inline v1::TrajectoryGroup to_message(const TrajectoryGroup& g, const std::strin
     tp->set_tool_calls(t.tool_calls);
     for (float s : t.env_step_seconds) tp->add_env_step_seconds(s);
     tp->set_segment(t.segment);
+    for (int32_t end : t.step_ends) tp->add_step_ends(static_cast<uint32_t>(end));
+    for (double r : t.step_rewards) tp->add_step_rewards(r);
   }
   if (g.has_baseline) p.set_baseline_reward(g.baseline_reward);
   if (g.prompt_index != -1) p.set_prompt_index(g.prompt_index);
@@ -60,6 +62,8 @@ inline TrajectoryGroup from_message(const v1::TrajectoryGroup& p) {
     t.tool_calls = tp.tool_calls();
     for (float s : tp.env_step_seconds()) t.env_step_seconds.push_back(s);
     t.segment = tp.segment();
+    for (uint32_t end : tp.step_ends()) t.step_ends.push_back(static_cast<int32_t>(end));
+    for (double r : tp.step_rewards()) t.step_rewards.push_back(r);
     g.trajectories.push_back(std::move(t));
   }
   g.env_errors = p.env_errors();

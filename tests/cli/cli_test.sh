@@ -539,6 +539,51 @@ JSON
     sed -i "s|$work/judge|$work/nowhere|" "$work/yes_prob.yaml"
     expect_exit 1 "$flywheel" reward "$work/yes_prob.yaml" -i "$work/in.jsonl" -o "$work/x.jsonl"
     expect_output "the judge '$work/nowhere' is not a directory" ;;
+  judge_remote)
+    # One judge for many workers: `flywheel reward-serve` serves the judge config's functions, and
+    # llm_judge with params.address scores through it exactly as the judge run in place; a wrong
+    # token and a server that is down are errors at start naming the address.
+    cat > "$work/config.json" <<'JSON'
+{"model_type": "llama", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "eos_token_id": 2}
+JSON
+    expect_exit 0 "$flywheel" init-model --config "$work/config.json" --out "$work/judge" --char-tokenizer
+    printf '%s\n' '{"prompt": "1+2=", "completion": "3", "answer": "3"}' \
+      '{"prompt": "2+2=", "completion": "5", "answer": "4"}' > "$work/in.jsonl"
+    printf 'rewards:\n  functions:\n    - {name: exact_match, weight: 0}\n    - name: llm_judge\n      params: {path: %s, template: "{prompt}{completion}?"}\n' \
+      "$work/judge" > "$work/local.yaml"
+    expect_exit 0 "$flywheel" reward "$work/local.yaml" -i "$work/in.jsonl" -o "$work/local.jsonl"
+    echo "s3cret" > "$work/token"
+    "$flywheel" reward-serve "$work/local.yaml" --token-file "$work/token" > "$work/serve.txt" 2>&1 &
+    server=$!
+    trap 'kill $server 2> /dev/null; rm -rf "$work"' EXIT
+    for _ in $(seq 100); do grep -q "serving" "$work/serve.txt" && break; sleep 0.1; done
+    port=$(sed -n 's/.*serving exact_match, llm_judge on 127.0.0.1:\([0-9]*\) (token).*/\1/p' "$work/serve.txt")
+    [[ -n $port ]] || fail "reward-serve did not start: $(cat "$work/serve.txt")"
+    remote_config() {  # $1: the token file
+      printf 'rewards:\n  functions:\n    - {name: exact_match, weight: 0}\n    - {name: llm_judge, params: {address: "127.0.0.1:%s", function: llm_judge, token_file: %s}}\n' \
+        "$port" "$1" > "$work/remote.yaml"
+    }
+    remote_config "$work/token"
+    expect_exit 0 "$flywheel" reward "$work/remote.yaml" -i "$work/in.jsonl" -o "$work/remote.jsonl"
+    expect_output "llm_judge/agreement/exact_match: mean"
+    node -e '
+      const read = f => require("fs").readFileSync(f, "utf8").trim().split("\n").map(JSON.parse);
+      const [a, b] = [read(process.argv[1]), read(process.argv[2])];
+      for (let i = 0; i < a.length; ++i) {
+        if (Math.abs(a[i].rewards.llm_judge - b[i].rewards.llm_judge) > 1e-12 ||
+            a[i].rewards["llm_judge/agreement/exact_match"] !== b[i].rewards["llm_judge/agreement/exact_match"])
+          throw new Error(`${JSON.stringify(a[i])} vs ${JSON.stringify(b[i])}`);
+      }' "$work/local.jsonl" "$work/remote.jsonl" || fail "the remote judge differs from the local one"
+    echo "wrong" > "$work/wrong"
+    remote_config "$work/wrong"
+    expect_exit 1 "$flywheel" reward "$work/remote.yaml" -i "$work/in.jsonl" -o "$work/x.jsonl"
+    expect_output "at 127.0.0.1:$port refused the token"
+    kill $server; wait $server 2> /dev/null
+    grep -q "flywheel reward-serve: stopped" "$work/serve.txt" || fail "no clean stop: $(cat "$work/serve.txt")"
+    remote_config "$work/token"
+    expect_exit 1 "$flywheel" reward "$work/remote.yaml" -i "$work/in.jsonl" -o "$work/x.jsonl"
+    expect_output "reward 'llm_judge' at 127.0.0.1:$port is not reachable" ;;
   buffer)
     printf '{"model_type": "llama", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4}' > "$work/c.json"
     expect_exit 0 "$flywheel" init-model --config "$work/c.json" --out "$work/m"

@@ -298,7 +298,8 @@ TEST_F(LlmJudgeTest, BadOptionsAreNamed) {
     auto made = LlmJudge::create(*options);
     return made.ok() ? std::string("ok") : std::string(made.status().message());
   };
-  EXPECT_THAT(error({{"address", "judge:50051"}}), HasSubstr("is not implemented"));
+  // A shared judge (address) is the CLI's RemoteReward, not an option of the judge itself.
+  EXPECT_THAT(error({{"address", "judge:50051"}}), HasSubstr("address"));
   EXPECT_THAT(error({{"verdict", "vibes"}}), HasSubstr("verdict"));
   EXPECT_THAT(error({{"yes", "yes"}, {"no", "yup"}}), HasSubstr("the same token as yes"));
   EXPECT_THAT(error({{"template", "{prompt"}}), HasSubstr("option 'template'"));

@@ -43,11 +43,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 absl::Status LlmJudgeOptions::validate() const {
   if (path.empty()) return bad_option("path", "is required (the judge's checkpoint directory)");
-  if (!address.empty()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "reward '", kName, "': option 'address' (a shared judge service, '", address,
-        "') is not implemented; leave it out to run the judge inside each rollout worker"));
-  }
   if (verdict != "yes_prob" && verdict != "label" && verdict != "score") {
     return bad_option("verdict",
                       absl::StrCat("is '", verdict, "'; must be yes_prob, label or score"));
@@ -94,7 +89,6 @@ absl::StatusOr<LlmJudgeOptions> parse_llm_judge_options(const rewards::RewardSpe
       r.integer("max_length", o.max_length, 0, model::ModelConfig::kMaxPositionEmbeddings);
   o.dtype = r.choice("dtype", o.dtype, {"float32", "bfloat16", "float16"});
   o.device = r.string("device", o.device);
-  o.address = r.string("address", "");
   FLYWHEEL_RETURN_IF_ERROR(r.finish());
   if (!o.path.empty() && fs::path(o.path).is_relative() && !spec.config_dir.empty()) {
     o.path = (fs::path(spec.config_dir) / o.path).string();

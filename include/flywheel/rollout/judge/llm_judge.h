@@ -51,21 +51,21 @@ struct LlmJudgeOptions {
   int64_t max_length = 0;                // prompt tokens; 0 = the judge's max_position_embeddings
   std::string dtype = "float32";         // float32 | bfloat16 | float16 (GPU only)
   std::string device = "cpu";            // cpu | cuda | cuda:<index>
-  std::string address;                   // a shared judge service: not implemented (an error)
 
   // InvalidArgument naming the option.
   absl::Status validate() const;
 };
 
 // Reads `spec.params` strictly: path (required), template, chat_template, verdict, yes, no,
-// labels, score_min, score_max, max_new_tokens, batch_size, max_length, dtype, device, address.
+// labels, score_min, score_max, max_new_tokens, batch_size, max_length, dtype, device. (A shared
+// judge, `address`, is the CLI's: it registers llm_judge as rewards::RemoteReward then.)
 absl::StatusOr<LlmJudgeOptions> parse_llm_judge_options(const rewards::RewardSpec& spec);
 
 class LlmJudge : public rewards::RewardFunction {
  public:
   // Loads the judge and its tokenizer. Errors name the option or the file: a missing
   // directory, weights or tokenizer, a template that does not parse, yes and no that begin with
-  // the same token, `address` (a remote judge is not implemented).
+  // the same token.
   static absl::StatusOr<std::unique_ptr<LlmJudge>> create(const LlmJudgeOptions& options);
   ~LlmJudge() override;
 
