@@ -3,7 +3,6 @@
 // rollout workers, whose `llm_judge` with `params.address` scores through it.
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -11,8 +10,8 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "commands.h"
+#include "flywheel/core/file_io.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/core/stop_signal.h"
 #include "flywheel/rewards/composite_reward.h"
@@ -40,12 +39,11 @@ absl::Status run(const RewardServeArgs& args) {
   rewards::RewardServerOptions options;
   options.address = args.address;
   if (!args.token_file.empty()) {
-    std::ifstream in(args.token_file);
-    if (!std::getline(in, options.token) || absl::StripAsciiWhitespace(options.token).empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--token-file: cannot read a token from ", args.token_file));
+    absl::StatusOr<std::string> token = core::read_token_file(args.token_file);
+    if (!token.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--token-file: ", token.status().message()));
     }
-    options.token = std::string(absl::StripAsciiWhitespace(options.token));
+    options.token = std::move(*token);
   }
   const std::string config_dir = std::filesystem::absolute(args.config).parent_path().string();
   FLYWHEEL_ASSIGN_OR_RETURN(

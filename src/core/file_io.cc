@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/status_macros.h"
 
@@ -85,6 +86,14 @@ absl::StatusOr<Json> read_json_file(const std::string& path, const ReadFileOptio
   }
   return json;
 }
+absl::StatusOr<std::string> read_token_file(const std::string& path) {
+  absl::StatusOr<std::string> text = read_file(path);
+  if (!text.ok()) return absl::NotFoundError(absl::StrCat("cannot read token file '", path, "'"));
+  std::string token(absl::StripAsciiWhitespace(*text));
+  if (token.empty()) return absl::NotFoundError(absl::StrCat("token file '", path, "' is empty"));
+  return token;
+}
+
 absl::Status write_file_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "flywheel/core/logging.h"
 #include "flywheel/core/status_macros.h"
+#include "flywheel/eval/data_loop.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/trainer/learner_job.h"
 #include "flywheel/trainer/learner_weights.h"
@@ -215,41 +216,35 @@ absl::StatusOr<DpoSummary> DpoJob::run(const std::function<bool()>& stop) {
   const trainer::SftBatchOptions batch{batch_size_, c_.data.shuffle,
                                        static_cast<uint64_t>(c_.data.seed)};
   DpoSummary summary;
-  FLYWHEEL_ASSIGN_OR_RETURN(DpoEvalResult first, evaluate(dpo_->steps()));
-  summary.first = summary.last = first;
-  int64_t last_eval_step = dpo_->steps();
+  FLYWHEEL_ASSIGN_OR_RETURN(summary.first, evaluate(dpo_->steps()));
+  summary.last = summary.first;
   const auto start = std::chrono::steady_clock::now();
   double pairs = 0;
-  while (dpo_->steps() < c_.trainer.total_steps) {
+  DataLoopHooks hooks;
+  hooks.steps = [this] { return dpo_->steps(); };
+  hooks.step = [&]() -> absl::StatusOr<int64_t> {
     std::vector<const trainer::PreferenceExample*> mine;
     for (int64_t i : trainer::next_batch_indices(static_cast<int64_t>(train_->pairs.size()),
                                                  &cursor_, batch, world_->rank(), world_->size())) {
       mine.push_back(&train_->pairs[i]);
     }
-    absl::StatusOr<std::map<std::string, double>> m = dpo_->step(mine);
-    if (!m.ok()) return m.status();
+    FLYWHEEL_ASSIGN_OR_RETURN(auto m, dpo_->step(mine));
     const int64_t step = dpo_->steps();
     const std::string& prefix = dpo_->metric_prefix();
-    pairs += m->at(prefix + "pairs");
-    for (const auto& [name, value] : *m) log(name, value, step);
+    pairs += m.at(prefix + "pairs");
+    for (const auto& [name, value] : m) log(name, value, step);
     log(prefix + "pairs_per_s", pairs / std::max(seconds_since(start), 1e-9), step);
-    if (eval_every_ > 0 && step % eval_every_ == 0) {
-      FLYWHEEL_ASSIGN_OR_RETURN(summary.last, evaluate(step));
-      last_eval_step = step;
-    }
-    if (c_.checkpoint.every_steps > 0 && step % c_.checkpoint.every_steps == 0) {
-      FLYWHEEL_RETURN_IF_ERROR(save(step));
-    }
-    if (trainer::on_any_rank(stop(), *world_)) {
-      summary.stopped_by = "a signal";
-      break;
-    }
-  }
+    return step;
+  };
+  hooks.evaluate = [&](int64_t step) -> absl::Status {
+    FLYWHEEL_ASSIGN_OR_RETURN(summary.last, evaluate(step));
+    return absl::OkStatus();
+  };
+  hooks.save = [this](int64_t step) { return save(step); };
+  FLYWHEEL_ASSIGN_OR_RETURN(summary.stopped_by, run_data_loop({c_.trainer.total_steps, eval_every_,
+                                                               c_.checkpoint.every_steps},
+                                                              hooks, stop, *world_));
   summary.steps = dpo_->steps();
-  if (last_eval_step != summary.steps) {
-    FLYWHEEL_ASSIGN_OR_RETURN(summary.last, evaluate(summary.steps));
-  }
-  FLYWHEEL_RETURN_IF_ERROR(save(summary.steps));
   if (metrics_) FLYWHEEL_RETURN_IF_ERROR(metrics_->flush());
   if (c_.checkpoint.export_hf && world_->rank() == 0) {
     FLYWHEEL_ASSIGN_OR_RETURN(summary.exported,

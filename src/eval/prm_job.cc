@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "flywheel/core/logging.h"
 #include "flywheel/core/status_macros.h"
+#include "flywheel/eval/data_loop.h"
 #include "flywheel/model/tokenizer/tokenizer_setup.h"
 #include "flywheel/trainer/learner_job.h"
 #include "flywheel/trainer/learner_weights.h"
@@ -111,10 +112,11 @@ absl::StatusOr<PrmSummary> PrmJob::run(const std::function<bool()>& stop) {
   PrmSummary summary;
   FLYWHEEL_ASSIGN_OR_RETURN(summary.first, evaluate(prm_->steps()));
   summary.last = summary.first;
-  int64_t last_eval_step = prm_->steps();
   const auto start = std::chrono::steady_clock::now();
   double completions = 0;
-  while (prm_->steps() < c_.trainer.total_steps) {
+  DataLoopHooks hooks;
+  hooks.steps = [this] { return prm_->steps(); };
+  hooks.step = [&]() -> absl::StatusOr<int64_t> {
     std::vector<const trainer::StepExample*> mine;
     for (int64_t i : trainer::next_batch_indices(static_cast<int64_t>(train_->examples.size()),
                                                  &cursor_, batch, world_->rank(), world_->size())) {
@@ -127,23 +129,18 @@ absl::StatusOr<PrmSummary> PrmJob::run(const std::function<bool()>& stop) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     log("prm/completions_per_s", completions / std::max(seconds, 1e-9), step);
-    if (c_.rm.eval_every > 0 && step % c_.rm.eval_every == 0) {
-      FLYWHEEL_ASSIGN_OR_RETURN(summary.last, evaluate(step));
-      last_eval_step = step;
-    }
-    if (c_.checkpoint.every_steps > 0 && step % c_.checkpoint.every_steps == 0) {
-      FLYWHEEL_RETURN_IF_ERROR(save(step));
-    }
-    if (trainer::on_any_rank(stop(), *world_)) {
-      summary.stopped_by = "a signal";
-      break;
-    }
-  }
+    return step;
+  };
+  hooks.evaluate = [&](int64_t step) -> absl::Status {
+    FLYWHEEL_ASSIGN_OR_RETURN(summary.last, evaluate(step));
+    return absl::OkStatus();
+  };
+  hooks.save = [this](int64_t step) { return save(step); };
+  FLYWHEEL_ASSIGN_OR_RETURN(
+      summary.stopped_by,
+      run_data_loop({c_.trainer.total_steps, c_.rm.eval_every, c_.checkpoint.every_steps}, hooks,
+                    stop, *world_));
   summary.steps = prm_->steps();
-  if (last_eval_step != summary.steps) {
-    FLYWHEEL_ASSIGN_OR_RETURN(summary.last, evaluate(summary.steps));
-  }
-  FLYWHEEL_RETURN_IF_ERROR(save(summary.steps));
   if (metrics_) FLYWHEEL_RETURN_IF_ERROR(metrics_->flush());
   if (c_.checkpoint.export_hf && world_->rank() == 0) {
     FLYWHEEL_ASSIGN_OR_RETURN(summary.exported,

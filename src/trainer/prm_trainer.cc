@@ -139,8 +139,9 @@ absl::StatusOr<std::map<std::string, double>> ProcessRewardTrainer::step(
   FLYWHEEL_ASSIGN_OR_RETURN(at::Tensor sums, pass(examples, /*train=*/true));
   std::map<std::string, double> m = metrics(sums);
   const double lr = schedule_->at(counters_.steps);
+  // finish_update sums its loss over the ranks: each passes its share of the (global) mean.
   const ShardedAdamW::Update u =
-      optimizer_->finish_update(m.at("prm/loss"), lr, options_.grad_clip);
+      optimizer_->finish_update(m.at("prm/loss") / comm_->size(), lr, options_.grad_clip);
   FLYWHEEL_RETURN_IF_ERROR(
       counters_.count(u, options_.max_consecutive_skips, "process reward model"));
   m["prm/grad_norm"] = u.grad_norm;

@@ -65,6 +65,27 @@ TEST(ControllerCoreTest, StalenessBudgetGatesGrantsAndZeroIsSynchronous) {
   EXPECT_EQ(c->acquire("w", 10, 0).leases.size(), 2u);
 }
 
+// Issue 32: a buffered group's process rewards (step_ends, step_rewards) survive a snapshot.
+TEST(ControllerCoreTest, StepRewardsSurviveASnapshot) {
+  auto c = make(options(/*prompts=*/10, /*groups_per_step=*/1, /*max_staleness=*/1));
+  Grant g = c->acquire("w", 1, 0);
+  ASSERT_EQ(g.leases.size(), 1u);
+  TrajectoryGroup group = group_for(g.leases[0], 0);
+  group.prompt_index = g.leases[0].prompt;
+  group.trajectories[0].step_ends = {1, 2};
+  group.trajectories[0].step_rewards = {0.25, -0.5};
+  ASSERT_TRUE(c->push(std::move(group), 0).ok());
+  auto restored = ControllerCore::restore(options(10, 1, 1), c->snapshot(), 1);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  auto batch = (*restored)->take_batch(1);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ASSERT_EQ(batch->size(), 1u);
+  const Trajectory& t = (*batch)[0].trajectories[0];
+  EXPECT_EQ(t.step_ends, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(t.step_rewards, (std::vector<double>{0.25, -0.5}));
+  EXPECT_TRUE((*batch)[0].trajectories[1].step_ends.empty());
+}
+
 // Issue 26, item 6: lease ids carry the controller start's incarnation, so a start restored
 // from a snapshot never grants an id an earlier start granted (even after the snapshot); a push
 // must come from its lease's worker and answer its lease's prompt.

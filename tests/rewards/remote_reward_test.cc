@@ -129,7 +129,7 @@ TEST(RemoteRewardTest, OptionsAreRead) {
   EXPECT_THAT(parse_remote_reward_options(spec).status().message(), HasSubstr("path"));
   spec = testing::spec("llm_judge", {{"address", "h:1"}, {"token_file", "/nonexistent/t"}});
   EXPECT_THAT(parse_remote_reward_options(spec).status().message(),
-              HasSubstr("cannot read a token from /nonexistent/t"));
+              HasSubstr("cannot read token file '/nonexistent/t'"));
 }
 
 }  // namespace

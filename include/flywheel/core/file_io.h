@@ -28,6 +28,10 @@ absl::StatusOr<std::string> read_file(const std::string& path, const ReadFileOpt
 absl::StatusOr<Json> read_json_file(const std::string& path);
 absl::StatusOr<Json> read_json_file(const std::string& path, const ReadFileOptions& options);
 
+// A shared secret's file: its content without surrounding whitespace (a token on one line).
+// NotFound "cannot read token file '<path>'" or "token file '<path>' is empty".
+absl::StatusOr<std::string> read_token_file(const std::string& path);
+
 // "a directory", "a FIFO", "a character device", ... for a st_mode that is not a regular file.
 std::string file_type_name(unsigned int st_mode);
 

@@ -10,7 +10,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "flywheel/core/crc32c.h"
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/logging.h"
@@ -158,13 +157,7 @@ class WeightsWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 double ControllerServer::monotonic_seconds() { return buffer::monotonic_seconds(); }
 
 absl::StatusOr<std::string> read_token(const std::string& file, const std::string& env) {
-  if (!file.empty()) {
-    absl::StatusOr<std::string> text = core::read_file(file);
-    if (!text.ok()) return absl::NotFoundError(absl::StrCat("cannot read token file '", file, "'"));
-    std::string token(absl::StripAsciiWhitespace(*text));
-    if (token.empty()) return absl::NotFoundError(absl::StrCat("token file '", file, "' is empty"));
-    return token;
-  }
+  if (!file.empty()) return core::read_token_file(file);
   const char* value = env.empty() ? nullptr : std::getenv(env.c_str());
   if (value == nullptr || *value == '\0') {
     return absl::NotFoundError(absl::StrCat("no token: set ", env, " or a token file"));

@@ -3,13 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
+#include "flywheel/core/file_io.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/rewards/param_reader.h"
 #include "flywheel/v1/reward.grpc.pb.h"
@@ -47,12 +46,12 @@ absl::StatusOr<RemoteRewardOptions> parse_remote_reward_options(const RewardSpec
   if (!token_file.empty()) {
     std::filesystem::path path(token_file);
     if (path.is_relative() && !spec.config_dir.empty()) path = spec.config_dir / path;
-    std::ifstream in(path);
-    if (!std::getline(in, o.token) || absl::StripAsciiWhitespace(o.token).empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("reward '", spec.name, "': cannot read a token from ", path.string()));
+    absl::StatusOr<std::string> token = core::read_token_file(path.string());
+    if (!token.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "reward '", spec.name, "': option 'token_file': ", token.status().message()));
     }
-    o.token = std::string(absl::StripAsciiWhitespace(o.token));
+    o.token = std::move(*token);
   }
   return o;
 }

@@ -3,7 +3,6 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -13,7 +12,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
+#include "flywheel/core/file_io.h"
 #include "flywheel/core/param_reader.h"
 #include "flywheel/core/plugin_registry.h"
 #include "flywheel/core/status_macros.h"
@@ -88,12 +87,13 @@ class RemoteEnvironment : public Environment {
     if (!token_file.empty()) {
       std::filesystem::path path(token_file);
       if (path.is_relative() && !spec.config_dir.empty()) path = spec.config_dir / path;
-      std::ifstream in(path);
-      if (!std::getline(in, connection->token)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "environment '", spec.name, "': cannot read a token from ", path.string()));
+      absl::StatusOr<std::string> token = core::read_token_file(path.string());
+      if (!token.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("environment '", spec.name, "': cannot read a token from ", path.string(),
+                         ": ", token.status().message()));
       }
-      connection->token = std::string(absl::StripAsciiWhitespace(connection->token));
+      connection->token = std::move(*token);
     }
     connection->stub = v1::Environment::NewStub(
         grpc::CreateChannel(connection->address, grpc::InsecureChannelCredentials()));
