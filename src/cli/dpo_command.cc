@@ -90,8 +90,9 @@ void add_preference_command(CLI::App& app, int* exit_code, bool reward_model) {
       name,
       reward_model
           ? "Train a Bradley-Terry reward model (a value head on the decoder) on {\"prompt\", "
-            "\"chosen\", \"rejected\"} pairs, exported for the reward_model reward; sharded "
-            "over the ranks of `mpirun -np N flywheel rm ...`"
+            "\"chosen\", \"rejected\"} pairs, exported for the reward_model reward, or with "
+            "--process a process reward model on step-labelled completions (for "
+            "process_reward_model); sharded over the ranks of `mpirun -np N flywheel rm ...`"
           : "Preference optimisation (dpo.loss: sigmoid = DPO, ipo, hinge, simpo) on "
             "{\"prompt\", \"chosen\", \"rejected\"} pairs, sharded over the ranks of "
             "`mpirun -np N flywheel dpo ...`");
