@@ -22,14 +22,17 @@ at::Tensor turn_rewards_on_tokens(const at::Tensor& scores, const at::Tensor& ma
     if (last < 0) continue;
     double rest = score[b];
     const RowTurns& row = b < static_cast<int64_t>(turns.size()) ? turns[b] : RowTurns{};
-    if (row.turn_ends != nullptr && row.turn_rewards != nullptr) {
-      for (size_t k = 0; k < row.turn_ends->size() && k < row.turn_rewards->size(); ++k) {
-        const int64_t at = static_cast<int64_t>((*row.turn_ends)[k]) - 1;
+    auto pay = [&](const std::vector<int32_t>* ends, const std::vector<double>* rewards) {
+      if (ends == nullptr || rewards == nullptr) return;
+      for (size_t k = 0; k < ends->size() && k < rewards->size(); ++k) {
+        const int64_t at = static_cast<int64_t>((*ends)[k]) - 1;
         if (at < 0 || at >= T) continue;
-        out[b * T + at] += static_cast<float>((*row.turn_rewards)[k]);
-        rest -= (*row.turn_rewards)[k];
+        out[b * T + at] += static_cast<float>((*rewards)[k]);
+        rest -= (*rewards)[k];
       }
-    }
+    };
+    pay(row.turn_ends, row.turn_rewards);
+    pay(row.step_ends, row.step_rewards);
     out[b * T + last] += static_cast<float>(rest);
   }
   return at::tensor(out, at::kFloat).view({B, T});

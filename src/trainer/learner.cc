@@ -392,25 +392,17 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
   batch.scores = at::tensor(scores, at::kDouble);
   // Episodes whose environment rewarded turns, and process rewards: token-level credit at the
   // turn and step ends.
-  std::vector<algos::RowTurns> turns(S), credit(S);
-  std::vector<std::vector<int32_t>> credit_ends(S);
-  std::vector<std::vector<double>> credit_rewards(S);
+  std::vector<algos::RowTurns> turns(S);
   bool any_turn_reward = false, any_turns = false;
   for (int64_t s = 0; s < S; ++s) {
     const buffer::Trajectory& t = *batch.sequences[s];
-    turns[s] = credit[s] = {&t.turn_ends, &t.turn_rewards};
+    turns[s] = {&t.turn_ends, &t.turn_rewards, &t.step_ends, &t.step_rewards};
     for (double r : t.turn_rewards) any_turn_reward = any_turn_reward || r != 0;
+    any_turn_reward = any_turn_reward || !t.step_ends.empty();
     any_turns = any_turns || t.turn_ends.size() > 1;
-    if (t.step_ends.empty()) continue;
-    any_turn_reward = true;
-    credit_ends[s] = t.turn_ends;
-    credit_ends[s].insert(credit_ends[s].end(), t.step_ends.begin(), t.step_ends.end());
-    credit_rewards[s] = t.turn_rewards;
-    credit_rewards[s].insert(credit_rewards[s].end(), t.step_rewards.begin(), t.step_rewards.end());
-    credit[s] = {&credit_ends[s], &credit_rewards[s]};
   }
   if (any_turn_reward) {
-    batch.turn_credit = algos::turn_rewards_on_tokens(batch.scores, batch.mask, credit);
+    batch.turn_credit = algos::turn_rewards_on_tokens(batch.scores, batch.mask, turns);
   }
   if (any_turns && options_.turn_discount != 1.0) {
     batch.turn_discounts = algos::turn_discounts(batch.mask, turns, options_.turn_discount);

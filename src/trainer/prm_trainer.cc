@@ -81,17 +81,18 @@ absl::StatusOr<at::Tensor> ProcessRewardTrainer::pass(
       continue;
     }
     const at::Tensor values = unpack(mb, out.values);  // [S, max_response]
-    const at::Tensor rows = packed.rows_of(mb);
-    const int64_t S = rows.size(0);
+    const at::Tensor rows_tensor = packed.rows_of(mb).contiguous();
+    const int64_t S = rows_tensor.size(0);
+    const int64_t* rows = rows_tensor.data_ptr<int64_t>();
     // Each sequence's label columns, padded with column 0 and weight 0.
     int64_t widest = 1;
     for (int64_t s = 0; s < S; ++s) {
-      widest = std::max<int64_t>(widest, examples[rows[s].item<int64_t>()]->labels.size());
+      widest = std::max<int64_t>(widest, examples[rows[s]]->labels.size());
     }
     std::vector<int64_t> columns(S * widest, 0);
     std::vector<float> labels(S * widest, 0), weights(S * widest, 0);
     for (int64_t s = 0; s < S; ++s) {
-      const StepExample* e = examples[rows[s].item<int64_t>()];
+      const StepExample* e = examples[rows[s]];
       for (size_t k = 0; k < e->labels.size(); ++k) {
         columns[s * widest + k] = e->label_at[k] + 1;
         labels[s * widest + k] = e->labels[k];

@@ -32,6 +32,16 @@ TEST(TurnCreditTest, TurnRewardsSitOnTurnEndsAndTheRestOfTheScoreOnTheLastToken)
                   0, 0, 0, 0, 0});
   // Row sums are the scores (outcome estimators see the episode return) where a token is valid.
   expect_near(r.sum(1), {1.5, 2, 0});
+  // A process reward model's steps are paid where they end, beside the turns (issue 32).
+  const std::vector<int32_t> step_ends = {1, 2};
+  const std::vector<double> step_rewards = {0.25, 0.125};
+  const at::Tensor s = turn_rewards_on_tokens(scores, mask,
+                                              {{&ends, &rewards, &step_ends, &step_rewards},
+                                               {nullptr, nullptr, &step_ends, &step_rewards},
+                                               {}});
+  expect_near(s, {0.25, 0.625, 0, 0, 0.625,  //
+                  0.25, 0.125, 1.625, 0, 0,  //
+                  0, 0, 0, 0, 0});
 }
 
 TEST(TurnCreditTest, ReinforcePpCreditsATurnWithWhatCameAfterIt) {

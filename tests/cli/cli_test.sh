@@ -16,6 +16,17 @@ expect_exit() {
 }
 expect_output() { grep -qF -- "$1" <<<"$out" || fail "output lacks '$1':"$'\n'"$out"; }
 
+# A random tiny judge in $work/judge and two records to judge in $work/in.jsonl (judge cases).
+make_judge() {
+  cat > "$work/config.json" <<'JSON'
+{"model_type": "llama", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "eos_token_id": 2}
+JSON
+  expect_exit 0 "$flywheel" init-model --config "$work/config.json" --out "$work/judge" --char-tokenizer
+  printf '%s\n' '{"prompt": "1+2=", "completion": "3", "answer": "3"}' \
+    '{"prompt": "2+2=", "completion": "5", "answer": "4"}' > "$work/in.jsonl"
+}
+
 case "$case_name" in
   version)
     expect_exit 0 "$flywheel" version
@@ -509,13 +520,7 @@ YAML
     # llm_judge through `flywheel reward` (the CLI registers it): a random judge's P(yes) for
     # every record, the agreement with exact_match, and its garbage labels scored the fallback,
     # each counted; a missing judge is an error at start naming it.
-    cat > "$work/config.json" <<'JSON'
-{"model_type": "llama", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
- "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "eos_token_id": 2}
-JSON
-    expect_exit 0 "$flywheel" init-model --config "$work/config.json" --out "$work/judge" --char-tokenizer
-    printf '%s\n' '{"prompt": "1+2=", "completion": "3", "answer": "3"}' \
-      '{"prompt": "2+2=", "completion": "5", "answer": "4"}' > "$work/in.jsonl"
+    make_judge
     judge_config() {  # $1: verdict
       printf 'rewards:\n  fallback_score: -1\n  functions:\n    - {name: exact_match, weight: 0}\n    - name: llm_judge\n      params: {path: %s, template: "{prompt}{completion}?", verdict: %s}\n' \
         "$work/judge" "$1" > "$work/$1.yaml"
@@ -543,13 +548,7 @@ JSON
     # One judge for many workers: `flywheel reward-serve` serves the judge config's functions, and
     # llm_judge with params.address scores through it exactly as the judge run in place; a wrong
     # token and a server that is down are errors at start naming the address.
-    cat > "$work/config.json" <<'JSON'
-{"model_type": "llama", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
- "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "eos_token_id": 2}
-JSON
-    expect_exit 0 "$flywheel" init-model --config "$work/config.json" --out "$work/judge" --char-tokenizer
-    printf '%s\n' '{"prompt": "1+2=", "completion": "3", "answer": "3"}' \
-      '{"prompt": "2+2=", "completion": "5", "answer": "4"}' > "$work/in.jsonl"
+    make_judge
     printf 'rewards:\n  functions:\n    - {name: exact_match, weight: 0}\n    - name: llm_judge\n      params: {path: %s, template: "{prompt}{completion}?"}\n' \
       "$work/judge" > "$work/local.yaml"
     expect_exit 0 "$flywheel" reward "$work/local.yaml" -i "$work/in.jsonl" -o "$work/local.jsonl"

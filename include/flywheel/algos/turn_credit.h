@@ -12,14 +12,18 @@
 namespace flywheel::algos {
 
 // One row's turns: turn_ends[k] is the index just past turn k's last token; turn_rewards[k] its
-// reward (part of the row's score). Empty for a single-turn row.
+// reward (part of the row's score). Empty for a single-turn row. A process reward model's steps
+// (step_ends, step_rewards) are paid the same way, inside or across turns.
 struct RowTurns {
   const std::vector<int32_t>* turn_ends = nullptr;
   const std::vector<double>* turn_rewards = nullptr;
+  const std::vector<int32_t>* step_ends = nullptr;
+  const std::vector<double>* step_rewards = nullptr;
 };
 
-// [B, T] float32: for each row, turn_rewards[k] at token turn_ends[k] - 1 and scores[b] less the
-// turn rewards at the last valid token of `mask` (a row without valid tokens gets nothing).
+// [B, T] float32: for each row, turn_rewards[k] at token turn_ends[k] - 1 (and step_rewards[k]
+// at step_ends[k] - 1) and scores[b] less those rewards at the last valid token of `mask` (a row
+// without valid tokens gets nothing).
 // `turns` has one entry per row; ends past T are ignored.
 at::Tensor turn_rewards_on_tokens(const at::Tensor& scores, const at::Tensor& mask,
                                   const std::vector<RowTurns>& turns);

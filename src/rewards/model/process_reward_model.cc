@@ -87,7 +87,7 @@ struct ProcessRewardModel::State {
 
 // One sample ready for the forward pass.
 struct ProcessRewardModel::Prepared {
-  std::vector<int64_t> ids;
+  std::vector<int64_t> ids;              // moved out for the forward pass
   std::vector<int64_t> read;             // the token of each step's label
   std::vector<int32_t> completion_ends;  // each step's end among the completion's tokens
 };
@@ -189,7 +189,7 @@ std::vector<absl::StatusOr<RewardOutput>> ProcessRewardModel::score_batch(
       continue;
     }
     prepared[i] = std::move(*p);
-    ids[i] = prepared[i].ids;
+    ids[i] = std::move(prepared[i].ids);
     order.push_back(i);
   }
   for (const std::vector<size_t>& batch :
