@@ -17,19 +17,15 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "flywheel/core/logging.h"
 #include "flywheel/core/status_macros.h"
 #include "sandbox/launch_plan.h"
+#include "sandbox/sandbox_cgroups.h"
 #include "sandbox/sandbox_child.h"
 
 #ifndef SYS_close_range  // older headers (Linux 5.9)
@@ -37,23 +33,45 @@
 #endif
 
 namespace flywheel::rewards {
-namespace {
-
-using sandbox_internal::ChildPlan;
-using sandbox_internal::LaunchHeader;
-using sandbox_internal::RecordHeader;
-using Clock = std::chrono::steady_clock;
-
-constexpr size_t kReadChunk = 64 << 10;
+namespace sandbox_internal {
 
 std::string errno_text(int error) {
   char buffer[256];
   return strerror_r(error, buffer, sizeof buffer);  // GNU strerror_r: returns the text
 }
 
-absl::Status os_error(absl::string_view what, int error = errno) {
+absl::Status os_error(absl::string_view what, int error) {
   return absl::InternalError(absl::StrCat("sandbox: ", what, ": ", errno_text(error)));
 }
+
+bool write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    ssize_t n = write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace sandbox_internal
+
+namespace {
+
+using sandbox_internal::ChildPlan;
+using sandbox_internal::errno_text;
+using sandbox_internal::find_cgroups;
+using sandbox_internal::LaunchHeader;
+using sandbox_internal::os_error;
+using sandbox_internal::RecordHeader;
+using sandbox_internal::RunCgroups;
+using sandbox_internal::write_all;
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kReadChunk = 64 << 10;
 
 class UniqueFd {
  public:
@@ -82,19 +100,6 @@ absl::Status make_pipe(UniqueFd* read_end, UniqueFd* write_end) {
   read_end->reset(fds[0]);
   write_end->reset(fds[1]);
   return absl::OkStatus();
-}
-
-bool write_all(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    ssize_t n = write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
 }
 
 bool is_plain_name(const std::string& name) {
@@ -247,153 +252,6 @@ int spawn_main(void* arg) {
   args->exec_errno = errno;        // ...or closed by the init (close_range) before the program
   _exit(127);
 }
-
-// --- cgroups --------------------------------------------------------------------------------
-
-bool read_text(const std::string& path, std::string* out) {
-  std::ifstream in(path);
-  if (!in) return false;
-  std::stringstream text;
-  text << in.rdbuf();
-  *out = text.str();
-  return true;
-}
-
-bool write_text(const std::string& path, const std::string& text) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool ok = write_all(fd, text.data(), text.size());
-  close(fd);
-  return ok;
-}
-
-// True when `dir` takes a child cgroup (made and removed again).
-bool can_make_child(const std::string& dir) {
-  const std::string probe = absl::StrCat(dir, "/flywheel-probe-", getpid());
-  if (mkdir(probe.c_str(), 0755) != 0) return false;
-  rmdir(probe.c_str());
-  return true;
-}
-
-// The cgroups this process may make per-run children in (its own cgroup's directories).
-Sandbox::Cgroups find_cgroups() {
-  Sandbox::Cgroups out;
-  std::string self;
-  if (!read_text("/proc/self/cgroup", &self)) return out;
-  std::string v2_path, memory_path, pids_path;
-  for (absl::string_view line : absl::StrSplit(self, '\n', absl::SkipEmpty())) {
-    std::vector<std::string> f = absl::StrSplit(line, absl::MaxSplits(':', 2));
-    if (f.size() != 3) continue;
-    if (f[0] == "0" && f[1].empty()) v2_path = f[2];
-    for (absl::string_view c : absl::StrSplit(f[1], ',')) {
-      if (c == "memory") memory_path = f[2];
-      if (c == "pids") pids_path = f[2];
-    }
-  }
-  // v2, unified or hybrid: both controllers enabled for this cgroup's children.
-  for (const char* mount : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
-    std::string controllers;
-    const std::string dir = absl::StrCat(mount, v2_path == "/" ? "" : v2_path);
-    if (!v2_path.empty() && read_text(dir + "/cgroup.subtree_control", &controllers) &&
-        absl::StrContains(controllers, "memory") && absl::StrContains(controllers, "pids") &&
-        can_make_child(dir)) {
-      out.version = 2;
-      out.memory = dir;
-      return out;
-    }
-  }
-  // v1: a memory hierarchy (and a pids one when there is).
-  if (!memory_path.empty()) {
-    const std::string memory =
-        absl::StrCat("/sys/fs/cgroup/memory", memory_path == "/" ? "" : memory_path);
-    if (access((memory + "/memory.limit_in_bytes").c_str(), F_OK) == 0 && can_make_child(memory)) {
-      out.version = 1;
-      out.memory = memory;
-      const std::string pids =
-          absl::StrCat("/sys/fs/cgroup/pids", pids_path == "/" ? "" : pids_path);
-      if (!pids_path.empty() && can_make_child(pids)) out.pids = pids;
-    }
-  }
-  return out;
-}
-
-// One run's cgroups: made with their limits before the run, their peak and OOM count read and
-// the directories removed after it.
-class RunCgroups {
- public:
-  RunCgroups(const Sandbox::Cgroups& roots, const std::string& name) : roots_(roots) {
-    if (roots.version == 0) return;
-    memory_ = absl::StrCat(roots.memory, "/", name);
-    if (!roots.pids.empty()) pids_ = absl::StrCat(roots.pids, "/", name);
-  }
-  ~RunCgroups() { remove(); }
-
-  absl::Status make(int64_t memory_bytes, int max_processes) {
-    if (memory_.empty()) return absl::OkStatus();
-    for (const std::string* dir : {&memory_, &pids_}) {
-      if (!dir->empty() && mkdir(dir->c_str(), 0755) != 0) {
-        return os_error(absl::StrCat("making the run's cgroup ", *dir));
-      }
-    }
-    const std::string memory = std::to_string(memory_bytes);
-    const std::string pids = std::to_string(max_processes);
-    bool ok;
-    if (roots_.version == 2) {
-      ok = write_text(memory_ + "/memory.max", memory) && write_text(memory_ + "/pids.max", pids);
-      write_text(memory_ + "/memory.swap.max", "0");  // absent without swap accounting
-    } else {
-      ok = write_text(memory_ + "/memory.limit_in_bytes", memory);
-      write_text(memory_ + "/memory.memsw.limit_in_bytes", memory);  // with swap accounting
-      if (ok && !pids_.empty()) ok = write_text(pids_ + "/pids.max", pids);
-    }
-    if (!ok) return os_error(absl::StrCat("setting the limits of the run's cgroup ", memory_));
-    return absl::OkStatus();
-  }
-
-  // The cgroup.procs files the run's init joins.
-  std::vector<std::string> procs() const {
-    std::vector<std::string> out;
-    for (const std::string* dir : {&memory_, &pids_}) {
-      if (!dir->empty()) out.push_back(*dir + "/cgroup.procs");
-    }
-    return out;
-  }
-
-  void read_stats(SandboxResult* result) const {
-    if (memory_.empty()) return;
-    std::string text;
-    if (read_text(memory_ + (roots_.version == 2 ? "/memory.peak" : "/memory.max_usage_in_bytes"),
-                  &text)) {
-      int64_t peak = 0;
-      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &peak))
-        result->memory_peak_bytes = peak;
-    }
-    if (read_text(memory_ + (roots_.version == 2 ? "/memory.events" : "/memory.oom_control"),
-                  &text)) {
-      for (absl::string_view line : absl::StrSplit(text, '\n')) {
-        int64_t n = 0;
-        if (absl::ConsumePrefix(&line, "oom_kill ") && absl::SimpleAtoi(line, &n) && n > 0) {
-          result->oom_killed = true;
-        }
-      }
-    }
-  }
-
-  void remove() {
-    for (std::string* dir : {&memory_, &pids_}) {
-      // The last tasks may still be on their way out: a few tries, 1 ms apart.
-      for (int i = 0; !dir->empty() && i < 200; ++i) {
-        if (rmdir(dir->c_str()) == 0 || errno == ENOENT) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-      dir->clear();
-    }
-  }
-
- private:
-  const Sandbox::Cgroups& roots_;
-  std::string memory_, pids_;
-};
 
 // How a run ended, as the caller saw it.
 struct RunEnd {
