@@ -189,7 +189,9 @@ learner_rank() {  # $1: the rank stopped
 
 # One worker of two stops: the run goes on without it.
 one_worker() {
-  local run=worker steps=300
+  # 600 steps: under ctest -j2 a 300-step run ended (29 s) before any of the 11 tries below
+  # caught worker a holding leases.
+  local run=worker steps=600
   write_config "$run" "$steps" > /dev/null
   start_learners "$run"
   start_worker "$run" a
@@ -201,6 +203,7 @@ one_worker() {
   # budget with none): stopped again until the controller reports the silent worker's leases.
   for i in $(seq 11); do
     ((i < 11)) || fail "worker a never held a lease when stopped"
+    kill -0 "${worker_pid[a]}" 2> /dev/null || fail "worker a exited before a stop caught it holding leases"
     kill -STOP "${worker_pid[a]}"
     sleep 2
     grep -qs "worker a has been silent" "$work/$run-learners.log" && break
