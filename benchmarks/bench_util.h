@@ -177,4 +177,20 @@ inline model::ModelConfig qwen2_config(int64_t vocab, int64_t hidden, int64_t in
   return c;
 }
 
+// A Qwen3-MoE config: `layers` sparse layers of `experts` experts (`k` per token) of width
+// `expert_width`, attention as qwen2_config's (no biases, q/k norms).
+inline model::ModelConfig qwen3_moe_config(int64_t vocab, int64_t hidden, int64_t layers,
+                                           int64_t heads, int64_t kv_heads, int64_t experts,
+                                           int64_t k, int64_t expert_width) {
+  model::ModelConfig c = qwen2_config(vocab, hidden, expert_width, layers, heads, kv_heads);
+  c.model_type = "qwen3_moe";
+  c.qkv_bias = false;
+  c.qk_norm = true;
+  c.num_experts = experts;
+  c.num_experts_per_tok = k;
+  c.moe_intermediate_size = expert_width;
+  c.norm_topk_prob = true;
+  return c;
+}
+
 }  // namespace flywheel::bench

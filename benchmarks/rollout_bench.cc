@@ -1,11 +1,12 @@
 // rollout_bench: decode throughput of the generation engine at batch 1, 8, 32 and 64, for a
-// small and a ~100M-parameter model, each beside its roofline on this machine: the memory
+// small and a ~100M-parameter model and a ~110M-parameter mixture of experts (moe), each beside
+// its roofline on this machine (for moe, the bytes of the experts a step's tokens pick): the memory
 // bandwidth and matmul GFLOP/s the bench measures itself, in the same run. Each tokens/s figure
 // is the best of 3 runs, as the roofline figures are best-ofs.
 //
 //   build/benchmarks/rollout_bench [--device cpu|cuda] [--threads N]
 //       [--thread-split auto|kernels|blas|aten|none] [--dtype float32|bfloat16|auto] [--steps S]
-//       [--batches 1,8,64] [--models small,100M] [--no-extras]
+//       [--batches 1,8,64] [--models small,100M,moe] [--no-extras]
 //
 // After the table (unless --no-extras), for the 100M model: batch 1 on one thread against the
 // whole budget beside each one's memory bandwidth, on a CPU with native bf16 bfloat16 against
@@ -54,7 +55,7 @@ constexpr const char* kUsage =
     "usage: rollout_bench [--device cpu|cuda] [--threads N] [--thread-split "
     "auto|kernels|blas|aten|none]\n"
     "                     [--dtype float32|bfloat16|auto] [--steps S] [--batches 1,8,32,64]\n"
-    "                     [--models small,100M] [--no-extras]\n"
+    "                     [--models small,100M,moe] [--no-extras]\n"
     "  --device cuda: the model on cuda:0, dtype bfloat16 by default, the device's roofline\n";
 
 // Waits for the work queued on `device` (nothing to wait for on the CPU), so that a timed
@@ -132,19 +133,45 @@ struct Roofline {
   const char* limiter;  // "memory" or "compute"
 };
 
+// Mixture of experts: the fraction of the experts one decode step of `batch` rows reads, measured
+// by routing `batch` tokens through the model (the experts some token of a layer picked, over
+// every layer's experts); 1 for dense models.
+double experts_read(const flywheel::model::DecoderModel& model, int64_t batch) {
+  const ModelConfig& c = model.config();
+  if (c.num_moe_layers() == 0) return 1.0;
+  flywheel::model::ForwardBatch b;
+  b.tokens = (at::arange(batch, at::kLong) * 7919 + 13).remainder(c.vocab_size).view({batch, 1});
+  b.positions = at::zeros({batch, 1}, at::kLong);
+  flywheel::model::RouteRecord record;
+  at::NoGradGuard no_grad;
+  model.forward(b, nullptr, &record);
+  double used = 0;
+  for (const at::Tensor& layer : record.layers) {
+    const at::Tensor picked = at::zeros({c.num_experts}, at::kLong);
+    picked.index_fill_(0, layer.reshape({-1}), 1);
+    used += static_cast<double>(picked.sum().item<int64_t>());
+  }
+  return used / static_cast<double>(record.layers.size() * c.num_experts);
+}
+
 // The roofline of one decode step of `batch` rows at `context` tokens each: max(bytes / bandwidth,
-// FLOPs / peak), bytes = the weights + the KV cache read.
+// FLOPs / peak), bytes = the weights + the KV cache read. A mixture of experts reads only the
+// experts its tokens picked (experts_read) and computes num_experts_per_tok of them per token.
 Roofline decode_roofline(const flywheel::model::DecoderModel& model, int64_t batch, double context,
                          double bandwidth_gbs, double peak_gflops) {
   const ModelConfig& c = model.config();
   const double element = model.options().dtype == at::kFloat ? 4.0 : 2.0;
-  const double params = static_cast<double>(c.num_parameters());
+  const double expert = 3.0 * c.hidden_size * c.moe_intermediate_size;  // one expert's weights
+  const double all_experts = c.num_moe_layers() * c.num_experts * expert;
+  const double params = static_cast<double>(c.num_parameters()) - all_experts;  // dense part
   const double kv_bytes =
       batch * context * c.num_hidden_layers * 2.0 * c.num_key_value_heads * c.head_dim * element;
-  const double step_bytes = params * element + kv_bytes;
+  const double step_bytes =
+      (params + all_experts * experts_read(model, batch)) * element + kv_bytes;
   const double embed = c.vocab_size * c.hidden_size;  // the lookup reads one row, lm_head all
+  const double active = params + c.num_moe_layers() * c.num_experts_per_tok * expert;
   const double step_flops =
-      batch * (2.0 * (params - embed) + 2.0 * embed +
+      batch * (2.0 * (active - embed) + 2.0 * embed +
                c.num_hidden_layers * 4.0 * c.num_attention_heads * c.head_dim * context);
   const double memory_time = step_bytes / (bandwidth_gbs * 1e9);
   const double compute_time = step_flops / (peak_gflops * 1e9);
@@ -490,8 +517,12 @@ int main(int argc, char** argv) {
     const char* name;
     ModelConfig config;
   };
-  std::vector<Spec> specs = {{"small", qwen2_config(4096, 256, 768, 4, 4, 2)},
-                             {"100M", qwen2_config(32000, 768, 2048, 12, 12, 4)}};
+  // moe: Qwen3-MoE of 16 experts (2 per token) of width 512 in each of 8 layers, ~110M
+  // parameters of which ~30M are active per token.
+  std::vector<Spec> specs = {
+      {"small", qwen2_config(4096, 256, 768, 4, 4, 2)},
+      {"100M", qwen2_config(32000, 768, 2048, 12, 12, 4)},
+      {"moe", flywheel::bench::qwen3_moe_config(32000, 512, 8, 8, 4, 16, 2, 512)}};
   for (const Spec& spec : specs) {
     if (!flywheel::bench::listed(args.models, spec.name)) continue;
     auto created = flywheel::model::DecoderModel::create(

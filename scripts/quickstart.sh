@@ -4,6 +4,8 @@
 #   SEED=11 scripts/quickstart.sh        # another seed, under runs/quickstart-seed11/
 #   scripts/quickstart.sh calculator     # multi-turn: the model calls a calculator environment,
 #                                        # under runs/quickstart-calculator/ (SEED works too)
+#   scripts/quickstart.sh moe            # addition with a Qwen3-MoE model (8 experts, 2 per
+#                                        # token) and rollout routing replay, runs/quickstart-moe/
 # Steps: bootstrap (packages + build; a no-op when up to date), the synthetic task (generated
 # from the seed; addition: 3-digit sums, every number written least-significant digit first;
 # calculator: a 3-digit times a 2-digit number, with demonstration episodes), a small random
@@ -16,19 +18,34 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 which=${1:-addition}
 case "$which" in
-  addition | calculator) ;;
-  *) echo "usage: scripts/quickstart.sh [addition|calculator]" >&2; exit 2 ;;
+  addition | calculator | moe) ;;
+  *) echo "usage: scripts/quickstart.sh [addition|calculator|moe]" >&2; exit 2 ;;
 esac
 build_dir=${FLYWHEEL_BUILD_DIR:-build}
 [[ "${FLYWHEEL_SKIP_BOOTSTRAP:-0}" == 1 ]] || scripts/bootstrap.sh  # idempotent
 flywheel="$build_dir/flywheel"
 seed=${SEED:-7}
-if [[ "$which" == addition ]]; then
+# The small random model the warm-up starts from.
+init_config='{"model_type": "qwen2", "vocab_size": 100, "hidden_size": 128, "intermediate_size": 512,
+ "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "eos_token_id": 2, "max_position_embeddings": 64, "tie_word_embeddings": true}'
+rl=()
+if [[ "$which" == addition || "$which" == moe ]]; then
   run=runs/quickstart
   config=configs/quickstart.yaml
   task=(addition --digit-order lsd --digits 3 --train 20000 --eval 200 --seed "$seed")
   sft_data=train.jsonl
   sft=(--set trainer.lr=1e-3)
+  if [[ "$which" == moe ]]; then
+    # The same width per token as the dense model: 2 of 8 experts of 256, against one MLP of 512.
+    run=runs/quickstart-moe
+    init_config='{"model_type": "qwen3_moe", "vocab_size": 100, "hidden_size": 128,
+ "intermediate_size": 512, "num_hidden_layers": 3, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "head_dim": 32, "num_experts": 8, "num_experts_per_tok": 2,
+ "moe_intermediate_size": 256, "norm_topk_prob": true, "eos_token_id": 2,
+ "max_position_embeddings": 64, "tie_word_embeddings": true}'
+    rl=(--set algorithm.router_replay=r3)
+  fi
 else
   run=runs/quickstart-calculator
   config=configs/quickstart_calculator.yaml
@@ -56,11 +73,7 @@ if [[ ! -f "$run/sft/hf/model.safetensors" || "$(cat "$run/task" 2>/dev/null)" !
   rm -rf "$run/data" "$run/init" "$run/sft" "$run/task"
   "$flywheel" make-data "${task[@]}" --out "$run/data"
   mkdir -p "$run/init"
-  cat > "$run/init/config.json" <<'JSON'
-{"model_type": "qwen2", "vocab_size": 100, "hidden_size": 128, "intermediate_size": 512,
- "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
- "eos_token_id": 2, "max_position_embeddings": 64, "tie_word_embeddings": true}
-JSON
+  echo "$init_config" > "$run/init/config.json"
   "$flywheel" init-model --config "$run/init/config.json" --out "$run/init" --char-tokenizer \
     --seed "$seed"
   echo "== SFT warm-up (stops at sft.stop_at_accuracy of $config) =="
@@ -76,5 +89,5 @@ else
   echo "== SFT warm-up: reusing $run/sft/hf =="
 fi
 echo "== RL: flywheel train $config =="
-"$flywheel" train "$config" "${paths[@]}" --set "logging.run_dir=$run/rl" --overwrite
+"$flywheel" train "$config" "${paths[@]}" "${rl[@]}" --set "logging.run_dir=$run/rl" --overwrite
 echo "quickstart finished in $(( $(date +%s) - start )) s; plot: $run/rl/plot.png"

@@ -48,6 +48,12 @@ Json trajectory_json(const Trajectory& t) {
     j.set("step_ends", numbers(t.step_ends));
     j.set("step_rewards", numbers(t.step_rewards));
   }
+  if (!t.routes.empty()) {  // a mixture-of-experts model's expert routes
+    j.set("routes", numbers(t.routes));
+    j.set("route_layers", Json(static_cast<int64_t>(t.route_layers)));
+    j.set("route_k", Json(static_cast<int64_t>(t.route_k)));
+    j.set("route_bytes", Json(static_cast<int64_t>(t.route_bytes)));
+  }
   return j;
 }
 
@@ -67,6 +73,13 @@ struct Reader {
   int64_t integer(const Json* j) {
     if (!j || !j->is_integer()) ok = false;
     return ok ? j->as_int() : 0;
+  }
+  int32_t int32(const Json* j) {
+    const int64_t x = integer(j);
+    if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) {
+      ok = false;
+    }
+    return static_cast<int32_t>(x);
   }
   double number(const Json* j) {
     if (!j || !j->is_number()) ok = false;
@@ -132,6 +145,12 @@ struct Reader {
     if (j.find("step_ends") != nullptr) {
       t.step_ends = list<int32_t>(j.find("step_ends"));
       t.step_rewards = list<double>(j.find("step_rewards"));
+    }
+    if (j.find("routes") != nullptr) {
+      t.routes = list<uint8_t>(j.find("routes"));
+      t.route_layers = int32(j.find("route_layers"));
+      t.route_k = int32(j.find("route_k"));
+      t.route_bytes = int32(j.find("route_bytes"));
     }
     return t;
   }

@@ -83,6 +83,59 @@ absl::Status validate_episode(const Trajectory& t, const std::string& at, size_t
   return absl::OkStatus();
 }
 
+// The expert routes of trajectory `at` (`tokens` prompt + response tokens): none, with every size
+// 0 (so that stray sizes are rejected rather than ignored), or exactly route_layers x route_k ids
+// of route_bytes bytes per token. The ids themselves are checked against the model's expert count
+// by the learner, which knows it.
+absl::Status validate_routes(const Trajectory& t, const ValidationLimits& limits,
+                             const std::string& at, size_t tokens) {
+  auto bad = [&](const std::string& field, const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(at, field, ": ", why));
+  };
+  if (t.routes.empty()) {
+    if (t.route_layers == 0 && t.route_k == 0 && t.route_bytes == 0) return absl::OkStatus();
+    return bad(".routes",
+               absl::StrCat("empty, but route_layers (", t.route_layers, "), route_k (", t.route_k,
+                            ") and route_bytes (", t.route_bytes, ") are not all 0"));
+  }
+  if (limits.num_experts <= 0) {
+    return bad(".routes", "this run's model is not a mixture of experts");
+  }
+  if (t.route_layers != limits.route_layers || t.route_k != limits.route_k) {
+    return bad(".route_layers", absl::StrCat(t.route_layers, " layers x ", t.route_k,
+                                             " experts per token, but the model routes ",
+                                             limits.route_layers, " layers x ", limits.route_k));
+  }
+  if (t.route_bytes != 1 && t.route_bytes != 2) {
+    return bad(".route_bytes", absl::StrCat(t.route_bytes, " must be 1 or 2"));
+  }
+  if (t.route_layers < 1) {
+    return bad(".route_layers", absl::StrCat(t.route_layers, " must be >= 1"));
+  }
+  if (t.route_k < 1) return bad(".route_k", absl::StrCat(t.route_k, " must be >= 1"));
+  const int64_t per_token = int64_t{t.route_layers} * t.route_k;
+  if (per_token > 65536) {
+    return bad(".routes", absl::StrCat("route_layers (", t.route_layers, ") x route_k (", t.route_k,
+                                       ") = ", per_token, " ids per token exceed 65536"));
+  }
+  // tokens <= max_tokens (checked before), so this cannot overflow.
+  const int64_t expected = static_cast<int64_t>(tokens) * per_token * t.route_bytes;
+  if (static_cast<int64_t>(t.routes.size()) != expected) {
+    return bad(".routes",
+               absl::StrCat(t.routes.size(), " bytes, expected ", expected, " (", tokens,
+                            " prompt + response tokens x route_layers ", t.route_layers,
+                            " x route_k ", t.route_k, " x route_bytes ", t.route_bytes, ")"));
+  }
+  const size_t ids = t.routes.size() / t.route_bytes;
+  for (size_t i = 0; i < ids; ++i) {
+    if (t.route_id(i) >= limits.num_experts) {
+      return bad(absl::StrCat(".routes[", i, "]"),
+                 absl::StrCat("expert ", t.route_id(i), " outside [0, ", limits.num_experts, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The group's shape: group_size trajectories, or, with segments, every sample index from 0 to
 // group_size - 1 in order, each followed by its further segments 1, 2, ... (at most
 // max_segments in all).
@@ -132,6 +185,14 @@ absl::Status validate_layout(const TrajectoryGroup& group, const ValidationLimit
 
 }  // namespace
 
+int64_t Trajectory::route_id(size_t i) const {
+  if (route_bytes == 2) {
+    const uint32_t id = routes[2 * i] | static_cast<uint32_t>(routes[2 * i + 1]) << 8;
+    return id == 0xFFFF ? -1 : int64_t{id};
+  }
+  return routes[i] == 0xFF ? -1 : int64_t{routes[i]};
+}
+
 int64_t Trajectory::min_version() const {
   if (versions.empty()) return std::numeric_limits<int64_t>::max();
   int32_t v = std::numeric_limits<int32_t>::max();
@@ -142,7 +203,7 @@ int64_t Trajectory::min_version() const {
 size_t Trajectory::bytes() const {
   return prompt_ids.size() * 4 + response_ids.size() * (4 + 1 + 4 + 4) + finish_reason.size() +
          reward_breakdown.size() * 24 + (turn_ends.size() + step_ends.size()) * 12 +
-         env_step_seconds.size() * 4 + 64;
+         env_step_seconds.size() * 4 + routes.size() + 64;
 }
 
 int64_t TrajectoryGroup::min_version() const {
@@ -257,6 +318,7 @@ absl::Status validate_group(const TrajectoryGroup& group, const ValidationLimits
         return bad(absl::StrCat(at, ".reward_breakdown.", name), "must be finite");
     }
     FLYWHEEL_RETURN_IF_ERROR(validate_episode(t, at, n));
+    FLYWHEEL_RETURN_IF_ERROR(validate_routes(t, limits, at, t.prompt_ids.size() + n));
   }
   return absl::OkStatus();
 }

@@ -59,6 +59,10 @@ enum TrajectoryField {
   kSegment = 14,
   kStepEnds = 15,
   kStepRewards = 16,
+  kRoutes = 17,
+  kRouteLayers = 18,
+  kRouteK = 19,
+  kRouteBytes = 20,
 };
 
 constexpr int kMaxGroupDepth = 64;
@@ -263,6 +267,14 @@ const char* trajectory_field_name(uint32_t number) {
       return "step_ends";
     case kStepRewards:
       return "step_rewards";
+    case kRoutes:
+      return "routes";
+    case kRouteLayers:
+      return "route_layers";
+    case kRouteK:
+      return "route_k";
+    case kRouteBytes:
+      return "route_bytes";
     default:
       return "an unknown field";
   }
@@ -323,6 +335,18 @@ bool read_trajectory(Reader& r, Trajectory* t, const char** field) {
         break;
       case kStepRewards:
         ok = r.doubles(tag, &t->step_rewards);
+        break;
+      case kRoutes:
+        ok = r.bytes(tag, &t->routes);
+        break;
+      case kRouteLayers:
+        ok = r.varint(tag, &t->route_layers);
+        break;
+      case kRouteK:
+        ok = r.varint(tag, &t->route_k);
+        break;
+      case kRouteBytes:
+        ok = r.varint(tag, &t->route_bytes);
         break;
       default:
         ok = number != 0 && r.skip(tag);
@@ -433,6 +457,19 @@ void write_trajectory(const Trajectory& t, Sink* out) {
   }
   out->delimited(kStepEnds, t.step_ends.data(), t.step_ends.size() * 4);
   out->delimited(kStepRewards, t.step_rewards.data(), t.step_rewards.size() * 8);
+  out->delimited(kRoutes, t.routes.data(), t.routes.size(), true);
+  if (t.route_layers != 0) {
+    out->varint(tag(kRouteLayers, kVarint));
+    out->varint(static_cast<uint64_t>(static_cast<int64_t>(t.route_layers)));
+  }
+  if (t.route_k != 0) {
+    out->varint(tag(kRouteK, kVarint));
+    out->varint(static_cast<uint64_t>(static_cast<int64_t>(t.route_k)));
+  }
+  if (t.route_bytes != 0) {
+    out->varint(tag(kRouteBytes, kVarint));
+    out->varint(static_cast<uint64_t>(static_cast<int64_t>(t.route_bytes)));
+  }
 }
 
 void write_group(const TrajectoryGroup& group, absl::string_view worker_id, Sink* out) {

@@ -49,7 +49,7 @@ absl::Status run(const BufferArgs& args) {
       model::ModelConfig model_config,
       model::ModelConfig::from_file((fs::path(c.model.path) / "config.json").string()));
   FLYWHEEL_ASSIGN_OR_RETURN(ControllerSetup setup,
-                            prepare_controller(job, model_config.vocab_size, "flywheel buffer"));
+                            prepare_controller(job, model_config, "flywheel buffer"));
 
   std::string snapshot;
   std::error_code ec;

@@ -31,7 +31,8 @@ std::string dial_address(const std::string& bind_address, int port) {
 
 }  // namespace
 
-absl::StatusOr<ControllerSetup> prepare_controller(const JobSetup& job, int64_t vocab_size,
+absl::StatusOr<ControllerSetup> prepare_controller(const JobSetup& job,
+                                                   const model::ModelConfig& model,
                                                    const std::string& who) {
   const core::Config& c = job.loaded.config;
   if (c.data.train_path.empty()) return absl::InvalidArgumentError("data.train_path must be set");
@@ -54,7 +55,12 @@ absl::StatusOr<ControllerSetup> prepare_controller(const JobSetup& job, int64_t 
   o.capacity_bytes = c.buffer.capacity_bytes;
   o.lease_timeout_s = c.buffer.lease_timeout_s;
   o.worker_timeout_s = c.buffer.heartbeat_interval_s * c.buffer.missed_heartbeats;
-  o.limits.vocab_size = vocab_size;
+  o.limits.vocab_size = model.vocab_size;
+  if (model.num_moe_layers() > 0) {
+    o.limits.route_layers = model.num_moe_layers();
+    o.limits.route_k = model.num_experts_per_tok;
+    o.limits.num_experts = model.num_experts;
+  }
   o.limits.group_size = c.rollout.group_size;
   if (c.rollout.agent.enabled() && c.rollout.agent.on_rewrite == core::OnRewrite::kSegment) {
     o.limits.max_segments = c.rollout.agent.max_segments;  // an episode's streams (agents)
@@ -138,14 +144,14 @@ absl::StatusOr<buffer::ControllerClientOptions> controller_client_options(
 }
 
 absl::StatusOr<std::unique_ptr<ControllerHost>> start_controller(const JobSetup& job,
-                                                                 int64_t vocab_size,
+                                                                 const model::ModelConfig& model,
                                                                  at::ScalarType weights_dtype,
                                                                  int64_t version,
                                                                  const std::string& snapshot) {
   const core::Config& c = job.loaded.config;
   auto host = std::make_unique<ControllerHost>();
   FLYWHEEL_ASSIGN_OR_RETURN(ControllerSetup setup,
-                            prepare_controller(job, vocab_size, "flywheel learner"));
+                            prepare_controller(job, model, "flywheel learner"));
   host->setup = std::move(setup);
   host->setup.server.weights_dtype = model::dtype_name(weights_dtype);
   auto core = make_controller_core(host->setup, snapshot);

@@ -16,6 +16,7 @@
 #include "flywheel/buffer/service/controller_client.h"
 #include "flywheel/buffer/service/controller_server.h"
 #include "flywheel/buffer/weight_store.h"
+#include "flywheel/model/model_config.h"
 #include "job_setup.h"
 
 namespace flywheel::cli {
@@ -28,8 +29,10 @@ struct ControllerSetup {
 };
 
 // Loads data.train_path and builds the options from the config; token ids must be below
-// `vocab_size`. `who` prefixes the warning printed when no token is configured.
-absl::StatusOr<ControllerSetup> prepare_controller(const JobSetup& job, int64_t vocab_size,
+// `model`'s vocab_size, and a mixture of experts' routes fit its shape. `who` prefixes the warning
+// printed when no token is configured.
+absl::StatusOr<ControllerSetup> prepare_controller(const JobSetup& job,
+                                                   const model::ModelConfig& model,
                                                    const std::string& who);
 
 // The core: restored from `snapshot` when it is not empty, else fresh.
@@ -61,7 +64,7 @@ struct ControllerHost {
 // Rank 0's controller at `version`: restored from `snapshot` when resuming (its leases are
 // re-issued), serving from now on. `weights_dtype` is the rollout dtype the manifest announces.
 absl::StatusOr<std::unique_ptr<ControllerHost>> start_controller(const JobSetup& job,
-                                                                 int64_t vocab_size,
+                                                                 const model::ModelConfig& model,
                                                                  at::ScalarType weights_dtype,
                                                                  int64_t version,
                                                                  const std::string& snapshot);

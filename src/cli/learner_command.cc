@@ -119,8 +119,8 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const core::StopS
   // Rank 0: the controller service and the first published weights.
   std::unique_ptr<ControllerHost> host;
   if (rank == 0) {
-    auto started = start_controller(*job, model_config.vocab_size, rollout_dtype,
-                                    (*learner)->version(), resumed.controller_snapshot);
+    auto started = start_controller(*job, model_config, rollout_dtype, (*learner)->version(),
+                                    resumed.controller_snapshot);
     if (!started.ok()) return started.status();
     host = std::move(*started);
     FLYWHEEL_RETURN_IF_ERROR(

@@ -20,8 +20,15 @@
 
 namespace flywheel::model {
 
+namespace {
+
+// Where reductions (norms, softmax) run: float32, or float64 for float64 inputs (tests).
+at::ScalarType reduction_type(at::ScalarType t) { return at::promote_types(t, at::kFloat); }
+
+}  // namespace
+
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  at::Tensor h = x.to(at::kFloat);
+  at::Tensor h = x.to(reduction_type(x.scalar_type()));
   at::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
   h = h * at::rsqrt(variance + eps);
   return weight * h.to(x.scalar_type());
@@ -123,6 +130,9 @@ struct LayerContext {
   // Without gradients, on the pool, with float32 or bfloat16 activations: that work (norms,
   // RoPE, SiLU) runs in decode_rows.h's kernels, by rows over the pool's threads, at any T.
   bool fused_rows = false;
+  at::Tensor routes;              // mixture of experts: routes to replay (ForwardBatch::routes)
+  bool replay = true;             // false: routes are only compared
+  RouteRecord* record = nullptr;  // where mixture-of-experts layers report their routing
 };
 
 // Self-attention of one layer; with a cache, the valid tokens are written to layer `index` of
@@ -226,8 +236,8 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
   at::Tensor qg = q.view({B, T, kvh, groups, hd})
                       .permute({0, 2, 3, 1, 4})
                       .reshape({B, kvh, groups * T, hd})
-                      .to(at::kFloat);
-  at::Tensor scores = at::matmul(qg, keys.to(at::kFloat).transpose(-1, -2));  // [B,kvh,g*T,L]
+                      .to(reduction_type(x.scalar_type()));
+  at::Tensor scores = at::matmul(qg, keys.to(qg.scalar_type()).transpose(-1, -2));  // [B,kvh,g*T,L]
   scores = (scores * (1.0 / std::sqrt(double(hd)))).view({B, kvh, groups, T, L});
   scores = scores.masked_fill(mask.logical_not().view({B, 1, 1, T, L}),
                               -std::numeric_limits<float>::infinity());
@@ -252,17 +262,97 @@ at::Tensor row_norm(const at::Tensor& t, const at::Tensor& weight, double eps,
                             : rms_norm(t, weight, eps);
 }
 
+// The SwiGLU MLP down(silu(gate(m)) * up(m)).
+at::Tensor swiglu(const at::Tensor& m, const at::Tensor& gate_w, const at::Tensor& up_w,
+                  const at::Tensor& down_w, const LayerContext& context) {
+  WorkerPool* pool = context.pool;
+  const at::Tensor gate = project(m, gate_w, {}, pool), up = project(m, up_w, {}, pool);
+  const at::Tensor act = context.fused_rows ? silu_mul_rows(gate, up, pool) : at::silu(gate) * up;
+  return project(act, down_w, {}, pool);
+}
+
+// A mixture-of-experts MLP (Qwen3-MoE's sparse block): the router's softmax picks each token's
+// num_experts_per_tok experts of highest probability; their outputs are summed with those
+// probabilities (renormalised over the chosen ones with norm_topk_prob). Each expert runs once,
+// on the rows routed to it (grouped on the host), never on the others.
+// With routes to replay, a replayed token uses its given experts, weighted by the router's
+// probabilities of them.
+at::Tensor moe_mlp(const ModelConfig& config, const DecoderLayerWeights& layer, const at::Tensor& m,
+                   const LayerContext& context) {
+  const int64_t k = config.num_experts_per_tok;
+  const int64_t E = static_cast<int64_t>(layer.experts.size());
+  const at::Tensor rows = m.reshape({-1, m.size(-1)});
+  const int64_t N = rows.size(0);
+  const at::Tensor probs =
+      at::softmax(project(rows, layer.router, {}, context.pool).to(reduction_type(m.scalar_type())),
+                  -1);  // [N, E]
+  at::Tensor weights, chosen;
+  std::tie(weights, chosen) = probs.topk(k, -1);
+  if (context.routes.defined() || context.record != nullptr) {
+    int64_t moe = 0;  // this layer's place among the mixture-of-experts layers
+    for (int64_t i = 0; i < layer.layer; ++i) moe += config.is_moe_layer(i) ? 1 : 0;
+    // A layer run again (checkpointing's recompute) has reported already.
+    RouteRecord* record =
+        context.record != nullptr && static_cast<int64_t>(context.record->layers.size()) == moe
+            ? context.record
+            : nullptr;
+    if (context.routes.defined()) {
+      const at::Tensor& routes = context.routes;
+      TORCH_CHECK(routes.dim() == 4 && routes.size(0) * routes.size(1) == N &&
+                      routes.size(2) > moe && routes.size(3) == k,
+                  "routes to replay must be [B, T, moe_layers, ", k, "], got ", routes.sizes());
+      const at::Tensor given =
+          routes.select(2, moe).reshape({N, k}).to(chosen.device()).to(at::kLong);
+      const at::Tensor has = given.select(1, 0).ge(0);  // [N]
+      if (record != nullptr) {
+        const at::Tensor differs =
+            std::get<0>(given.sort(1)).ne(std::get<0>(chosen.sort(1))).any(1).logical_and(has);
+        record->replayed += has.sum().item<int64_t>();
+        record->disagreements += differs.sum().item<int64_t>();
+      }
+      if (context.replay) {
+        chosen = at::where(has.unsqueeze(1), given, chosen);
+        weights = probs.gather(1, chosen);
+      }
+    }
+    if (record != nullptr) {
+      record->layers.push_back(chosen.view({m.size(0), m.size(1), k}).to(at::kCPU));
+    }
+  }
+  if (config.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
+  weights = weights.to(m.scalar_type());
+
+  // (token, slot) pairs grouped by expert, in token order within each expert.
+  const at::Tensor host = chosen.to(at::kCPU).to(at::kLong).contiguous();
+  const int64_t* ids = host.data_ptr<int64_t>();
+  std::vector<std::vector<int64_t>> pairs(E);
+  for (int64_t i = 0; i < N * k; ++i) {
+    TORCH_CHECK(ids[i] >= 0 && ids[i] < E, "expert id ", ids[i], " outside [0, ", E, ")");
+    pairs[ids[i]].push_back(i);
+  }
+  const at::Tensor flat_weights = weights.reshape({-1});
+  at::Tensor out = at::zeros_like(rows);
+  for (int64_t e = 0; e < E; ++e) {
+    if (pairs[e].empty()) continue;
+    const at::Tensor pair = at::tensor(pairs[e], at::kLong).to(rows.device());
+    const at::Tensor token = at::floor_divide(pair, k);
+    const ExpertWeights& expert = layer.experts[e];
+    const at::Tensor y =
+        swiglu(rows.index_select(0, token), expert.gate, expert.up, expert.down, context);
+    out = out.index_add(0, token, y * flat_weights.index_select(0, pair).unsqueeze(1));
+  }
+  return out.view(m.sizes());
+}
+
 // Attention then MLP, each with its pre-norm and residual.
 at::Tensor layer_forward(const ModelConfig& config, const DecoderLayerWeights& layer, int64_t index,
                          const at::Tensor& x, const LayerContext& context) {
-  WorkerPool* pool = context.pool;
   const double eps = config.rms_norm_eps;
   const at::Tensor normed = row_norm(x, layer.input_norm, eps, context);
   const at::Tensor h = x + attention(config, layer, index, normed, context);
   const at::Tensor m = row_norm(h, layer.post_norm, eps, context);
-  const at::Tensor gate = project(m, layer.gate, {}, pool), up = project(m, layer.up, {}, pool);
-  const at::Tensor act = context.fused_rows ? silu_mul_rows(gate, up, pool) : at::silu(gate) * up;
-  return h + project(act, layer.down, {}, pool);
+  if (layer.router.defined()) return h + moe_mlp(config, layer, m, context);
+  return h + swiglu(m, layer.gate, layer.up, layer.down, context);
 }
 
 // RoPE tables in the compute dtype (computed in float32, as transformers does).
@@ -306,6 +396,17 @@ std::vector<ParamSpec> decoder_parameter_specs(const ModelConfig& c) {
       specs.push_back({p + "self_attn.k_norm.weight", {hd}});
     }
     specs.push_back({p + "post_attention_layernorm.weight", {h}});
+    if (c.is_moe_layer(i)) {
+      const int64_t mi = c.moe_intermediate_size;
+      specs.push_back({p + "mlp.gate.weight", {c.num_experts, h}});
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        const std::string x = absl::StrCat(p, "mlp.experts.", e, ".");
+        specs.push_back({x + "gate_proj.weight", {mi, h}});
+        specs.push_back({x + "up_proj.weight", {mi, h}});
+        specs.push_back({x + "down_proj.weight", {h, mi}});
+      }
+      continue;
+    }
     specs.push_back({p + "mlp.gate_proj.weight", {c.intermediate_size, h}});
     specs.push_back({p + "mlp.up_proj.weight", {c.intermediate_size, h}});
     specs.push_back({p + "mlp.down_proj.weight", {h, c.intermediate_size}});
@@ -319,6 +420,7 @@ DecoderLayerWeights layer_weights(int64_t layer,
                                   const std::function<at::Tensor(const std::string&)>& find) {
   const std::string p = absl::StrCat("model.layers.", layer, ".");
   DecoderLayerWeights w;
+  w.layer = layer;
   w.input_norm = find(p + "input_layernorm.weight");
   w.q = find(p + "self_attn.q_proj.weight");
   w.q_bias = find(p + "self_attn.q_proj.bias");
@@ -334,6 +436,14 @@ DecoderLayerWeights layer_weights(int64_t layer,
   w.gate = find(p + "mlp.gate_proj.weight");
   w.up = find(p + "mlp.up_proj.weight");
   w.down = find(p + "mlp.down_proj.weight");
+  w.router = find(p + "mlp.gate.weight");
+  for (int64_t e = 0; w.router.defined(); ++e) {
+    const std::string x = absl::StrCat(p, "mlp.experts.", e, ".");
+    ExpertWeights expert{find(x + "gate_proj.weight"), find(x + "up_proj.weight"),
+                         find(x + "down_proj.weight")};
+    if (!expert.gate.defined()) break;
+    w.experts.push_back(std::move(expert));
+  }
   return w;
 }
 
@@ -345,12 +455,18 @@ SequenceContext sequence_context(const ModelConfig& config, const ForwardBatch& 
   std::tie(context.cos, context.sin) =
       rope_tables(batch.positions.to(device), rope_inverse_frequencies(config).to(device), dtype);
   context.mask = training_mask(batch, device);
+  context.routes = batch.routes;
+  context.replay = batch.replay;
   return context;
 }
 
 at::Tensor decoder_layer(const ModelConfig& config, const DecoderLayerWeights& weights,
                          const at::Tensor& x, const SequenceContext& context) {
-  return layer_forward(config, weights, 0, x, {context.cos, context.sin, context.mask});
+  LayerContext layer_context{context.cos, context.sin, context.mask};
+  layer_context.routes = context.routes;
+  layer_context.replay = context.replay;
+  layer_context.record = context.record;
+  return layer_forward(config, weights, 0, x, layer_context);
 }
 
 DecoderModel::DecoderModel(const ModelConfig& config, const DecoderOptions& options)
@@ -465,12 +581,20 @@ absl::StatusOr<std::unique_ptr<KvCache>> DecoderModel::make_cache(int64_t slots,
                          at::TensorOptions().dtype(options_.dtype).device(options_.device));
 }
 
-at::Tensor DecoderModel::forward(const ForwardBatch& batch, KvCache* cache) const {
-  if (cache != nullptr) return forward_with_cache(batch, cache);
+at::Tensor RouteRecord::stacked() const {
+  return layers.empty() ? at::Tensor() : at::stack(layers, 2);
+}
+
+at::Tensor DecoderModel::forward(const ForwardBatch& batch, KvCache* cache,
+                                 RouteRecord* record) const {
+  if (cache != nullptr) return forward_with_cache(batch, cache, record);
   const SequenceContext sequence =
       sequence_context(config_, batch, options_.dtype, options_.device);
   LayerContext context{sequence.cos, sequence.sin, sequence.mask};
   context.pool = pool_.get();
+  context.routes = batch.routes;
+  context.replay = batch.replay;
+  context.record = record;
   at::Tensor x = at::embedding(embed_, batch.tokens.to(options_.device));
   context.fused_rows = fused_rows_serve(x, context.cos, context.pool);
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -479,7 +603,8 @@ at::Tensor DecoderModel::forward(const ForwardBatch& batch, KvCache* cache) cons
   return row_norm(x, final_norm_, config_.rms_norm_eps, context);
 }
 
-at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* cache) const {
+at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* cache,
+                                            RouteRecord* record) const {
   const at::Tensor& tokens = batch.tokens;
   TORCH_CHECK(tokens.dim() == 2 && batch.positions.sizes() == tokens.sizes(),
               "forward needs tokens and positions of shape [B, T]");
@@ -538,6 +663,9 @@ at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* 
   }
 
   LayerContext layer_context{cos, sin, mask, &index, cache, pool_.get()};
+  layer_context.routes = batch.routes;
+  layer_context.replay = batch.replay;
+  layer_context.record = record;
   at::Tensor x = at::embedding(embed_, tokens.to(device));
   // The weights' dtype and device are the activations'.
   layer_context.fused_rows = fused_rows_serve(x, cos, pool_.get());

@@ -78,15 +78,47 @@ int64_t held_layers(const std::vector<std::string>& names) {
   return static_cast<int64_t>(layers.size());
 }
 
+// How many experts of one layer `names` hold at most: distinct E in "model.layers.N.mlp.experts.E."
+// for any N.
+int64_t held_experts(const std::vector<std::string>& names) {
+  std::map<int64_t, std::set<int64_t>> by_layer;
+  for (const std::string& name : names) {
+    absl::string_view rest(name);
+    int64_t layer = 0, expert = 0;
+    if (!absl::ConsumePrefix(&rest, "model.layers.")) continue;
+    const size_t dot = rest.find('.');
+    if (dot == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, dot), &layer)) continue;
+    rest.remove_prefix(dot + 1);
+    if (!absl::ConsumePrefix(&rest, "mlp.experts.")) continue;
+    const size_t end = rest.find('.');
+    if (end != absl::string_view::npos && absl::SimpleAtoi(rest.substr(0, end), &expert)) {
+      by_layer[layer].insert(expert);
+    }
+  }
+  size_t most = 0;
+  for (const auto& [layer, experts] : by_layer) most = std::max(most, experts.size());
+  return static_cast<int64_t>(most);
+}
+
 }  // namespace
 
 absl::Status check_held_layers(const ModelConfig& config, const std::vector<std::string>& names,
                                const std::string& config_path) {
   const int64_t held = held_layers(names);
-  if (config.num_hidden_layers <= held) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(config_path, ": num_hidden_layers ",
-                                                 config.num_hidden_layers, " but the weights hold ",
-                                                 held, " layer(s) (model.layers.N.*)"));
+  if (config.num_hidden_layers > held) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config_path, ": num_hidden_layers ", config.num_hidden_layers,
+                     " but the weights hold ", held, " layer(s) (model.layers.N.*)"));
+  }
+  if (config.num_moe_layers() > 0) {
+    const int64_t experts = held_experts(names);
+    if (config.num_experts > experts) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          config_path, ": num_experts ", config.num_experts, " but the weights hold at most ",
+          experts, " expert(s) per layer (model.layers.N.mlp.experts.E.*)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<DecoderModel::TensorLookup> open_hf_weights(const std::string& dir,

@@ -13,7 +13,7 @@
 namespace flywheel::model {
 namespace {
 
-constexpr const char* kSupportedTypes = "qwen2, qwen3, llama";
+constexpr const char* kSupportedTypes = "qwen2, qwen3, qwen3_moe, llama";
 
 // Reads typed keys of a JSON object, collecting the first error with the key name.
 class KeyReader {
@@ -123,7 +123,8 @@ absl::StatusOr<ModelConfig> ModelConfig::from_json(const core::Json& json,
   r.string("model_type", &c.model_type);
   if (c.model_type.empty()) {
     r.fail("model_type", absl::StrCat("missing required key (supported: ", kSupportedTypes, ")"));
-  } else if (c.model_type != "qwen2" && c.model_type != "qwen3" && c.model_type != "llama") {
+  } else if (c.model_type != "qwen2" && c.model_type != "qwen3" && c.model_type != "qwen3_moe" &&
+             c.model_type != "llama") {
     r.fail("model_type", absl::StrCat("unsupported model type '", c.model_type,
                                       "'; supported: ", kSupportedTypes));
   }
@@ -162,7 +163,20 @@ absl::StatusOr<ModelConfig> ModelConfig::from_json(const core::Json& json,
     c.qkv_bias = attention_bias;
     c.o_bias = attention_bias;
   }
-  c.qk_norm = c.model_type == "qwen3";
+  c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
+  if (c.model_type == "qwen3_moe") {
+    bool sliding = false;
+    r.boolean("use_sliding_window", &sliding);
+    if (sliding) r.fail("use_sliding_window", "sliding-window attention is not supported");
+    r.integer("num_experts", &c.num_experts, true);
+    r.integer("num_experts_per_tok", &c.num_experts_per_tok, true);
+    r.integer("moe_intermediate_size", &c.moe_intermediate_size, true);
+    r.integer("decoder_sparse_step", &c.decoder_sparse_step, false);
+    r.boolean("norm_topk_prob", &c.norm_topk_prob);
+    r.ids("mlp_only_layers", &c.mlp_only_layers);
+    r.number("router_aux_loss_coef", &c.router_aux_loss_coef);
+    r.boolean("output_router_logits", &c.output_router_logits);
+  }
   bool mlp_bias = false;
   r.boolean("mlp_bias", &mlp_bias);
   if (mlp_bias) r.fail("mlp_bias", "MLP biases are not supported");
@@ -222,6 +236,7 @@ absl::Status ModelConfig::validate() const {
                                                    num_key_value_heads, ")"));
   }
   if (head_dim % 2 != 0) return absl::InvalidArgumentError("head_dim must be even (RoPE)");
+  FLYWHEEL_RETURN_IF_ERROR(validate_experts());
   if (const int64_t n = num_parameters(); n > kMaxParameters) {
     return absl::InvalidArgumentError(absl::StrCat(
         "vocab_size ", vocab_size, ", hidden_size ", hidden_size, ", intermediate_size ",
@@ -251,10 +266,51 @@ absl::Status ModelConfig::validate() const {
   return absl::OkStatus();
 }
 
+absl::Status ModelConfig::validate_experts() const {
+  if (num_experts == 0) return absl::OkStatus();
+  if (model_type != "qwen3_moe") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_experts ", num_experts, " needs model_type qwen3_moe, not ", model_type));
+  }
+  FLYWHEEL_RETURN_IF_ERROR(bounded("num_experts", num_experts, kMaxExperts));
+  FLYWHEEL_RETURN_IF_ERROR(bounded("num_experts_per_tok", num_experts_per_tok, num_experts));
+  FLYWHEEL_RETURN_IF_ERROR(
+      bounded("moe_intermediate_size", moe_intermediate_size, kMaxIntermediateSize));
+  FLYWHEEL_RETURN_IF_ERROR(bounded("decoder_sparse_step", decoder_sparse_step, kMaxLayers));
+  for (int64_t layer : mlp_only_layers) {
+    if (layer < 0 || layer >= num_hidden_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mlp_only_layers: layer ", layer, " outside [0, ", num_hidden_layers, ")"));
+    }
+  }
+  if (!(router_aux_loss_coef >= 0) || !std::isfinite(router_aux_loss_coef)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "router_aux_loss_coef must be a finite number >= 0, got ", router_aux_loss_coef));
+  }
+  return absl::OkStatus();
+}
+
+bool ModelConfig::is_moe_layer(int64_t layer) const {
+  if (num_experts <= 0 || decoder_sparse_step <= 0) return false;
+  for (int64_t dense : mlp_only_layers) {
+    if (dense == layer) return false;
+  }
+  return (layer + 1) % decoder_sparse_step == 0;
+}
+
+int64_t ModelConfig::num_moe_layers() const {
+  int64_t n = 0;
+  for (int64_t i = 0; i < num_hidden_layers; ++i) n += is_moe_layer(i) ? 1 : 0;
+  return n;
+}
+
 core::Json ModelConfig::to_json() const {
   core::Json j = core::Json::object();
   static const std::map<std::string, std::string> kArchitecture = {
-      {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}, {"llama", "LlamaForCausalLM"}};
+      {"qwen2", "Qwen2ForCausalLM"},
+      {"qwen3", "Qwen3ForCausalLM"},
+      {"qwen3_moe", "Qwen3MoeForCausalLM"},
+      {"llama", "LlamaForCausalLM"}};
   auto arch = kArchitecture.find(model_type);
   j.set(
       "architectures",
@@ -285,7 +341,21 @@ core::Json ModelConfig::to_json() const {
   j.set("max_position_embeddings", core::Json(max_position_embeddings));
   j.set("tie_word_embeddings", core::Json(tie_word_embeddings));
   if (model_type != "qwen2") j.set("attention_bias", core::Json(qkv_bias));
-  if (model_type == "qwen2") j.set("use_sliding_window", core::Json(false));
+  if (model_type == "qwen2" || model_type == "qwen3_moe") {
+    j.set("use_sliding_window", core::Json(false));
+  }
+  if (model_type == "qwen3_moe") {
+    j.set("num_experts", core::Json(num_experts));
+    j.set("num_experts_per_tok", core::Json(num_experts_per_tok));
+    j.set("moe_intermediate_size", core::Json(moe_intermediate_size));
+    j.set("decoder_sparse_step", core::Json(decoder_sparse_step));
+    j.set("norm_topk_prob", core::Json(norm_topk_prob));
+    core::Json dense = core::Json::array();
+    for (int64_t layer : mlp_only_layers) dense.push_back(core::Json(layer));
+    j.set("mlp_only_layers", std::move(dense));
+    j.set("router_aux_loss_coef", core::Json(router_aux_loss_coef));
+    j.set("output_router_logits", core::Json(output_router_logits));
+  }
   j.set("initializer_range", core::Json(initializer_range));
   j.set("torch_dtype", core::Json(torch_dtype));
   auto ids = [](const std::vector<int64_t>& v) {
@@ -307,9 +377,15 @@ int64_t ModelConfig::num_parameters() const {
   if (o_bias) attention = add_sat(attention, hidden_size);
   if (qk_norm) attention = add_sat(attention, mul_sat(2, head_dim));
   const int64_t mlp = mul_sat(3, mul_sat(hidden_size, intermediate_size));
-  const int64_t layer = add_sat(add_sat(attention, mlp), mul_sat(2, hidden_size));
+  // A sparse layer: the router [num_experts, hidden] and each expert's three projections.
+  const int64_t experts = mul_sat(
+      num_experts, add_sat(hidden_size, mul_sat(3, mul_sat(hidden_size, moe_intermediate_size))));
+  const int64_t norms = mul_sat(2, hidden_size);
+  const int64_t moe_layers = num_moe_layers(), dense_layers = num_hidden_layers - moe_layers;
+  const int64_t layers = add_sat(mul_sat(dense_layers, add_sat(add_sat(attention, mlp), norms)),
+                                 mul_sat(moe_layers, add_sat(add_sat(attention, experts), norms)));
   const int64_t embeddings = mul_sat(mul_sat(vocab_size, hidden_size), tie_word_embeddings ? 1 : 2);
-  return add_sat(add_sat(mul_sat(num_hidden_layers, layer), embeddings), hidden_size);
+  return add_sat(add_sat(layers, embeddings), hidden_size);
 }
 
 }  // namespace flywheel::model

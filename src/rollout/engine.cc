@@ -150,7 +150,7 @@ void GenerationEngine::apply_pending_update() {
       batch.slots.push_back(rows[b]->slot);
       batch.lengths.push_back(n);
     }
-    model_->forward(batch, cache_.get());
+    forward(batch, rows);
     stats_.prefill_tokens += B * longest;
     for (Sequence* seq : rows) stats_.computed_tokens += seq->cached;
   } catch (const std::exception& e) {
@@ -210,6 +210,7 @@ void GenerationEngine::admit() {
   model::ForwardBatch batch;
   batch.tokens = at::zeros({G, longest}, at::kLong);
   batch.positions = at::zeros({G, longest}, at::kLong);
+  std::vector<Sequence*> firsts;
   for (int64_t g = 0; g < G; ++g) {
     const auto& prompt = admitted[g]->request.prompt_ids;
     const int64_t n = prompt.size();
@@ -217,10 +218,11 @@ void GenerationEngine::admit() {
     batch.positions[g].narrow(0, 0, n).copy_(at::arange(n, at::kLong));
     batch.slots.push_back(first_slots[g]);
     batch.lengths.push_back(n);
+    firsts.push_back(slots_[first_slots[g]].get());
   }
   at::Tensor logits;
   try {
-    logits = last_logits(batch);
+    logits = last_logits(batch, firsts);
   } catch (const std::exception& e) {
     for (auto& seq : slots_) {
       if (seq && !seq->group->samples.empty() && seq->cached == 0) {
@@ -238,7 +240,10 @@ void GenerationEngine::admit() {
     const int64_t length = admitted[g]->request.prompt_ids.size();
     for (auto& seq : slots_) {
       if (!seq || seq->group != admitted[g]) continue;
-      if (seq->slot != first_slots[g]) cache_->copy_prefix(first_slots[g], seq->slot, length);
+      if (seq->slot != first_slots[g]) {
+        cache_->copy_prefix(first_slots[g], seq->slot, length);
+        seq->routes = firsts[g]->routes;
+      }
       seq->cached = length;
       sequences.push_back(seq.get());
       logit_rows.push_back(g);
@@ -248,9 +253,36 @@ void GenerationEngine::admit() {
                     sequences);
 }
 
-at::Tensor GenerationEngine::last_logits(const model::ForwardBatch& batch) {
+at::Tensor GenerationEngine::forward(const model::ForwardBatch& batch,
+                                     const std::vector<Sequence*>& sequences) {
   at::NoGradGuard no_grad;
-  at::Tensor hidden = model_->forward(batch, cache_.get());
+  if (model_->config().num_moe_layers() == 0) return model_->forward(batch, cache_.get());
+  model::RouteRecord record;
+  at::Tensor hidden = model_->forward(batch, cache_.get(), &record);
+  // [B, T, moe_layers, k] on the host: each computed token's ids go to its position.
+  const at::Tensor routes = record.stacked().to(at::kInt).contiguous();
+  const int64_t T = routes.size(1), width = routes.size(2) * routes.size(3);
+  const int32_t* ids = routes.data_ptr<int32_t>();
+  const at::Tensor positions = batch.positions.to(at::kCPU).to(at::kLong).contiguous();
+  const int64_t* pos = positions.data_ptr<int64_t>();
+  for (size_t b = 0; b < sequences.size(); ++b) {
+    std::vector<uint16_t>& kept = sequences[b]->routes;
+    for (int64_t t = 0; t < batch.lengths[b]; ++t) {
+      const int64_t offset = pos[b * T + t] * width;
+      if (static_cast<int64_t>(kept.size()) < offset + width) {
+        kept.resize(offset + width, kNoRoute);
+      }
+      const int32_t* row = ids + (static_cast<int64_t>(b) * T + t) * width;
+      std::copy(row, row + width, kept.begin() + offset);
+    }
+  }
+  return hidden;
+}
+
+at::Tensor GenerationEngine::last_logits(const model::ForwardBatch& batch,
+                                         const std::vector<Sequence*>& sequences) {
+  at::NoGradGuard no_grad;
+  at::Tensor hidden = forward(batch, sequences);
   std::vector<int64_t> last;
   for (int64_t length : batch.lengths) last.push_back(length - 1);
   const int64_t B = static_cast<int64_t>(last.size());
@@ -281,7 +313,7 @@ void GenerationEngine::decode() {
   at::Tensor logits;
   try {
     at::NoGradGuard no_grad;
-    logits = model_->logits(model_->forward(batch, cache_.get())).view({B, -1});
+    logits = model_->logits(forward(batch, rows)).view({B, -1});
   } catch (const std::exception& e) {
     fail_active(absl::StrCat("decode step failed: ", e.what()));
     return;
@@ -473,6 +505,11 @@ void GenerationEngine::finish(Sequence& seq, FinishReason reason, const std::str
   Sample& sample = seq.sample();
   sample.finish_reason = reason;
   sample.error = error;
+  if (!seq.routes.empty()) {  // every token of prompt + sample, the ones not run marked
+    const size_t width = model_->config().num_moe_layers() * model_->config().num_experts_per_tok;
+    seq.routes.resize(seq.tokens.size() * width, kNoRoute);
+    sample.routes = std::move(seq.routes);
+  }
   const int64_t slot = seq.slot;
   // A failed forward may have written past `cached`: count the whole slot as used.
   dirty_[slot] =

@@ -26,6 +26,9 @@ struct GenerationEngine::Sequence {
   bool waiting = false;         // multi-turn: a turn ended; not computed until continued
   int64_t turn_start = 0;       // multi-turn: sample().token_ids index of the turn's first token
   uint64_t seed = 0;  // sample_seed(request seed, index): its draws are sample_uniform(seed, i)
+  // Mixture of experts: the routes of tokens[0, cached), moe_layers x num_experts_per_tok ids
+  // each (Sample::routes).
+  std::vector<uint16_t> routes;
   Sample& sample() { return group->samples[index]; }
 };
 

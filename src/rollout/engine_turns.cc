@@ -40,7 +40,7 @@ void GenerationEngine::extend() {
   }
   at::Tensor logits;
   try {
-    logits = last_logits(batch);
+    logits = last_logits(batch, rows);
   } catch (const std::exception& e) {
     for (Sequence* seq : rows) {
       finish(*seq, FinishReason::kError,

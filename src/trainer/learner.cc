@@ -38,6 +38,7 @@ LearnerOptions LearnerOptions::from_config(const core::Config& c) {
   o.turn_discount = c.environment.turn_discount;
   o.overlong_penalty_factor = a.overlong_penalty_factor;
   o.max_response_tokens = c.rollout.max_new_tokens;
+  o.router_replay = a.router_replay == "r3";
   return o;
 }
 
@@ -67,7 +68,7 @@ absl::StatusOr<BalancedMicroBatches> pack_rows(
   std::vector<SequenceTokens> tokens;
   for (int64_t row : rows) {
     const buffer::Trajectory* t = sequences[mine[row]];
-    tokens.push_back({&t->prompt_ids, &t->response_ids});
+    tokens.push_back({&t->prompt_ids, &t->response_ids, t});
   }
   return pack_balanced(tokens, rows, max_tokens, max_response, comm);
 }
@@ -142,10 +143,19 @@ absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const LearnerOptions& o
     return absl::InvalidArgumentError("ppo_epochs, mini_batches, micro_batch_tokens must be >= 1");
   }
   if (!(options.temperature > 0)) return absl::InvalidArgumentError("temperature must be > 0");
+  if (options.router_replay && model_config.num_moe_layers() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "algorithm.router_replay: r3 replays a mixture-of-experts model's routes, but this ",
+        model_config.model_type, " model has no mixture-of-experts layers; use none"));
+  }
   std::unique_ptr<Learner> learner(new Learner(options, std::move(algorithm), comm));
   ShardingOptions policy_options = options.sharding;
   policy_options.value_head = false;
-  auto policy = ShardedDecoder::create(model_config, comm, policy_options);
+  ShardingOptions routed = policy_options;  // the policy's forwards see the engine's routes
+  if (model_config.num_moe_layers() > 0) {
+    routed.routes = options.router_replay ? RouteUse::kReplay : RouteUse::kCompare;
+  }
+  auto policy = ShardedDecoder::create(model_config, comm, routed);
   if (!policy.ok()) return policy.status();
   learner->policy_ = std::move(*policy);
   learner->optimizer_ = ShardedAdamW::for_model(*learner->policy_, options.adamw);
@@ -559,6 +569,19 @@ absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>
   double lengths = 0;
   for (const buffer::Trajectory* t : batch.sequences) lengths += t->response_ids.size();
   metrics["response_length/mean"] = lengths / static_cast<double>(batch.sequences.size());
+  // Mixture of experts: how often the policy's router would pick other experts than the
+  // rollout engine did, over this step's policy forwards (replayed or not).
+  const RouteStats routes = policy_->take_route_stats();
+  at::Tensor counts = at::tensor(
+      {static_cast<double>(routes.pairs), static_cast<double>(routes.disagreements)}, at::kDouble);
+  comm_->all_reduce_host(counts, comm::ReduceOp::kSum);
+  if (counts[0].item<double>() > 0) {
+    // The experts used differ from the engine's only without replay; the router's own choice
+    // may differ either way.
+    const double own = counts[1].item<double>() / counts[0].item<double>();
+    metrics["rollout_corr/router_disagreement"] = options_.router_replay ? 0.0 : own;
+    metrics["rollout_corr/router_disagreement_without_replay"] = own;
+  }
   ++version_;
   metrics["actor/version"] = static_cast<double>(version_);
   return metrics;

@@ -9,6 +9,36 @@
 
 namespace flywheel::trainer {
 
+namespace {
+
+// The routes of a row packing `bin` (T positions), [1, T, layers, k] int64 with -1 where a
+// sequence has none; undefined when none of them has any.
+at::Tensor packed_routes(const std::vector<SequenceTokens>& sequences,
+                         const std::vector<int64_t>& bin, int64_t T) {
+  const buffer::Trajectory* first = nullptr;
+  for (int64_t i : bin) {
+    const buffer::Trajectory* t = sequences[i].routes;
+    if (t != nullptr && !t->routes.empty()) first = first != nullptr ? first : t;
+  }
+  if (first == nullptr) return {};
+  const int64_t layers = first->route_layers, k = first->route_k, width = layers * k;
+  std::vector<int64_t> ids(T * width, -1);
+  int64_t offset = 0;
+  for (int64_t i : bin) {
+    const int64_t n = sequences[i].prompt->size() + sequences[i].response->size() - 1;
+    const buffer::Trajectory* t = sequences[i].routes;
+    if (t != nullptr && t->route_layers == layers && t->route_k == k) {
+      for (int64_t j = 0; j < n * width && !t->routes.empty(); ++j) {
+        ids[offset * width + j] = t->route_id(static_cast<size_t>(j));
+      }
+    }
+    offset += n;
+  }
+  return at::tensor(ids, at::kLong).view({1, T, layers, k});
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<MicroBatch>> pack_micro_batches(
     const std::vector<SequenceTokens>& sequences, int64_t max_tokens, int64_t max_response) {
   const int64_t n = static_cast<int64_t>(sequences.size());
@@ -77,6 +107,7 @@ absl::StatusOr<std::vector<MicroBatch>> pack_micro_batches(
       offset += P + R - 1;
       mb.sequences.push_back(i);
     }
+    mb.batch.routes = packed_routes(sequences, bins[b], T);
     mb.batch.tokens = at::tensor(tokens, at::kLong).view({1, T});
     mb.batch.targets = at::tensor(targets, at::kLong).view({1, T});
     mb.batch.positions = at::tensor(positions, at::kLong).view({1, T});

@@ -69,6 +69,13 @@ absl::StatusOr<std::unique_ptr<ShardedDecoder>> ShardedDecoder::create(
     const model::ModelConfig& config, comm::Communicator* comm, const ShardingOptions& options) {
   if (comm == nullptr) return absl::InvalidArgumentError("sharded decoder needs a communicator");
   FLYWHEEL_RETURN_IF_ERROR(config.validate());
+  if (config.num_moe_layers() > 0 && config.output_router_logits &&
+      config.router_aux_loss_coef > 0) {
+    return absl::UnimplementedError(
+        "the model's config.json sets output_router_logits: training with the mixture-of-experts "
+        "load-balancing loss (router_aux_loss_coef) is not implemented; set output_router_logits "
+        "to false");
+  }
   for (at::ScalarType t : {options.param_dtype, options.reduce_dtype}) {
     if (t != at::kFloat && t != at::kBFloat16 && t != at::kHalf) {
       return absl::InvalidArgumentError(absl::StrCat("sharded decoder: dtype ", c10::toString(t),
@@ -141,10 +148,17 @@ TokenOutputs ShardedDecoder::forward(const PackedBatch& batch, const HeadOptions
   fb.tokens = batch.tokens;
   fb.positions = batch.positions;
   fb.segment_ids = batch.segment_ids;
+  const bool routed = options_.routes != RouteUse::kIgnore && batch.routes.defined();
+  if (routed) {
+    fb.routes = batch.routes;
+    fb.replay = options_.routes == RouteUse::kReplay;
+  }
   // Captured by value (or by pointer to members): checkpointed units run again in backward,
   // after this function returned.
-  const model::SequenceContext context =
+  model::SequenceContext context =
       model::sequence_context(config_, fb, options_.param_dtype, options_.device);
+  record_ = model::RouteRecord{};
+  if (routed) context.record = &record_;
   const model::ModelConfig* config = &config_;
   const bool value_head = options_.value_head;
   at::Tensor tokens = batch.tokens.to(options_.device);
@@ -198,6 +212,8 @@ TokenOutputs ShardedDecoder::forward(const PackedBatch& batch, const HeadOptions
             if (head.with_entropy) return std::vector<at::Tensor>{lp.logprobs, lp.entropy};
             return std::vector<at::Tensor>{lp.logprobs};
           });
+  route_stats_.pairs += record_.replayed;
+  route_stats_.disagreements += record_.disagreements;
   TokenOutputs result;
   if (value_head) {
     result.values = out[0];

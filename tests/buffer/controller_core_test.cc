@@ -86,6 +86,39 @@ TEST(ControllerCoreTest, StepRewardsSurviveASnapshot) {
   EXPECT_TRUE((*batch)[0].trajectories[1].step_ends.empty());
 }
 
+// A buffered group's expert routes (mixture-of-experts models) survive a snapshot.
+TEST(ControllerCoreTest, ExpertRoutesSurviveASnapshot) {
+  ControllerOptions moe = options(/*prompts=*/10, /*groups_per_step=*/1, /*max_staleness=*/1);
+  moe.limits.route_layers = 2;
+  moe.limits.route_k = 1;
+  moe.limits.num_experts = 0xFF;
+  auto c = make(moe);
+  Grant g = c->acquire("w", 1, 0);
+  ASSERT_EQ(g.leases.size(), 1u);
+  TrajectoryGroup group = group_for(g.leases[0], 0);
+  group.prompt_index = g.leases[0].prompt;
+  Trajectory& routed = group.trajectories[0];
+  routed.route_layers = 2;
+  routed.route_k = 1;
+  routed.route_bytes = 1;
+  routed.routes = {0, 1, 2, 3, 4, 5, 6, 7, 0xFE, 0xFF};  // (3 + 2) tokens x 2 layers x 1
+  const std::vector<uint8_t> routes = routed.routes;
+  ASSERT_TRUE(c->push(std::move(group), 0).ok());
+  auto restored = ControllerCore::restore(moe, c->snapshot(), 1);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  auto batch = (*restored)->take_batch(1);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ASSERT_EQ(batch->size(), 1u);
+  const Trajectory& t = (*batch)[0].trajectories[0];
+  EXPECT_EQ(t.routes, routes);
+  EXPECT_EQ(t.route_layers, 2);
+  EXPECT_EQ(t.route_k, 1);
+  EXPECT_EQ(t.route_bytes, 1);
+  const Trajectory& dense = (*batch)[0].trajectories[1];
+  EXPECT_TRUE(dense.routes.empty());
+  EXPECT_EQ(dense.route_layers + dense.route_k + dense.route_bytes, 0);
+}
+
 // Issue 26, item 6: lease ids carry the controller start's incarnation, so a start restored
 // from a snapshot never grants an id an earlier start granted (even after the snapshot); a push
 // must come from its lease's worker and answer its lease's prompt.

@@ -33,6 +33,10 @@ inline v1::TrajectoryGroup to_message(const TrajectoryGroup& g, const std::strin
     tp->set_segment(t.segment);
     for (int32_t end : t.step_ends) tp->add_step_ends(static_cast<uint32_t>(end));
     for (double r : t.step_rewards) tp->add_step_rewards(r);
+    tp->set_routes(std::string(t.routes.begin(), t.routes.end()));
+    tp->set_route_layers(t.route_layers);
+    tp->set_route_k(t.route_k);
+    tp->set_route_bytes(t.route_bytes);
   }
   if (g.has_baseline) p.set_baseline_reward(g.baseline_reward);
   if (g.prompt_index != -1) p.set_prompt_index(g.prompt_index);
@@ -64,6 +68,10 @@ inline TrajectoryGroup from_message(const v1::TrajectoryGroup& p) {
     t.segment = tp.segment();
     for (uint32_t end : tp.step_ends()) t.step_ends.push_back(static_cast<int32_t>(end));
     for (double r : tp.step_rewards()) t.step_rewards.push_back(r);
+    t.routes.assign(tp.routes().begin(), tp.routes().end());
+    t.route_layers = tp.route_layers();
+    t.route_k = tp.route_k();
+    t.route_bytes = tp.route_bytes();
     g.trajectories.push_back(std::move(t));
   }
   g.env_errors = p.env_errors();

@@ -129,6 +129,99 @@ TEST(ValidateGroupTest, StepRewardsAreChecked) {
   EXPECT_THAT(error(g), HasSubstr("trajectories[0].step_rewards[2]: must be finite"));
 }
 
+// Mixture-of-experts routes: route_layers x route_k ids of route_bytes bytes per prompt and
+// response token, in the model's shape and below its number of experts, or none and every size
+// 0; a dense model's run takes none.
+TEST(ValidateGroupTest, ExpertRoutesAreChecked) {
+  ValidationLimits moe = limits();
+  moe.route_layers = 2;
+  moe.route_k = 2;
+  moe.num_experts = 8;
+  auto error = [&](const TrajectoryGroup& g) {
+    return std::string(validate_group(g, moe, 4).message());
+  };
+  TrajectoryGroup g = good();
+  Trajectory& t = g.trajectories[0];
+  t.route_layers = 2;
+  t.route_k = 2;
+  t.route_bytes = 1;
+  t.routes.assign(/*(2 + 3) tokens x 2 x 2=*/20, 7);
+  EXPECT_TRUE(validate_group(g, moe, 4).ok());
+  EXPECT_THAT(std::string(validate_group(g, limits(), 4).message()),
+              HasSubstr("trajectories[0].routes: this run's model is not a mixture of experts"));
+  EXPECT_EQ(t.bytes(), good().trajectories[0].bytes() + 20);
+  const TrajectoryGroup routed = g;
+  g.trajectories[0].routes[5] = 8;
+  EXPECT_THAT(error(g), HasSubstr("trajectories[0].routes[5]: expert 8 outside [0, 8)"));
+  g = routed;
+  g.trajectories[0].route_bytes = 2;
+  g.trajectories[0].routes.assign(40, 0xFF);
+  EXPECT_TRUE(validate_group(g, moe, 4).ok());
+
+  g = routed;
+  g.trajectories[0].routes.pop_back();
+  EXPECT_THAT(error(g), HasSubstr("trajectories[0].routes: 19 bytes, expected 20"));
+  g = routed;
+  g.trajectories[0].routes.resize(60);  // as if 3 layers
+  EXPECT_THAT(error(g), HasSubstr("trajectories[0].routes: 60 bytes, expected 20"));
+  g = routed;
+  g.trajectories[0].route_bytes = 3;
+  EXPECT_THAT(error(g), HasSubstr("trajectories[0].route_bytes: 3 must be 1 or 2"));
+  g = routed;
+  g.trajectories[0].route_layers = 3;
+  EXPECT_THAT(error(g), HasSubstr("trajectories[0].route_layers: 3 layers x 2 experts per "
+                                  "token, but the model routes 2 layers x 2"));
+  moe.route_layers = 0;  // the shape checks behind the model's
+  g = routed;
+  g.trajectories[0].route_layers = 0;
+  EXPECT_THAT(error(g), HasSubstr("trajectories[0].route_layers: 0 must be >= 1"));
+  moe.route_layers = 2;
+  moe.route_k = -1;
+  g = routed;
+  g.trajectories[0].route_k = -1;
+  EXPECT_THAT(error(g), HasSubstr("trajectories[0].route_k: -1 must be >= 1"));
+  moe.route_layers = 1 << 16;
+  moe.route_k = 2;
+  g = routed;
+  g.trajectories[0].route_layers = 1 << 16;
+  EXPECT_THAT(error(g), HasSubstr("trajectories[0].routes: route_layers (65536) x route_k (2)"));
+  moe.route_layers = 1 << 30;  // no overflow: int64 arithmetic
+  moe.route_k = 1 << 30;
+  g = routed;
+  g.trajectories[0] = good().trajectories[0];
+  g.trajectories[1].route_layers = 1 << 30;
+  g.trajectories[1].route_k = 1 << 30;
+  g.trajectories[1].route_bytes = 2;
+  g.trajectories[1].routes = {1};
+  EXPECT_THAT(error(g), HasSubstr("trajectories[1].routes: route_layers (1073741824)"));
+  moe.route_layers = 2;
+  moe.route_k = 2;
+  g = routed;
+  g.trajectories[0].routes.clear();  // sizes without routes: rejected, not ignored
+  EXPECT_THAT(error(g), HasSubstr("trajectories[0].routes: empty, but route_layers (2), "
+                                  "route_k (2) and route_bytes (1) are not all 0"));
+  g = good();
+  g.trajectories[1].route_bytes = 1;
+  EXPECT_THAT(error(g), HasSubstr("trajectories[1].routes: empty"));
+}
+
+TEST(TrajectoryTest, RouteIdReadsLittleEndianIdsAndTheNoneMarker) {
+  Trajectory t;
+  t.route_bytes = 1;
+  t.routes = {0, 5, 0xFE, 0xFF};
+  EXPECT_EQ(t.route_id(0), 0);
+  EXPECT_EQ(t.route_id(1), 5);
+  EXPECT_EQ(t.route_id(2), 254);
+  EXPECT_EQ(t.route_id(3), -1);
+  t.route_bytes = 2;
+  t.routes = {0x05, 0x00, 0x34, 0x12, 0xFF, 0x00, 0xFE, 0xFF, 0xFF, 0xFF};
+  EXPECT_EQ(t.route_id(0), 5);
+  EXPECT_EQ(t.route_id(1), 0x1234);
+  EXPECT_EQ(t.route_id(2), 255);  // 0xFF is an id with two bytes
+  EXPECT_EQ(t.route_id(3), 0xFFFE);
+  EXPECT_EQ(t.route_id(4), -1);
+}
+
 // Issue 29: an agent episode cut into segments adds trajectories of its sample index, segments
 // 0, 1, ... adjacent and in order; only a run that trains segments accepts them.
 TEST(ValidateGroupTest, SegmentsOfAnEpisodeFollowEachOther) {

@@ -71,6 +71,10 @@ void expect_same(const TrajectoryGroup& a, const TrajectoryGroup& b) {
     for (size_t k = 0; k < x.step_rewards.size(); ++k) {
       EXPECT_TRUE(same_double(x.step_rewards[k], y.step_rewards[k]));
     }
+    EXPECT_EQ(x.routes, y.routes);
+    EXPECT_EQ(x.route_layers, y.route_layers);
+    EXPECT_EQ(x.route_k, y.route_k);
+    EXPECT_EQ(x.route_bytes, y.route_bytes);
   }
   EXPECT_EQ(a.env_errors, b.env_errors);
 }
@@ -111,6 +115,12 @@ TrajectoryGroup random_group(std::mt19937& rng) {
     for (int k = pick(2) == 0 ? pick(5) : 0; k > 0; --k) {  // process rewards, unvalidated
       t.step_ends.push_back(static_cast<int32_t>(rng()));
       t.step_rewards.push_back(rewards[pick(6)]);
+    }
+    if (pick(3) == 0) {  // a mixture-of-experts model's routes, unvalidated: any values travel
+      t.route_layers = pick(3) == 0 ? -pick(3) : pick(4);  // negative: a 10-byte varint
+      t.route_k = pick(4);
+      t.route_bytes = pick(3);
+      for (int k = pick(2) == 0 ? pick(200) : 0; k > 0; --k) t.routes.push_back(rng());
     }
     g.trajectories.push_back(std::move(t));
   }
@@ -166,6 +176,7 @@ TEST(WireCodecTest, SegmentsConcatenateToTheEncodingAndReferenceLargeArrays) {
       t.logprobs.resize(5000 + i, -1.0f);
       t.versions.resize(5000 + i, 2);
       t.loss_mask.resize(20000 + i, 1);
+      t.routes.resize(30000 + i, 0xFF);
     }
     std::string scratch;
     const std::vector<WireSegment> segments = encode_group_segments(g, "w", &scratch);
@@ -181,7 +192,8 @@ TEST(WireCodecTest, SegmentsConcatenateToTheEncodingAndReferenceLargeArrays) {
                                    static_cast<const void*>(t.response_ids.data()),
                                    static_cast<const void*>(t.loss_mask.data()),
                                    static_cast<const void*>(t.logprobs.data()),
-                                   static_cast<const void*>(t.versions.data())}) {
+                                   static_cast<const void*>(t.versions.data()),
+                                   static_cast<const void*>(t.routes.data())}) {
             inside_the_group |= data == s.external;
           }
         }
@@ -207,6 +219,47 @@ TEST(WireCodecTest, DecodesWhatProtobufSerializesAtAnyChunking) {
       expect_same(decoded, from_message(message));
     }
   }
+}
+
+// Mixture-of-experts routes (fields 17 to 20) travel as protobuf writes and reads them; a
+// malformed routes field is named.
+TEST(WireCodecTest, RoundTripsExpertRoutesAndNamesAMalformedRoutesField) {
+  TrajectoryGroup g;
+  g.group_id = "g";
+  g.worker_id = "w";  // as decoded: the encoder writes its worker_id argument
+  g.trajectories.resize(2);
+  Trajectory& t = g.trajectories[0];
+  t.prompt_ids = {1, 2};
+  t.response_ids = {3};
+  t.route_layers = 2;
+  t.route_k = 1;
+  t.route_bytes = 2;
+  t.routes = {0x05, 0x00, 0x34, 0x12, 0x00, 0x01, 0x02, 0x00, 0xFF, 0xFF, 0xFF, 0xFF};
+  const std::string bytes = encode(g, "w");
+  ASSERT_EQ(bytes, protobuf_bytes(to_message(g, "w")));
+  TrajectoryGroup decoded;
+  ASSERT_TRUE(decode(bytes, &decoded).ok());
+  expect_same(decoded, g);
+  EXPECT_EQ(decoded.trajectories[0].route_id(1), 0x1234);
+  EXPECT_EQ(decoded.trajectories[0].route_id(5), -1);
+  EXPECT_TRUE(decoded.trajectories[1].routes.empty());
+  EXPECT_EQ(decoded.trajectories[1].route_bytes, 0);
+
+  std::string truncated;  // a routes field whose length runs past its trajectory
+  {
+    StringOutputStream stream(&truncated);
+    CodedOutputStream out(&stream);
+    out.WriteTag(4 << 3 | 2);
+    out.WriteVarint32(5);
+    out.WriteTag(17 << 3 | 2);  // two tag bytes, a length byte and two of the five bytes
+    out.WriteVarint32(5);
+    out.WriteRaw("ab", 2);
+  }
+  v1::TrajectoryGroup reference;
+  EXPECT_FALSE(reference.ParseFromString(truncated));
+  const absl::Status s = decode(truncated, &decoded);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("trajectories[0].routes"));
 }
 
 // Encodings protobuf's own serializer never produces but its parser accepts.

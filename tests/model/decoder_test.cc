@@ -5,104 +5,17 @@
 #include <ATen/ATen.h>
 
 #include "gtest/gtest.h"
+#include "reference_decoder.h"
 #include "test_models.h"
 
 namespace flywheel::model {
 namespace {
 
+using testing::param;
+using testing::reference_inv_freq;
+using testing::reference_logits;
 using testing::tiny_config;
 using testing::tiny_model;
-
-const at::Tensor& param(const DecoderModel& m, const std::string& name) {
-  for (const auto& [n, p] : m.named_parameters()) {
-    if (n == name) return p;
-  }
-  static at::Tensor none;
-  return none;
-}
-
-// Inverse frequencies written from the Llama 3 recipe in double precision.
-std::vector<double> reference_inv_freq(const ModelConfig& c) {
-  std::vector<double> inv;
-  for (int64_t i = 0; i < c.head_dim / 2; ++i) {
-    double f = 1.0 / std::pow(c.rope_theta, 2.0 * i / c.head_dim);
-    if (c.has_llama3_rope_scaling) {
-      const auto& s = c.rope_scaling;
-      double wavelen = 2 * M_PI / f;
-      double low = s.original_max_position_embeddings / s.low_freq_factor;
-      double high = s.original_max_position_embeddings / s.high_freq_factor;
-      if (wavelen > low) {
-        f = f / s.factor;
-      } else if (wavelen >= high) {
-        double smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) /
-                        (s.high_freq_factor - s.low_freq_factor);
-        f = (1 - smooth) * f / s.factor + smooth * f;
-      }
-    }
-    inv.push_back(f);
-  }
-  return inv;
-}
-
-at::Tensor ref_rms(const at::Tensor& x, const at::Tensor& w, double eps) {
-  return w * (x / at::sqrt((x * x).mean(-1, true) + eps));
-}
-
-// A literal, loop-per-head float32 implementation of the Hugging Face decoder for one sequence.
-at::Tensor reference_logits(const DecoderModel& m, const std::vector<int64_t>& tokens) {
-  const ModelConfig& c = m.config();
-  const int64_t T = tokens.size(), hd = c.head_dim, half = hd / 2;
-  const int64_t groups = c.num_attention_heads / c.num_key_value_heads;
-  auto P = [&](const std::string& n) { return param(m, n).to(at::kFloat); };
-  std::vector<double> inv = reference_inv_freq(c);
-  at::Tensor cos = at::empty({T, hd}, at::kFloat), sin = at::empty({T, hd}, at::kFloat);
-  for (int64_t p = 0; p < T; ++p) {
-    for (int64_t i = 0; i < half; ++i) {
-      cos[p][i] = cos[p][i + half] = std::cos(p * inv[i]);
-      sin[p][i] = sin[p][i + half] = std::sin(p * inv[i]);
-    }
-  }
-  auto rope = [&](at::Tensor x) {  // x [T, hd]: pairs (i, i + half)
-    at::Tensor a = x.narrow(1, 0, half), b = x.narrow(1, half, half);
-    at::Tensor c1 = cos.narrow(1, 0, half), s1 = sin.narrow(1, 0, half);
-    return at::cat({a * c1 - b * s1, b * c1 + a * s1}, 1);
-  };
-  at::Tensor x = P("model.embed_tokens.weight").index_select(0, at::tensor(tokens, at::kLong));
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    at::Tensor h = ref_rms(x, P(p + "input_layernorm.weight"), c.rms_norm_eps);
-    auto proj = [&](const std::string& name, bool bias) {
-      at::Tensor y = at::matmul(h, P(p + "self_attn." + name + ".weight").t());
-      return bias ? y + P(p + "self_attn." + name + ".bias") : y;
-    };
-    at::Tensor q = proj("q_proj", c.qkv_bias), k = proj("k_proj", c.qkv_bias),
-               v = proj("v_proj", c.qkv_bias);
-    std::vector<at::Tensor> heads;
-    for (int64_t j = 0; j < c.num_attention_heads; ++j) {
-      const int64_t kv = j / groups;
-      at::Tensor qj = q.narrow(1, j * hd, hd), kj = k.narrow(1, kv * hd, hd),
-                 vj = v.narrow(1, kv * hd, hd);
-      if (c.qk_norm) {
-        qj = ref_rms(qj, P(p + "self_attn.q_norm.weight"), c.rms_norm_eps);
-        kj = ref_rms(kj, P(p + "self_attn.k_norm.weight"), c.rms_norm_eps);
-      }
-      qj = rope(qj);
-      kj = rope(kj);
-      at::Tensor s = at::matmul(qj, kj.t()) / std::sqrt(double(hd));
-      s = s.masked_fill(at::ones({T, T}, at::kBool).triu(1), -INFINITY);
-      heads.push_back(at::matmul(at::softmax(s, -1), vj));
-    }
-    at::Tensor attn = at::matmul(at::cat(heads, 1), P(p + "self_attn.o_proj.weight").t());
-    if (c.o_bias) attn = attn + P(p + "self_attn.o_proj.bias");
-    x = x + attn;
-    h = ref_rms(x, P(p + "post_attention_layernorm.weight"), c.rms_norm_eps);
-    at::Tensor g = at::matmul(h, P(p + "mlp.gate_proj.weight").t());
-    at::Tensor u = at::matmul(h, P(p + "mlp.up_proj.weight").t());
-    x = x + at::matmul(g * at::sigmoid(g) * u, P(p + "mlp.down_proj.weight").t());
-  }
-  x = ref_rms(x, P("model.norm.weight"), c.rms_norm_eps);
-  return at::matmul(x, m.lm_head_weight().to(at::kFloat).t());
-}
 
 ForwardBatch full_batch(const std::vector<int64_t>& tokens) {
   ForwardBatch b;
@@ -130,15 +43,17 @@ class DecoderFamilyTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DecoderFamilyTest, FullForwardMatchesLiteralReference) {
   auto model = tiny_model(GetParam());
-  at::Tensor logits = model->logits(model->forward(full_batch(kTokens)))[0];
+  at::Tensor logits = model->logits(model->forward(full_batch(kTokens)))[0].to(at::kDouble);
   at::Tensor expected = reference_logits(*model, kTokens);
   EXPECT_TRUE(at::allclose(logits, expected, /*rtol=*/1e-4, /*atol=*/1e-4))
-      << (logits - expected).abs().max().item<float>();
+      << (logits - expected).abs().max().item<double>();
 }
 
 // kTokens through a cache: the first `prefill` in one forward into slot 1, then one token per
-// forward; the logits of every position, [kTokens.size(), vocab].
-at::Tensor cached_logits(const DecoderModel& model, int64_t prefill) {
+// forward; the logits of every position, [kTokens.size(), vocab]. `routes` ([1, T, moe_layers,
+// k], optional) are replayed.
+at::Tensor cached_logits(const DecoderModel& model, int64_t prefill,
+                         const at::Tensor& routes = {}) {
   auto cache = std::move(*model.make_cache(/*slots=*/3, /*max_len=*/32));
   ForwardBatch b;
   b.tokens =
@@ -146,6 +61,7 @@ at::Tensor cached_logits(const DecoderModel& model, int64_t prefill) {
   b.positions = at::arange(prefill, at::kLong).view({1, -1});
   b.slots = {1};
   b.lengths = {prefill};
+  if (routes.defined()) b.routes = routes.narrow(1, 0, prefill);
   std::vector<at::Tensor> rows = {model.logits(model.forward(b, cache.get()))[0]};
   for (int64_t t = prefill; t < static_cast<int64_t>(kTokens.size()); ++t) {
     ForwardBatch d;
@@ -153,9 +69,17 @@ at::Tensor cached_logits(const DecoderModel& model, int64_t prefill) {
     d.positions = at::tensor(std::vector<int64_t>{t}).view({1, 1});
     d.slots = {1};
     d.lengths = {1};
+    if (routes.defined()) d.routes = routes.narrow(1, t, 1);
     rows.push_back(model.logits(model.forward(d, cache.get()))[0]);
   }
   return at::cat(rows, 0);
+}
+
+// The routes of kTokens through `model`'s full forward (undefined for dense models).
+at::Tensor full_routes(const DecoderModel& model) {
+  RouteRecord record;
+  model.forward(full_batch(kTokens), nullptr, &record);
+  return record.stacked();
 }
 
 TEST_P(DecoderFamilyTest, IncrementalDecodeMatchesFullForward) {
@@ -231,12 +155,15 @@ TEST_P(DecoderFamilyTest, ForwardWithoutGradientsMatchesTheGradientPath) {
 // kernels, decode_rows.h, decode attention) against the forward with gradients (LibTorch's ops),
 // in float32 and bfloat16. bfloat16 rounds where LibTorch's ops round; what differs is the
 // projections' sums (flywheel's kernels against LibTorch's GEMM) and the order of a few sums.
+// A mixture-of-experts model replays the gradient path's routes: bfloat16 rounding flips some
+// of the router's choices otherwise (RouteReplayTest measures how many).
 TEST_P(DecoderFamilyTest, CachedDecodeWithoutGradientsMatchesTheGradientPath) {
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
     auto model = tiny_model(GetParam(), dtype, 7);
     const at::Tensor full = model->logits(model->forward(full_batch(kTokens)))[0].detach();
+    const at::Tensor routes = full_routes(*model);
     at::NoGradGuard no_grad;
-    const at::Tensor ours = cached_logits(*model, /*prefill=*/5).to(at::kFloat);
+    const at::Tensor ours = cached_logits(*model, /*prefill=*/5, routes).to(at::kFloat);
     const at::Tensor diff = (ours - full.to(at::kFloat)).abs();
     // bfloat16: 0.040-0.052 at most and 0.007-0.009 on average measured for the three families.
     EXPECT_LT(diff.max().item<double>(), dtype == at::kFloat ? 1e-4 : 0.1) << c10::toString(dtype);
@@ -249,14 +176,17 @@ TEST_P(DecoderFamilyTest, Bfloat16StaysCloseToFloat32) {
   auto f32 = tiny_model(GetParam(), at::kFloat, 7);
   auto bf16 = tiny_model(GetParam(), at::kBFloat16, 7);
   at::Tensor a = f32->logits(f32->forward(full_batch(kTokens)));
-  at::Tensor b = bf16->logits(bf16->forward(full_batch(kTokens)));
+  ForwardBatch replayed = full_batch(kTokens);  // float32's routes, for mixtures of experts
+  replayed.routes = full_routes(*f32);
+  at::Tensor b = bf16->logits(bf16->forward(replayed));
   // Stated tolerance: bf16 keeps 8 significant bits; through 2 layers the logits (|x| up to ~5)
   // stay within 0.25 of float32 at worst and 0.05 on average.
   EXPECT_LT((a - b).abs().max().item<float>(), 0.25f);
   EXPECT_LT((a - b).abs().mean().item<float>(), 0.05f);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, DecoderFamilyTest, ::testing::Values("qwen2", "qwen3", "llama"));
+INSTANTIATE_TEST_SUITE_P(Families, DecoderFamilyTest,
+                         ::testing::Values("qwen2", "qwen3", "qwen3_moe", "llama"));
 
 TEST(DecoderTest, ParameterNamesFollowHuggingFace) {
   auto qwen2 = tiny_model("qwen2");

@@ -12,8 +12,9 @@
 
 namespace flywheel::model::testing {
 
-// A 2-layer model of `family` ("qwen2", "qwen3" or "llama") with GQA (4 query heads, 2 kv heads)
-// and an explicit head_dim that differs from hidden / heads.
+// A 2-layer model of `family` ("qwen2", "qwen3", "qwen3_moe" or "llama") with GQA (4 query heads,
+// 2 kv heads) and an explicit head_dim that differs from hidden / heads. qwen3_moe has 3 layers:
+// layers 0 and 2 route each token to 2 of 4 experts, layer 1 is dense (mlp_only_layers).
 inline ModelConfig tiny_config(const std::string& family) {
   ModelConfig c;
   c.model_type = family;
@@ -29,8 +30,16 @@ inline ModelConfig tiny_config(const std::string& family) {
   c.max_position_embeddings = 128;
   c.initializer_range = 0.2;  // large enough that attention patterns are not uniform
   c.qkv_bias = family == "qwen2";
-  c.qk_norm = family == "qwen3";
+  c.qk_norm = family == "qwen3" || family == "qwen3_moe";
   c.tie_word_embeddings = family == "qwen3";
+  if (family == "qwen3_moe") {
+    c.num_hidden_layers = 3;
+    c.num_experts = 4;
+    c.num_experts_per_tok = 2;
+    c.moe_intermediate_size = 24;
+    c.norm_topk_prob = true;
+    c.mlp_only_layers = {1};
+  }
   if (family == "llama") {
     c.has_llama3_rope_scaling = true;
     c.rope_scaling.factor = 8;
@@ -40,10 +49,11 @@ inline ModelConfig tiny_config(const std::string& family) {
   return c;
 }
 
-inline std::unique_ptr<DecoderModel> tiny_model(const std::string& family,
+// A model of `config` with random weights, norms and biases.
+inline std::unique_ptr<DecoderModel> tiny_model(const ModelConfig& config,
                                                 at::ScalarType dtype = at::kFloat,
                                                 uint64_t seed = 1) {
-  auto model = DecoderModel::create(tiny_config(family), DecoderOptions{dtype, at::kCPU});
+  auto model = DecoderModel::create(config, DecoderOptions{dtype, at::kCPU});
   (*model)->init_random(seed);
   // Random norm weights and biases too, so that a wrong formula cannot hide behind ones/zeros.
   at::NoGradGuard no_grad;
@@ -56,6 +66,12 @@ inline std::unique_ptr<DecoderModel> tiny_model(const std::string& family,
     }
   }
   return std::move(*model);
+}
+
+inline std::unique_ptr<DecoderModel> tiny_model(const std::string& family,
+                                                at::ScalarType dtype = at::kFloat,
+                                                uint64_t seed = 1) {
+  return tiny_model(tiny_config(family), dtype, seed);
 }
 
 }  // namespace flywheel::model::testing

@@ -87,5 +87,45 @@ TEST(GroupAssemblyTest, AnEpisodesEarlierSegmentsComeFirstWithItsReward) {
   EXPECT_FALSE(buffer::validate_group(g, limits, 3).ok());
 }
 
+// Mixture of experts: a sample's routes ride with its trajectory, 1 byte per id below 255
+// experts (the engine's "none" as 0xFF) and 2 little-endian bytes otherwise; routes that do not
+// cover exactly the trajectory's tokens stay behind.
+TEST(GroupAssemblyTest, RoutesGoWithTheirTrajectories) {
+  GroupResult result;
+  result.prompt_ids = {1, 2};
+  result.samples = {stream(2, 0), stream(1, 0)};
+  // prompt + response = 4 tokens x (2 layers x 1 expert) ids; the last token's are none.
+  result.samples[0].routes = {0, 3, 1, 2, 3, 3, kNoRoute, kNoRoute};
+  result.samples[1].routes = {0, 1};  // not 3 tokens' worth
+  std::vector<rewards::ScoredSample> scored(2);
+  v1::PromptLease lease;
+  lease.set_lease_id(1);
+  const std::vector<EpisodeSummary> none;
+  buffer::TrajectoryGroup g =
+      trajectory_group("w", lease, result, scored, none, 2, RouteShape{2, 1, 4});
+  const buffer::Trajectory& t = g.trajectories[0];
+  EXPECT_EQ(t.route_layers, 2);
+  EXPECT_EQ(t.route_k, 1);
+  EXPECT_EQ(t.route_bytes, 1);
+  EXPECT_EQ(t.routes, (std::vector<uint8_t>{0, 3, 1, 2, 3, 3, 0xFF, 0xFF}));
+  EXPECT_EQ(t.route_id(6), -1);
+  EXPECT_TRUE(g.trajectories[1].routes.empty());
+  EXPECT_EQ(g.trajectories[1].route_bytes, 0);
+
+  buffer::TrajectoryGroup wide =
+      trajectory_group("w", lease, result, scored, none, 2, RouteShape{2, 1, 300});
+  EXPECT_EQ(wide.trajectories[0].route_bytes, 2);
+  ASSERT_EQ(wide.trajectories[0].routes.size(), 16u);
+  EXPECT_EQ(wide.trajectories[0].route_id(1), 3);
+  EXPECT_EQ(wide.trajectories[0].route_id(7), -1);
+  buffer::ValidationLimits limits;
+  limits.vocab_size = 100;
+  limits.group_size = 2;
+  limits.route_layers = 2;
+  limits.route_k = 1;
+  limits.num_experts = 4;
+  EXPECT_TRUE(buffer::validate_group(g, limits, 5).ok());
+}
+
 }  // namespace
 }  // namespace flywheel::rollout

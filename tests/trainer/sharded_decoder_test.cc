@@ -1,7 +1,7 @@
 // The sharded decoder under mpirun (1, 2 and 4 ranks): forward values and gradients equal plain
 // single-process autograd on the unsharded model for the same micro-batches (each rank runs its
 // own; the reference runs all of them), with reshard_after_forward on and off, for every model
-// family (Qwen3's tied embedding included) and for a critic's value head.
+// family (Qwen3's tied embedding and Qwen3-MoE's experts included) and for a critic's value head.
 #include "flywheel/trainer/sharded_decoder.h"
 
 #include <ATen/ATen.h>
@@ -126,7 +126,7 @@ void check_against_reference(const std::string& family, bool reshard, bool value
 }
 
 TEST(ShardedDecoderTest, GradientsEqualSingleProcessAutograd) {
-  for (const char* family : {"qwen2", "qwen3", "llama"}) {
+  for (const char* family : {"qwen2", "qwen3", "qwen3_moe", "llama"}) {
     for (bool reshard : {true, false}) check_against_reference(family, reshard, false);
   }
 }

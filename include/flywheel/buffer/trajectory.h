@@ -35,7 +35,17 @@ struct Trajectory {
   // just before response index step_ends[k]. Empty for an outcome reward.
   std::vector<int32_t> step_ends;
   std::vector<double> step_rewards;
+  // Mixture-of-experts models (trajectory.proto): the experts the engine routed each token of
+  // prompt + response to, for routing replay. route_layers x route_k ids per token, each
+  // route_bytes (1 or 2) bytes, little-endian; an id with every bit set marks a token the
+  // engine did not run (the last one). Empty (and the sizes 0) for dense models.
+  std::vector<uint8_t> routes;
+  int32_t route_layers = 0;
+  int32_t route_k = 0;
+  int32_t route_bytes = 0;
 
+  // The expert id at index i of routes (token-major, then layer, then choice); -1 for none.
+  int64_t route_id(size_t i) const;
   // Smallest token version; INT64_MAX for an empty response.
   int64_t min_version() const;
   size_t bytes() const;
@@ -70,6 +80,11 @@ struct ValidationLimits {
   // their size bounds what a client can make the controller hold per group.
   int64_t max_id_bytes = 256;
   bool require_baseline = false;  // the estimator needs baseline_reward (remax)
+  // Mixture-of-experts models: routes must have route_layers x route_k ids per token, each below
+  // num_experts (or the "none" id). 0 (a dense model): trajectories carry no routes.
+  int64_t route_layers = 0;
+  int64_t route_k = 0;
+  int64_t num_experts = 0;
 };
 
 // InvalidArgument naming the field ("trajectories[2].logprobs[5]: ..."): ids outside the
@@ -79,7 +94,10 @@ struct ValidationLimits {
 // group_size - 1, each with its segments 0, 1, ... adjacent and in order, at most max_segments;
 // segments only when max_segments > 1), token versions above
 // `current_version` (from the future) or negative, sizes above the limits (ids and reward names
-// longer than max_id_bytes included).
+// longer than max_id_bytes included), expert routes whose size is not (prompt + response tokens)
+// x route_layers x route_k x route_bytes (route_bytes 1 or 2, route_layers x route_k at most
+// 65536) or, without routes, route sizes other than 0. Expert ids are not checked here (the
+// learner checks them against the model).
 absl::Status validate_group(const TrajectoryGroup& group, const ValidationLimits& limits,
                             int64_t current_version);
 

@@ -46,6 +46,29 @@ struct ForwardBatch {
   // decode steps included). Tokens past lengths[b] are padding and are not written.
   std::vector<int64_t> slots;
   std::vector<int64_t> lengths;
+  // Mixture of experts, optional: routes to replay (rollout routing replay, R3), [B, T,
+  // moe_layers, num_experts_per_tok] integer expert ids. A token whose first id in a layer is
+  // negative is routed by the router there; the others use the given experts, weighted by the
+  // router's probabilities of those experts (so the router still gets its gradient). With
+  // `replay` false the routes are only compared with the router's (RouteRecord::disagreements).
+  at::Tensor routes;
+  bool replay = true;
+};
+
+// What a mixture-of-experts forward reports about its routing (forward's `record`). A layer
+// reports once per record: a layer run again (activation checkpointing recomputes it in the
+// backward pass) does not count twice.
+struct RouteRecord {
+  // Per mixture-of-experts layer, in order: [B, T, num_experts_per_tok] int64, the experts each
+  // token used, replayed or routed (routed ones in the router's order, replayed ones as given).
+  std::vector<at::Tensor> layers;
+  // Among (token, layer) pairs given routes: how many, and at how many the router's own top-k
+  // (as a set) differs from the given experts.
+  int64_t replayed = 0;
+  int64_t disagreements = 0;
+
+  // The layers side by side: [B, T, moe_layers, num_experts_per_tok] (undefined without any).
+  at::Tensor stacked() const;
 };
 
 // A parameter of the decoder: Hugging Face name and shape.
@@ -64,11 +87,20 @@ std::vector<ParamSpec> decoder_parameter_specs(const ModelConfig& config);
 void random_parameters(const std::vector<ParamSpec>& specs, double initializer_range, uint64_t seed,
                        const std::function<void(const ParamSpec&, const at::Tensor&)>& sink);
 
+// One expert of a mixture-of-experts layer: a SwiGLU MLP.
+struct ExpertWeights {
+  at::Tensor gate, up, down;
+};
+
 // The weights of one decoder layer; optional ones (biases, q/k norms) are undefined when the
-// config has none.
+// config has none. A mixture-of-experts layer has a router ([num_experts, hidden]) and experts
+// in place of gate / up / down.
 struct DecoderLayerWeights {
+  int64_t layer = 0;  // the layer's index
   at::Tensor input_norm, q, q_bias, k, k_bias, v, v_bias, o, o_bias, q_norm, k_norm;
   at::Tensor post_norm, gate, up, down;
+  at::Tensor router;
+  std::vector<ExpertWeights> experts;
 };
 
 // Layer `layer`'s weights, looked up by Hugging Face name ("model.layers.<layer>.*").
@@ -76,10 +108,15 @@ struct DecoderLayerWeights {
 DecoderLayerWeights layer_weights(int64_t layer,
                                   const std::function<at::Tensor(const std::string&)>& find);
 
-// What every layer of one cache-less forward shares: RoPE tables (in the compute dtype) and the
-// attention mask built from positions and segment ids (see ForwardBatch).
+// What every layer of one cache-less forward shares: RoPE tables (in the compute dtype), the
+// attention mask built from positions and segment ids (see ForwardBatch) and the batch's routes
+// to replay (ForwardBatch::routes). With `record` set, mixture-of-experts layers add what they
+// chose to it, in layer order.
 struct SequenceContext {
   at::Tensor cos, sin, mask;
+  at::Tensor routes;
+  bool replay = true;
+  RouteRecord* record = nullptr;
 };
 SequenceContext sequence_context(const ModelConfig& config, const ForwardBatch& batch,
                                  at::ScalarType dtype, at::Device device);
@@ -120,7 +157,9 @@ class DecoderModel {
   // kernels (see DecoderOptions::threads), otherwise in LibTorch. A malformed
   // batch (shapes, lengths, slots or positions outside the cache) throws c10::Error: batches are
   // built by flywheel's own code, so a bad one is a bug. Token ids must be < vocab_size.
-  at::Tensor forward(const ForwardBatch& batch, KvCache* cache = nullptr) const;
+  // With `record`, a mixture-of-experts model reports its routing there (see RouteRecord).
+  at::Tensor forward(const ForwardBatch& batch, KvCache* cache = nullptr,
+                     RouteRecord* record = nullptr) const;
 
   // The output projection [vocab, hidden] (the embedding matrix when tied).
   const at::Tensor& lm_head_weight() const { return lm_head_; }
@@ -136,7 +175,8 @@ class DecoderModel {
 
  private:
   DecoderModel(const ModelConfig& config, const DecoderOptions& options);
-  at::Tensor forward_with_cache(const ForwardBatch& batch, KvCache* cache) const;
+  at::Tensor forward_with_cache(const ForwardBatch& batch, KvCache* cache,
+                                RouteRecord* record) const;
 
   ModelConfig config_;
   DecoderOptions options_;

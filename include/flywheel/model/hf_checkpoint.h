@@ -24,7 +24,8 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> load_hf_model(const std::string& d
 // Errors name the file: no weights, a corrupt safetensors file, an index naming a missing
 // shard.
 // InvalidArgument naming `config_path` when `config` declares more layers than the tensor
-// `names` of its weights hold (model.layers.N.*): checked before a model is allocated, so that
+// `names` of its weights hold (model.layers.N.*), or a mixture of experts more experts than any
+// layer holds (model.layers.N.mlp.experts.E.*): checked before a model is allocated, so that
 // memory follows the checkpoint rather than a config.json's claim.
 absl::Status check_held_layers(const ModelConfig& config, const std::vector<std::string>& names,
                                const std::string& config_path);

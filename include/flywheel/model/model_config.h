@@ -29,8 +29,9 @@ struct ModelConfig {
   static constexpr int64_t kMaxHeadDim = int64_t{1} << 16;           // 65,536
   static constexpr int64_t kMaxPositionEmbeddings = int64_t{1} << 30;
   static constexpr int64_t kMaxParameters = int64_t{1} << 42;  // ~4.4 trillion
+  static constexpr int64_t kMaxExperts = int64_t{1} << 16;     // expert ids fit 16 bits
 
-  std::string model_type;  // qwen2 | qwen3 | llama
+  std::string model_type;  // qwen2 | qwen3 | qwen3_moe | llama
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -46,7 +47,22 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool qkv_bias = false;  // biases on q, k, v (Qwen2 always; Llama/Qwen3 with attention_bias)
   bool o_bias = false;    // bias on o_proj (Llama/Qwen3 with attention_bias)
-  bool qk_norm = false;   // per-head RMSNorm of q and k before RoPE (Qwen3)
+  bool qk_norm = false;   // per-head RMSNorm of q and k before RoPE (Qwen3, Qwen3-MoE)
+  // Mixture of experts (qwen3_moe). Layer i is sparse when num_experts > 0, i is not in
+  // mlp_only_layers and (i + 1) % decoder_sparse_step == 0: a router (mlp.gate) picks the
+  // num_experts_per_tok experts of highest softmax probability for each token, and their
+  // SwiGLU MLPs (moe_intermediate_size wide) are summed with those probabilities (renormalised
+  // over the chosen ones with norm_topk_prob). Other layers use the dense MLP.
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  int64_t decoder_sparse_step = 1;
+  bool norm_topk_prob = false;
+  std::vector<int64_t> mlp_only_layers;
+  // The load-balancing loss's weight in training, applied when output_router_logits is true
+  // (as transformers does).
+  double router_aux_loss_coef = 0.001;
+  bool output_router_logits = false;
   double initializer_range = 0.02;
   std::string torch_dtype = "float32";
   std::vector<int64_t> bos_token_ids;
@@ -68,8 +84,18 @@ struct ModelConfig {
   // positive, or high_freq_factor not above low_freq_factor (each would make RoPE NaN).
   absl::Status validate() const;
 
+  // The mixture-of-experts fields: with num_experts > 0, model_type qwen3_moe,
+  // 1 <= num_experts_per_tok <= num_experts <= kMaxExperts, moe_intermediate_size and
+  // decoder_sparse_step positive, mlp_only_layers within the layers, router_aux_loss_coef >= 0.
+  absl::Status validate_experts() const;
+
   // Saturates at INT64_MAX (validate() bounds it by kMaxParameters).
   int64_t num_parameters() const;
+
+  // Whether layer `layer` is a mixture-of-experts layer (see num_experts).
+  bool is_moe_layer(int64_t layer) const;
+  // The number of mixture-of-experts layers.
+  int64_t num_moe_layers() const;
 };
 
 }  // namespace flywheel::model

@@ -72,7 +72,14 @@ struct Sample {
   // Multi-turn requests: 1 for a token the model sampled, 0 for one the environment added (log-prob
   // 0, version -1), one per token_ids entry. Empty for single-turn requests (all the model's).
   std::vector<uint8_t> from_model;
+  // Mixture-of-experts models: the experts each token of prompt + token_ids was routed to when
+  // the engine last computed it, moe_layers x num_experts_per_tok ids per token (kNoRoute for a
+  // token the engine did not run: the last one). Empty for dense models.
+  std::vector<uint16_t> routes;
 };
+
+// Sample::routes of a token the engine did not run.
+inline constexpr uint16_t kNoRoute = 0xFFFF;
 
 // A turn of a multi-turn sample that ended; the sample waits in its slot for continue_sample()
 // or end_sample().
@@ -214,9 +221,12 @@ class GenerationEngine {
   // contribute exactly nothing to attention, and 0 x NaN is NaN.
   void clear_slot(int64_t slot, int64_t from);
   void decode();
-  // One forward of `batch` through the cache; the logits of each row's last token
-  // (lengths[b] - 1), [B, vocab]. Throws what the forward throws.
-  at::Tensor last_logits(const model::ForwardBatch& batch);
+  // One forward of `batch` (row b: sequences[b]'s tokens) through the cache; the logits of each
+  // row's last token (lengths[b] - 1), [B, vocab]. Throws what the forward throws.
+  at::Tensor last_logits(const model::ForwardBatch& batch, const std::vector<Sequence*>& sequences);
+  // The cached forward of `batch`, keeping a mixture-of-experts model's routes in `sequences`
+  // (row b's), [B, T, hidden].
+  at::Tensor forward(const model::ForwardBatch& batch, const std::vector<Sequence*>& sequences);
   // One forward for the sequences with several tokens to compute (an observation after a turn),
   // then their next tokens.
   void extend();

@@ -88,6 +88,9 @@ struct LearnerOptions : OptimizerOptions {
   // and the weight of -(log pi - log pi_teacher) added to each token's advantage.
   std::optional<model::ModelConfig> teacher;
   double distill_coef = 0;
+  // Mixture-of-experts policies: replay the rollout engine's routes (algorithm.router_replay r3)
+  // rather than only comparing the router's choices with them.
+  bool router_replay = false;
 
   // From the config's trainer, algorithm and rollout sections.
   static LearnerOptions from_config(const core::Config& config);

@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
+#include "flywheel/buffer/trajectory.h"
 #include "flywheel/comm/communicator.h"
 #include "flywheel/trainer/sharded_decoder.h"
 
@@ -22,6 +23,9 @@ namespace flywheel::trainer {
 struct SequenceTokens {
   const std::vector<int32_t>* prompt = nullptr;    // >= 1 token
   const std::vector<int32_t>* response = nullptr;  // >= 1 token
+  // Mixture of experts, optional: the trajectory whose routes (buffer::Trajectory::routes, of
+  // prompt + response) go to PackedBatch::routes.
+  const buffer::Trajectory* routes = nullptr;
 };
 
 struct MicroBatch {

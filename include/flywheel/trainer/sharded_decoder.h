@@ -31,6 +31,19 @@
 
 namespace flywheel::trainer {
 
+// What a forward does with PackedBatch::routes.
+enum class RouteUse {
+  kIgnore,   // nothing
+  kCompare,  // count where the router's own choice differs (route_stats())
+  kReplay,   // use them (rollout routing replay), and count as kCompare does
+};
+
+// route_stats(): (token, layer) pairs that had routes, and those where the router differed.
+struct RouteStats {
+  int64_t pairs = 0;
+  int64_t disagreements = 0;
+};
+
 struct ShardingOptions {
   bool reshard_after_forward = true;
   at::ScalarType param_dtype = at::kFloat;   // compute dtype of gathered parameters
@@ -38,6 +51,7 @@ struct ShardingOptions {
   bool value_head = false;  // a critic: "score.weight" [1, hidden] instead of lm_head.weight
   bool decay_all = false;   // weight decay also on norms, biases and the embedding
   at::Device device = at::kCPU;
+  RouteUse routes = RouteUse::kIgnore;  // mixture of experts: PackedBatch::routes
 
   // trainer.param_dtype, reduce_dtype and reshard_after_forward.
   static ShardingOptions from_config(const core::TrainerOptions& trainer);
@@ -49,6 +63,9 @@ struct PackedBatch {
   at::Tensor positions;    // [B, T] int64, restarting at 0 for every sequence
   at::Tensor segment_ids;  // [B, T] int64: 1, 2, ... per sequence of a row; 0 = padding
   at::Tensor targets;      // [B, T] int64: the token predicted at each position (any id if unused)
+  // Mixture of experts, optional: [B, T, moe_layers, k] int64, the experts the rollout engine
+  // routed each input token to (-1: none), replayed or compared (ShardingOptions::routes).
+  at::Tensor routes;
 };
 
 struct HeadOptions {
@@ -80,6 +97,10 @@ class ShardedDecoder {
   // Differentiable with respect to every unit's shard. Collective.
   TokenOutputs forward(const PackedBatch& batch, const HeadOptions& head = {});
 
+  // This rank's route counts of the forwards since the last call (options().routes other than
+  // kIgnore, batches with routes), then zero.
+  RouteStats take_route_stats() { return std::exchange(route_stats_, {}); }
+
   // Gathers the full parameters unit by unit and calls `fn` with them (Hugging Face names,
   // converted to `dtype`) in buckets of about `bucket_bytes` (at least one parameter each);
   // each bucket is freed after `fn` returns. Collective: every rank gets every bucket.
@@ -103,6 +124,10 @@ class ShardedDecoder {
   comm::Communicator* comm_;
   ShardingOptions options_;
   std::vector<FlatUnit> units_;  // embed, layers..., head
+  // The routing the current forward reports (kept past forward(): checkpointed layers run
+  // again in the backward pass, and do not report twice), and the totals since take_route_stats.
+  model::RouteRecord record_;
+  RouteStats route_stats_;
 };
 
 // The units of a decoder (or a critic: `value_head`), in order: "embed" (the embedding),

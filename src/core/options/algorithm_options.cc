@@ -66,6 +66,13 @@ void bind_options(FieldBinder& b, AlgorithmOptions& o) {
               .min(0));
   b.field("overlong_penalty_factor", &o.overlong_penalty_factor,
           FieldInfo("Penalty at the maximum length (DAPO).").min(0));
+  b.field("router_replay", &o.router_replay,
+          FieldInfo("Mixture-of-experts models: r3 (rollout routing replay) makes the learner's "
+                    "policy forward use the experts the rollout engine routed each token to "
+                    "(the router still learns through their weights); none routes anew. Either "
+                    "way rollout_corr/router_disagreement reports how often the learner's own "
+                    "choice differs (docs/models.md).")
+              .one_of({"none", "r3"}));
 }
 
 absl::Status AlgorithmOptions::validate() const {

@@ -75,11 +75,36 @@ std::vector<rewards::OwnedSample> samples_to_score(
   return samples;
 }
 
+namespace {
+
+// `sample`'s routes on t, when they cover exactly t's prompt + response tokens.
+void set_routes(const Sample& sample, const RouteShape& shape, buffer::Trajectory* t) {
+  const size_t width = static_cast<size_t>(shape.layers) * static_cast<size_t>(shape.k);
+  const size_t tokens = t->prompt_ids.size() + t->response_ids.size();
+  if (width == 0 || sample.routes.size() != tokens * width) return;
+  const int32_t bytes = shape.experts < 0xFF ? 1 : 2;
+  t->route_layers = shape.layers;
+  t->route_k = shape.k;
+  t->route_bytes = bytes;
+  t->routes.resize(sample.routes.size() * bytes);
+  for (size_t i = 0; i < sample.routes.size(); ++i) {
+    const uint16_t id = sample.routes[i];
+    if (bytes == 1) {
+      t->routes[i] = id == kNoRoute ? 0xFF : static_cast<uint8_t>(id);
+    } else {
+      t->routes[2 * i] = static_cast<uint8_t>(id & 0xFF);
+      t->routes[2 * i + 1] = static_cast<uint8_t>(id >> 8);
+    }
+  }
+}
+
+}  // namespace
+
 buffer::TrajectoryGroup trajectory_group(const std::string& worker_id, const v1::PromptLease& lease,
                                          const GroupResult& result,
                                          const std::vector<rewards::ScoredSample>& scored,
                                          const std::vector<EpisodeSummary>& episodes,
-                                         size_t group_size) {
+                                         size_t group_size, const RouteShape& routes) {
   buffer::TrajectoryGroup group;
   group.group_id = absl::StrCat(worker_id, "/", lease.lease_id());
   group.lease_id = lease.lease_id();
@@ -102,6 +127,7 @@ buffer::TrajectoryGroup trajectory_group(const std::string& worker_id, const v1:
     t.reward_breakdown = scored[i].parts;
     t.finish_reason = finish_reason_name(sample.finish_reason);
     t.sample_index = static_cast<int64_t>(i);
+    set_routes(sample, routes, &t);
     if (i >= episodes.size()) {
       // Process rewards sit where their steps end; an end past the response (a function's
       // mistake) is paid at its last token rather than failing the group's validation.

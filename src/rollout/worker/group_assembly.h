@@ -43,17 +43,27 @@ struct EpisodeSummary {
   std::vector<EpisodeSegment> earlier_segments;
 };
 
+// The routing a mixture-of-experts model records (Sample::routes): moe_layers x k expert ids per
+// token, of num_experts experts. All 0 for dense models.
+struct RouteShape {
+  int32_t layers = 0;
+  int32_t k = 0;
+  int64_t experts = 0;
+};
+
 // The group the controller receives: the first `group_size` samples (a further scored one is
 // the greedy baseline), each with its score plus, for episodes[i] (empty for single-turn
 // groups), its environment rewards, and the episode's turns, tool calls and step latencies. An
 // episode's environment tokens have loss mask 0 and the version of the model token before
 // them, so staleness is that of the oldest model token. An agent episode's earlier segments
 // come before its last one, as trajectories of the same sample index with the episode's reward.
+// A sample's routes (`routes`: the model's) go with its trajectory when they cover exactly its
+// prompt + response tokens (1 byte per id below 255 experts, else 2).
 buffer::TrajectoryGroup trajectory_group(const std::string& worker_id, const v1::PromptLease& lease,
                                          const GroupResult& result,
                                          const std::vector<rewards::ScoredSample>& scored,
                                          const std::vector<EpisodeSummary>& episodes,
-                                         size_t group_size);
+                                         size_t group_size, const RouteShape& routes = {});
 
 // An episode runner's group in the engine's form; *episodes gets each episode's summary.
 GroupResult as_group_result(EpisodeGroup group, std::vector<EpisodeSummary>* episodes);

@@ -223,17 +223,20 @@ void RolloutWorker::score_group(std::unique_ptr<Active> active,
   auto shared = std::make_shared<GroupResult>(std::move(result));
   auto lease = std::make_shared<v1::PromptLease>(active->lease);
   auto summaries = std::make_shared<std::vector<EpisodeSummary>>(std::move(episodes));
-  pool_->submit(std::move(samples),
-                [this, shared, lease, summaries](std::vector<rewards::ScoredSample> scored) {
-                  buffer::TrajectoryGroup group =
-                      trajectory_group(options_.worker_id, *lease, *shared, scored, *summaries,
-                                       static_cast<size_t>(options_.group_size));
-                  absl::MutexLock lock(&push_mu_);
-                  group.env_errors = std::exchange(env_errors_unreported_, 0);
-                  to_push_.push_back(std::move(group));
-                  --scoring_;
-                  push_cv_.SignalAll();
-                });
+  const model::ModelConfig& config = engine_->model().config();
+  const RouteShape routes{static_cast<int32_t>(config.num_moe_layers()),
+                          static_cast<int32_t>(config.num_experts_per_tok), config.num_experts};
+  pool_->submit(std::move(samples), [this, shared, lease, summaries,
+                                     routes](std::vector<rewards::ScoredSample> scored) {
+    buffer::TrajectoryGroup group =
+        trajectory_group(options_.worker_id, *lease, *shared, scored, *summaries,
+                         static_cast<size_t>(options_.group_size), routes);
+    absl::MutexLock lock(&push_mu_);
+    group.env_errors = std::exchange(env_errors_unreported_, 0);
+    to_push_.push_back(std::move(group));
+    --scoring_;
+    push_cv_.SignalAll();
+  });
 }
 
 bool RolloutWorker::generating() const { return runner_ ? !runner_->idle() : !engine_->idle(); }

@@ -41,6 +41,7 @@ struct AlgorithmOptions {
   double value_clip = 0.5;          // critic value clip
   int64_t overlong_buffer_len = 0;  // DAPO soft overlong punishment; 0 = off
   double overlong_penalty_factor = 1.0;
+  std::string router_replay = "none";  // none | r3 (mixture-of-experts models)
 
   absl::Status validate() const;
 };

@@ -1,0 +1,123 @@
+// Rollout routing replay (R3) between the rollout engine and the learner, on a tiny Qwen3-MoE:
+// the engine's routes travel in the trajectories as the worker builds them; the learner replays
+// them (algorithm.router_replay r3) or only compares them with its router's choices, and
+// reports rollout_corr/router_disagreement. With a float32 engine the learner's log-probs of the
+// sampled tokens equal the engine's; with a bfloat16 engine some routes differ from the float32
+// learner's, and replay makes the learner use the engine's experts.
+#include <ATen/ATen.h>
+
+#include <cstdio>
+
+#include "../model/test_models.h"
+#include "flywheel/rollout/engine.h"
+#include "flywheel/trainer/learner.h"
+#include "group_assembly.h"
+#include "gtest/gtest.h"
+#include "learner_test_util.h"
+#include "mpi_test_main.h"
+
+namespace flywheel::trainer {
+namespace {
+
+// Groups of 4 samples of 4 prompts from an engine on `model`, as the rollout worker sends them.
+std::vector<buffer::TrajectoryGroup> sample_groups(std::shared_ptr<model::DecoderModel> model) {
+  rollout::EngineOptions options;
+  options.max_slots = 16;
+  options.max_seq_len = 64;
+  auto engine = std::move(*rollout::GenerationEngine::create(model, options, {}));
+  const std::vector<std::vector<int64_t>> prompts = {
+      {4, 8, 15, 16, 23, 42}, {7, 1}, {9, 9, 9}, {50, 60, 70, 80, 90}};
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    rollout::GenerationRequest r;
+    r.id = std::to_string(p);
+    r.prompt_ids = prompts[p];
+    r.n = 4;
+    r.sampling.temperature = 1.0;
+    r.sampling.seed = 11 + p;
+    r.sampling.max_new_tokens = 16;
+    EXPECT_TRUE(engine->submit(std::move(r)).ok());
+  }
+  const model::ModelConfig& c = model->config();
+  const rollout::RouteShape shape{static_cast<int32_t>(c.num_moe_layers()),
+                                  static_cast<int32_t>(c.num_experts_per_tok), c.num_experts};
+  std::vector<buffer::TrajectoryGroup> groups;
+  for (const rollout::GroupResult& result : engine->run_until_idle()) {
+    std::vector<rewards::ScoredSample> scored(4);
+    for (int i = 0; i < 4; ++i) scored[i].reward = i % 2;
+    v1::PromptLease lease;
+    lease.set_lease_id(groups.size() + 1);
+    groups.push_back(rollout::trajectory_group("w", lease, result, scored, {}, 4, shape));
+    for (const buffer::Trajectory& t : groups.back().trajectories) EXPECT_FALSE(t.routes.empty());
+  }
+  return groups;
+}
+
+// One learner step (float32) from `model`'s weights on `groups`: its metrics.
+Metrics learner_step(comm::Communicator& world, const model::DecoderModel& model,
+                     const std::vector<buffer::TrajectoryGroup>& groups, bool replay) {
+  LearnerOptions options;
+  options.lr.lr = 1e-4;
+  options.lr.total_steps = 10;
+  options.micro_batch_tokens = 128;
+  options.router_replay = replay;
+  auto learner = std::move(*Learner::create(
+      options, testing::test_algorithm(algos::AggMode::kTokenMean), model.config(), &world));
+  std::map<std::string, at::Tensor> weights;
+  for (const auto& [name, p] : model.named_parameters()) weights[name] = p.to(at::kFloat);
+  EXPECT_TRUE(learner->policy()
+                  .load([&](const std::string& name) -> absl::StatusOr<at::Tensor> {
+                    auto it = weights.find(name);
+                    if (it == weights.end()) return absl::NotFoundError(name);
+                    return it->second;
+                  })
+                  .ok());
+  absl::StatusOr<Metrics> metrics = learner->step(groups);
+  EXPECT_TRUE(metrics.ok()) << metrics.status();
+  return metrics.ok() ? *metrics : Metrics{};
+}
+
+TEST(RouteReplayTest, TheLearnerUsesTheEnginesRoutes) {
+  auto world = flywheel::testing::world_communicator();
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    std::shared_ptr<model::DecoderModel> model(
+        model::testing::tiny_model("qwen3_moe", dtype, 5).release());
+    const std::vector<buffer::TrajectoryGroup> groups = sample_groups(model);
+    std::map<bool, Metrics> by_replay;
+    for (bool replay : {false, true}) {
+      const Metrics m = learner_step(*world, *model, groups, replay);
+      by_replay[replay] = m;
+      if (world->rank() == 0) {
+        std::printf(
+            "  engine %s, learner float32, replay %s: router disagreement %.4f (without "
+            "replay %.4f), |learner - engine log-prob| max %.3g mean %.3g\n",
+            c10::toString(dtype), replay ? "r3" : "none", m.at("rollout_corr/router_disagreement"),
+            m.at("rollout_corr/router_disagreement_without_replay"),
+            m.at("rollout_corr/logprob_abs_diff_max"), m.at("rollout_corr/logprob_abs_diff_mean"));
+      }
+      if (replay) EXPECT_EQ(m.at("rollout_corr/router_disagreement"), 0.0);
+      if (dtype == at::kFloat) EXPECT_LE(m.at("rollout_corr/logprob_abs_diff_max"), 1e-4);
+    }
+    if (dtype == at::kBFloat16) {
+      // bfloat16 rounding flips some of the router's choices against the float32 learner's ...
+      EXPECT_GT(by_replay[false].at("rollout_corr/router_disagreement"), 0.0);
+      // ... and replaying the engine's routes brings the learner's log-probs closer to its own.
+      EXPECT_LT(by_replay[true].at("rollout_corr/logprob_abs_diff_mean"),
+                by_replay[false].at("rollout_corr/logprob_abs_diff_mean"));
+    }
+  }
+}
+
+TEST(RouteReplayTest, ReplayNeedsAMixtureOfExperts) {
+  auto world = flywheel::testing::world_communicator();
+  LearnerOptions options;
+  options.router_replay = true;
+  auto learner = Learner::create(options, testing::test_algorithm(algos::AggMode::kTokenMean),
+                                 model::testing::tiny_config("qwen3"), world.get());
+  ASSERT_FALSE(learner.ok());
+  EXPECT_NE(learner.status().message().find("router_replay"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace flywheel::trainer
+
+int main(int argc, char** argv) { return flywheel::testing::run_mpi_tests(argc, argv); }
