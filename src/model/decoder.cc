@@ -130,9 +130,10 @@ struct LayerContext {
   // Without gradients, on the pool, with float32 or bfloat16 activations: that work (norms,
   // RoPE, SiLU) runs in decode_rows.h's kernels, by rows over the pool's threads, at any T.
   bool fused_rows = false;
-  at::Tensor routes;              // mixture of experts: routes to replay (ForwardBatch::routes)
-  bool replay = true;             // false: routes are only compared
-  RouteRecord* record = nullptr;  // where mixture-of-experts layers report their routing
+  at::Tensor routes;                // mixture of experts: routes to replay (ForwardBatch::routes)
+  bool replay = true;               // false: routes are only compared
+  RouteRecord* record = nullptr;    // where mixture-of-experts layers report their routing
+  RouterOutputs* router = nullptr;  // where a mixture-of-experts layer puts its router's outputs
 };
 
 // Self-attention of one layer; with a cache, the valid tokens are written to layer `index` of
@@ -288,6 +289,7 @@ at::Tensor moe_mlp(const ModelConfig& config, const DecoderLayerWeights& layer, 
                   -1);  // [N, E]
   at::Tensor weights, chosen;
   std::tie(weights, chosen) = probs.topk(k, -1);
+  if (context.router != nullptr) *context.router = {probs, chosen};
   if (context.routes.defined() || context.record != nullptr) {
     int64_t moe = 0;  // this layer's place among the mixture-of-experts layers
     for (int64_t i = 0; i < layer.layer; ++i) moe += config.is_moe_layer(i) ? 1 : 0;
@@ -461,12 +463,36 @@ SequenceContext sequence_context(const ModelConfig& config, const ForwardBatch& 
 }
 
 at::Tensor decoder_layer(const ModelConfig& config, const DecoderLayerWeights& weights,
-                         const at::Tensor& x, const SequenceContext& context) {
+                         const at::Tensor& x, const SequenceContext& context,
+                         RouterOutputs* router) {
   LayerContext layer_context{context.cos, context.sin, context.mask};
   layer_context.routes = context.routes;
   layer_context.replay = context.replay;
   layer_context.record = context.record;
+  layer_context.router = router;
   return layer_forward(config, weights, 0, x, layer_context);
+}
+
+RouterSums router_sums(const RouterOutputs& router, const at::Tensor& valid) {
+  const int64_t experts = router.probs.size(-1);
+  const at::Tensor keep = valid.reshape({-1, 1}).to(router.probs.device()).to(router.probs.dtype());
+  RouterSums sums;
+  sums.probs = (router.probs * keep).sum(0);
+  at::NoGradGuard no_grad;
+  sums.picks = (at::one_hot(router.picked, experts).sum(1).to(keep.dtype()) * keep).sum(0);
+  return sums;
+}
+
+at::Tensor load_balancing_loss(const std::vector<RouterSums>& layers, double valid_tokens) {
+  TORCH_CHECK(!layers.empty(), "load_balancing_loss needs the router sums of a sparse layer");
+  at::Tensor picks = layers[0].picks, probs = layers[0].probs;
+  for (size_t l = 1; l < layers.size(); ++l) {
+    picks = picks + layers[l].picks;
+    probs = probs + layers[l].probs;
+  }
+  const double pairs = valid_tokens * static_cast<double>(layers.size());  // (token, layer)
+  if (pairs <= 0) return probs.sum() * 0;
+  return (picks / pairs * (probs / pairs)).sum() * static_cast<double>(probs.size(0));
 }
 
 DecoderModel::DecoderModel(const ModelConfig& config, const DecoderOptions& options)

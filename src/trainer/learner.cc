@@ -155,6 +155,7 @@ absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const LearnerOptions& o
   if (model_config.num_moe_layers() > 0) {
     routed.routes = options.router_replay ? RouteUse::kReplay : RouteUse::kCompare;
   }
+  routed.load_balancing = true;  // when the config asks for it (the critic's too)
   auto policy = ShardedDecoder::create(model_config, comm, routed);
   if (!policy.ok()) return policy.status();
   learner->policy_ = std::move(*policy);
@@ -177,6 +178,7 @@ absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const LearnerOptions& o
   if (options.critic) {
     ShardingOptions critic_options = options.sharding;
     critic_options.value_head = true;
+    critic_options.load_balancing = true;
     auto critic = ShardedDecoder::create(model_config, comm, critic_options);
     if (!critic.ok()) return critic.status();
     learner->critic_ = std::move(*critic);
@@ -305,6 +307,14 @@ absl::Status Learner::update(const Batch& batch, bool critic, Metrics* metrics) 
             result = std::move(computed);
           }
           loss = result.loss;
+          if (out.aux_loss.defined()) {
+            // The mixture of experts' load-balancing loss of this micro-batch, weighted by its
+            // share of the update's tokens on every rank (transformers adds it per batch).
+            const double share = tokens / std::max(1.0, global.tokens);
+            loss = loss + model.config().router_aux_loss_coef * share * out.aux_loss;
+            sums.add_sum(prefix + "aux_loss", share * out.aux_loss.item<double>() /
+                                                  options_.ppo_epochs / batch.mini.size());
+          }
           for (const auto& [name, value] : result.diagnostics) {
             if (is_additive(name)) continue;  // summed below from the loss parts
             sums.add_diagnostic(prefix + name, value, tokens);

@@ -19,6 +19,7 @@ absl::StatusOr<std::unique_ptr<SftTrainer>> SftTrainer::create(const SftOptions&
   std::unique_ptr<SftTrainer> sft(new SftTrainer(options, comm));
   ShardingOptions sharding = options.sharding;
   sharding.value_head = false;
+  sharding.load_balancing = true;  // when the config asks for it
   auto model = ShardedDecoder::create(config, comm, sharding);
   if (!model.ok()) return model.status();
   sft->model_ = std::move(*model);
@@ -54,7 +55,17 @@ absl::StatusOr<std::pair<double, double>> SftTrainer::run(
     at::Tensor sum = lp.sum();  // unpack() zeroed the positions past each response
     logprob_sum += sum.item<double>();
     count += mb.valid.sum().item<double>();
-    if (train) (-sum / denominator).backward();
+    if (train) {
+      at::Tensor loss = -sum / denominator;
+      if (out.aux_loss.defined()) {
+        // The mixture of experts' load-balancing loss, weighted by this micro-batch's share of
+        // the step's tokens on every rank (transformers adds it per batch).
+        const double share = mb.valid.sum().item<double>() / denominator;
+        loss = loss + model_->config().router_aux_loss_coef * share * out.aux_loss;
+        aux_loss_ += share * out.aux_loss.item<double>();
+      }
+      loss.backward();
+    }
   }
   return std::make_pair(logprob_sum, count);
 }
@@ -65,17 +76,24 @@ absl::StatusOr<std::map<std::string, double>> SftTrainer::step(
   for (const SftExample* e : examples) tokens += static_cast<double>(e->response.size());
   comm_->all_reduce_host(tokens, comm::ReduceOp::kSum);
   const double total = std::max(1.0, tokens.item<double>());
+  aux_loss_ = 0;
   absl::StatusOr<std::pair<double, double>> sums = run(examples, /*train=*/true, total);
   if (!sums.ok()) return sums.status();
   const double lr = schedule_->at(counters_.steps);
   const ShardedAdamW::Update u =
       optimizer_->finish_update(-sums->first / total, lr, options_.grad_clip);
   FLYWHEEL_RETURN_IF_ERROR(counters_.count(u, options_.max_consecutive_skips, "SFT"));
-  return std::map<std::string, double>{{"sft/loss", u.loss},
-                                       {"sft/grad_norm", u.grad_norm},
-                                       {"sft/lr", lr},
-                                       {"sft/tokens", total},
-                                       {"sft/skipped", u.applied ? 0.0 : 1.0}};
+  std::map<std::string, double> metrics{{"sft/loss", u.loss},
+                                        {"sft/grad_norm", u.grad_norm},
+                                        {"sft/lr", lr},
+                                        {"sft/tokens", total},
+                                        {"sft/skipped", u.applied ? 0.0 : 1.0}};
+  if (wants_load_balancing(model_->config())) {
+    at::Tensor aux = at::full({1}, aux_loss_, at::kDouble);
+    comm_->all_reduce_host(aux, comm::ReduceOp::kSum);
+    metrics["sft/aux_loss"] = aux.item<double>();
+  }
+  return metrics;
 }
 
 absl::StatusOr<double> SftTrainer::eval_loss(const std::vector<const SftExample*>& examples) {

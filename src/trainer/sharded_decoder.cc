@@ -61,6 +61,11 @@ std::vector<model::ParamSpec> critic_parameter_specs(const model::ModelConfig& c
   return specs;
 }
 
+bool wants_load_balancing(const model::ModelConfig& config) {
+  return config.num_moe_layers() > 0 && config.output_router_logits &&
+         config.router_aux_loss_coef > 0;
+}
+
 ShardedDecoder::ShardedDecoder(const model::ModelConfig& config, comm::Communicator* comm,
                                const ShardingOptions& options)
     : config_(config), comm_(comm), options_(options) {}
@@ -69,13 +74,7 @@ absl::StatusOr<std::unique_ptr<ShardedDecoder>> ShardedDecoder::create(
     const model::ModelConfig& config, comm::Communicator* comm, const ShardingOptions& options) {
   if (comm == nullptr) return absl::InvalidArgumentError("sharded decoder needs a communicator");
   FLYWHEEL_RETURN_IF_ERROR(config.validate());
-  if (config.num_moe_layers() > 0 && config.output_router_logits &&
-      config.router_aux_loss_coef > 0) {
-    return absl::UnimplementedError(
-        "the model's config.json sets output_router_logits: training with the mixture-of-experts "
-        "load-balancing loss (router_aux_loss_coef) is not implemented; set output_router_logits "
-        "to false");
-  }
+
   for (at::ScalarType t : {options.param_dtype, options.reduce_dtype}) {
     if (t != at::kFloat && t != at::kBFloat16 && t != at::kHalf) {
       return absl::InvalidArgumentError(absl::StrCat("sharded decoder: dtype ", c10::toString(t),
@@ -178,17 +177,34 @@ TokenOutputs ShardedDecoder::forward(const PackedBatch& batch, const HeadOptions
   at::Tensor x = run({embed}, {tokens}, [](const std::vector<at::Tensor>& in, const ParamViews& p) {
     return std::vector<at::Tensor>{at::embedding(p.at("model.embed_tokens.weight"), in[0])};
   })[0];
+  // The load-balancing loss: each sparse layer also returns its router's sums over the batch's
+  // tokens (padding left out).
+  const bool balance = options_.load_balancing && wants_load_balancing(config_);
+  const at::Tensor valid =
+      balance ? batch.segment_ids.ne(0).reshape({-1}).to(options_.device) : at::Tensor();
+  std::vector<model::RouterSums> router_sums;
   for (size_t i = 1; i + 1 < units_.size(); ++i) {
     const int64_t layer = static_cast<int64_t>(i) - 1;
-    x = run({&units_[i]}, {x},
-            [config, context, layer](const std::vector<at::Tensor>& in, const ParamViews& p) {
-              auto find = [&p](const std::string& name) {
-                auto it = p.find(name);
-                return it == p.end() ? at::Tensor() : it->second;
-              };
-              return std::vector<at::Tensor>{
-                  model::decoder_layer(*config, model::layer_weights(layer, find), in[0], context)};
-            })[0];
+    const bool sums = balance && config_.is_moe_layer(layer);
+    std::vector<at::Tensor> out = run(
+        {&units_[i]}, {x},
+        [config, context, layer, sums, valid](const std::vector<at::Tensor>& in,
+                                              const ParamViews& p) {
+          auto find = [&p](const std::string& name) {
+            auto it = p.find(name);
+            return it == p.end() ? at::Tensor() : it->second;
+          };
+          const model::DecoderLayerWeights weights = model::layer_weights(layer, find);
+          if (!sums) {
+            return std::vector<at::Tensor>{model::decoder_layer(*config, weights, in[0], context)};
+          }
+          model::RouterOutputs router;
+          at::Tensor y = model::decoder_layer(*config, weights, in[0], context, &router);
+          const model::RouterSums s = model::router_sums(router, valid);
+          return std::vector<at::Tensor>{y, s.probs, s.picks};
+        });
+    x = out[0];
+    if (sums) router_sums.push_back({out[1], out[2]});
   }
   // The head: final norm, then log-probs of the targets (lm_head, or the tied embedding) or the
   // critic's values.
@@ -215,6 +231,9 @@ TokenOutputs ShardedDecoder::forward(const PackedBatch& batch, const HeadOptions
   route_stats_.pairs += record_.replayed;
   route_stats_.disagreements += record_.disagreements;
   TokenOutputs result;
+  if (balance) {
+    result.aux_loss = model::load_balancing_loss(router_sums, valid.sum().item<double>());
+  }
   if (value_head) {
     result.values = out[0];
   } else {

@@ -81,6 +81,7 @@ const Reader kReaders[] = {
   {"algorithm.value_clip", "src/trainer/learner.cc", "o.value_clip = a.value_clip;"},
   {"algorithm.overlong_buffer_len", "src/trainer/learner.cc", "o.overlong_buffer_len = a.overlong_buffer_len;", "LearnerShapingTest.OverlongResponsesArePenalisedByDaposFormula"},
   {"algorithm.overlong_penalty_factor", "src/trainer/learner.cc", "o.overlong_penalty_factor = a.overlong_penalty_factor;", "LearnerShapingTest.OverlongResponsesArePenalisedByDaposFormula"},
+  {"algorithm.router_replay", "src/trainer/learner.cc", "o.router_replay = a.router_replay == \"r3\";", "RouteReplayTest.TheLearnerUsesTheEnginesRoutes"},
   {"trainer.total_steps", "src/cli/controller_setup.cc", "o.max_groups = c.trainer.total_steps * c.trainer.groups_per_step;"},
   {"trainer.groups_per_step", "src/cli/controller_setup.cc", "o.groups_per_step = c.trainer.groups_per_step;"},
   {"trainer.ppo_epochs", "src/trainer/learner.cc", "o.ppo_epochs = t.ppo_epochs;"},

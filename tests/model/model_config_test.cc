@@ -66,8 +66,9 @@ TEST(ModelConfigTest, MissingKeysAndUnsupportedOptionsAreNamed) {
   EXPECT_THAT(error(R"({"model_type": "qwen2"})"),
               HasSubstr("m/config.json: vocab_size: missing required key"));
   EXPECT_THAT(error(R"({"vocab_size": 3})"), HasSubstr("model_type: missing required key"));
-  EXPECT_THAT(error(R"({"model_type": "mistral"})"),
-              HasSubstr("unsupported model type 'mistral'; supported: qwen2, qwen3, llama"));
+  EXPECT_THAT(
+      error(R"({"model_type": "mistral"})"),
+      HasSubstr("unsupported model type 'mistral'; supported: qwen2, qwen3, qwen3_moe, llama"));
   const std::string base = R"("vocab_size": 10, "hidden_size": 8, "intermediate_size": 16,
       "num_hidden_layers": 1, "num_attention_heads": 2)";
   EXPECT_THAT(error("{\"model_type\": \"llama\", " + base + ", \"hidden_act\": \"gelu\"}"),

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <map>
+
 #include "flywheel/core/file_io.h"
 #include "flywheel/model/decoder.h"
 #include "flywheel/model/hf_checkpoint.h"
@@ -264,6 +266,60 @@ TEST(MoeTest, LayerGradientsMatchFiniteDifferences) {
     }
     EXPECT_GT(layer.router.grad().abs().sum().item<double>(), 0);
   }
+}
+
+// transformers' load_balancing_loss_func, by hand: 2 sparse layers, 3 tokens of which the last
+// is padding, 2 experts, 1 per token. Picks (valid tokens, both layers): expert 0 three times,
+// expert 1 once, of 4 (token, layer) pairs; mean probabilities 0.6 and 0.4; the loss is
+// 2 x (3/4 x 0.6 + 1/4 x 0.4) = 1.1. Uniform routing gives num_experts_per_tok.
+TEST(LoadBalancingTest, MatchesTheFormulaByHand) {
+  const at::Tensor valid = at::tensor(std::vector<int64_t>{1, 1, 0}).to(at::kBool);
+  RouterOutputs a{at::tensor(std::vector<float>{0.7f, 0.3f, 0.9f, 0.1f, 0.0f, 1.0f}).view({3, 2}),
+                  at::tensor(std::vector<int64_t>{0, 0, 1}).view({3, 1})};
+  RouterOutputs b{at::tensor(std::vector<float>{0.4f, 0.6f, 0.4f, 0.6f, 1.0f, 0.0f}).view({3, 2}),
+                  at::tensor(std::vector<int64_t>{1, 0, 0}).view({3, 1})};
+  a.probs.requires_grad_(true);
+  const at::Tensor loss =
+      load_balancing_loss({router_sums(a, valid), router_sums(b, valid)}, /*valid_tokens=*/2);
+  EXPECT_NEAR(loss.item<double>(), 1.1, 1e-6);
+  loss.backward();
+  // d loss / d probs[t, e] = num_experts x picks[e] / pairs^2 for valid tokens, 0 for padding.
+  EXPECT_NEAR(a.probs.grad()[0][0].item<double>(), 2 * 3.0 / 16, 1e-6);
+  EXPECT_NEAR(a.probs.grad()[1][1].item<double>(), 2 * 1.0 / 16, 1e-6);
+  EXPECT_EQ(a.probs.grad()[2][0].item<double>(), 0.0);
+
+  // 4 experts, 2 per token, each expert picked equally often with probability 1/4: loss 2.
+  RouterOutputs uniform{at::full({4, 4}, 0.25),
+                        at::tensor(std::vector<int64_t>{0, 1, 2, 3, 0, 2, 1, 3}).view({4, 2})};
+  EXPECT_NEAR(
+      load_balancing_loss({router_sums(uniform, at::ones({4}, at::kBool))}, 4).item<double>(), 2.0,
+      1e-6);
+}
+
+// decoder_layer reports the router of a sparse layer: its softmax and its own top-k, whatever
+// is replayed.
+TEST(LoadBalancingTest, TheLayerReportsItsRouter) {
+  const ModelConfig c = tiny_config("qwen3_moe");
+  auto model = tiny_model(c);
+  std::map<std::string, at::Tensor> weights;
+  for (const auto& [n, p] : model->named_parameters()) weights[n] = p;
+  auto find = [&](const std::string& n) {
+    auto it = weights.find(n);
+    return it == weights.end() ? at::Tensor() : it->second;
+  };
+  ForwardBatch batch = full_batch(kTokens);
+  batch.routes = at::full({1, 12, 2, 2}, 3, at::kLong);  // replayed: every token to expert 3
+  const SequenceContext context = sequence_context(c, batch, at::kFloat, at::kCPU);
+  at::Generator gen = at::detail::createCPUGenerator(2);
+  RouterOutputs router;
+  decoder_layer(c, layer_weights(0, find), at::randn({1, 12, 32}, gen), context, &router);
+  ASSERT_EQ(router.probs.sizes(), (std::vector<int64_t>{12, 4}));
+  EXPECT_TRUE(at::allclose(router.probs.sum(-1), at::ones({12})));
+  EXPECT_EQ(router.picked.sizes(), (std::vector<int64_t>{12, 2}));
+  EXPECT_TRUE(at::equal(router.picked, std::get<1>(router.probs.topk(2, -1))));
+  RouterOutputs dense;
+  decoder_layer(c, layer_weights(1, find), at::randn({1, 12, 32}, gen), context, &dense);
+  EXPECT_FALSE(dense.probs.defined());
 }
 
 TEST(RouteReplayTest, ReplayingTheRecordedRoutesGivesTheSameLogits) {

@@ -107,6 +107,25 @@ TEST(RouteReplayTest, TheLearnerUsesTheEnginesRoutes) {
   }
 }
 
+// A config that asks for the load-balancing loss (output_router_logits) gets it in the policy's
+// loss, reported as actor/aux_loss; without it there is none.
+TEST(RouteReplayTest, TheLearnerAddsTheLoadBalancingLossWhenTheConfigAsks) {
+  auto world = flywheel::testing::world_communicator();
+  model::ModelConfig config = model::testing::tiny_config("qwen3_moe");
+  for (bool asks : {false, true}) {
+    config.output_router_logits = asks;
+    std::shared_ptr<model::DecoderModel> model(
+        model::testing::tiny_model(config, at::kFloat, 5).release());
+    const Metrics m = learner_step(*world, *model, sample_groups(model), /*replay=*/true);
+    ASSERT_EQ(m.count("actor/aux_loss"), asks ? 1u : 0u);
+    if (asks && world->rank() == 0) {
+      std::printf("  actor/aux_loss %.4f (num_experts_per_tok 2 when balanced)\n",
+                  m.at("actor/aux_loss"));
+    }
+    if (asks) EXPECT_GT(m.at("actor/aux_loss"), 0.5);
+  }
+}
+
 TEST(RouteReplayTest, ReplayNeedsAMixtureOfExperts) {
   auto world = flywheel::testing::world_communicator();
   LearnerOptions options;

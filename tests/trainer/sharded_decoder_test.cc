@@ -135,6 +135,42 @@ TEST(ShardedDecoderTest, CriticGradientsEqualSingleProcessAutograd) {
   for (bool reshard : {true, false}) check_against_reference("qwen2", reshard, true);
 }
 
+// A mixture of experts whose config asks for the load-balancing loss: forward() returns it, the
+// same with and without resharding, and its gradient reaches every sparse layer's router.
+TEST(ShardedDecoderTest, LoadBalancingLossReachesTheRouters) {
+  auto world = testing::world_communicator();
+  model::ModelConfig config = model::testing::tiny_config("qwen3_moe");
+  config.output_router_logits = true;
+  config.router_aux_loss_coef = 0.01;
+  std::vector<double> losses;
+  for (bool reshard : {true, false}) {
+    ShardingOptions options;
+    options.reshard_after_forward = reshard;
+    options.load_balancing = true;
+    auto sharded = std::move(*ShardedDecoder::create(config, world.get(), options));
+    sharded->init_random(5);
+    TokenOutputs out = sharded->forward(make_batch(100 + world->rank(), config.vocab_size));
+    ASSERT_TRUE(out.aux_loss.defined());
+    losses.push_back(out.aux_loss.item<double>());
+    EXPECT_GT(losses.back(), 0.0);
+    out.aux_loss.backward();
+    for (FlatUnit& unit : sharded->units()) {
+      if (!unit.shard().grad().defined()) continue;
+      at::Tensor full = at::empty({unit.padded_numel()});
+      world->all_gather(unit.shard().grad(), full);
+      for (auto& [name, grad] : unit.views(full)) {
+        if (name.find("mlp.gate.weight") == std::string::npos) continue;
+        EXPECT_GT(grad.abs().sum().item<double>(), 0) << name;
+      }
+    }
+  }
+  EXPECT_DOUBLE_EQ(losses[0], losses[1]);
+  ShardingOptions off;  // the trainers that do not add it leave it undefined
+  auto plain = std::move(*ShardedDecoder::create(config, world.get(), off));
+  plain->init_random(5);
+  EXPECT_FALSE(plain->forward(make_batch(100, config.vocab_size)).aux_loss.defined());
+}
+
 // The full-weights view: every parameter once, in buckets, equal to the initial values.
 TEST(ShardedDecoderTest, FullWeightsComeBackInBuckets) {
   auto world = testing::world_communicator();

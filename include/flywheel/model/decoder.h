@@ -118,13 +118,37 @@ struct SequenceContext {
   bool replay = true;
   RouteRecord* record = nullptr;
 };
+
+// What decoder_layer() reports of a mixture-of-experts layer's router, for the load-balancing
+// loss: the softmax over the experts of every token [B * T, num_experts] (float32,
+// differentiable with respect to the router and the input) and the experts the router itself
+// picked [B * T, num_experts_per_tok] (before any replay).
+struct RouterOutputs {
+  at::Tensor probs;
+  at::Tensor picked;
+};
 SequenceContext sequence_context(const ModelConfig& config, const ForwardBatch& batch,
                                  at::ScalarType dtype, at::Device device);
 
 // One decoder layer without a cache, for callers that own the weights (the sharded learner):
 // x [B, T, hidden] -> [B, T, hidden], differentiable with respect to x and the weights.
 at::Tensor decoder_layer(const ModelConfig& config, const DecoderLayerWeights& weights,
-                         const at::Tensor& x, const SequenceContext& context);
+                         const at::Tensor& x, const SequenceContext& context,
+                         RouterOutputs* router = nullptr);
+
+// One sparse layer's router over the tokens where `valid` ([B * T] bool) holds: its
+// probabilities summed ([num_experts], differentiable) and how often each expert was picked, in
+// any of the k slots ([num_experts], float32, no gradient).
+struct RouterSums {
+  at::Tensor probs, picks;
+};
+RouterSums router_sums(const RouterOutputs& router, const at::Tensor& valid);
+
+// transformers' load_balancing_loss_func over every sparse layer of one forward of
+// `valid_tokens` tokens: num_experts x the sum over experts of (the fraction of (token, layer)
+// pairs that picked the expert) x (its mean probability). num_experts_per_tok when the routing
+// is uniform; differentiable through the probabilities.
+at::Tensor load_balancing_loss(const std::vector<RouterSums>& layers, double valid_tokens);
 
 class DecoderModel {
  public:

@@ -70,6 +70,9 @@ class SftTrainer {
   std::unique_ptr<ShardedAdamW> optimizer_;
   std::optional<LrSchedule> schedule_;
   UpdateCounters counters_;
+  // The step's load-balancing loss on this rank, each micro-batch's weighted by its share of
+  // the step's tokens (mixtures of experts whose config asks for it).
+  double aux_loss_ = 0;
 };
 
 }  // namespace flywheel::trainer

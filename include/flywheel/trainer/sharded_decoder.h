@@ -52,6 +52,9 @@ struct ShardingOptions {
   bool decay_all = false;   // weight decay also on norms, biases and the embedding
   at::Device device = at::kCPU;
   RouteUse routes = RouteUse::kIgnore;  // mixture of experts: PackedBatch::routes
+  // Mixture of experts whose config asks for the load-balancing loss (wants_load_balancing):
+  // forward() computes it (TokenOutputs::aux_loss) for the trainer to add.
+  bool load_balancing = false;
 
   // trainer.param_dtype, reduce_dtype and reshard_after_forward.
   static ShardingOptions from_config(const core::TrainerOptions& trainer);
@@ -78,7 +81,15 @@ struct TokenOutputs {
   at::Tensor logprobs;  // [B, T] float32 log-prob of `targets` (policy head)
   at::Tensor entropy;   // [B, T] float32 (with_entropy)
   at::Tensor values;    // [B, T] float32 (value head)
+  // ShardingOptions::load_balancing: the forward's load-balancing loss over its non-padding
+  // tokens (model::load_balancing_loss; a differentiable scalar), not yet weighted by
+  // router_aux_loss_coef.
+  at::Tensor aux_loss;
 };
+
+// Whether `config` asks for the mixture-of-experts load-balancing loss in training, as
+// transformers does: sparse layers, output_router_logits true and router_aux_loss_coef > 0.
+bool wants_load_balancing(const model::ModelConfig& config);
 
 class ShardedDecoder {
  public:

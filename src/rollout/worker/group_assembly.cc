@@ -127,7 +127,8 @@ buffer::TrajectoryGroup trajectory_group(const std::string& worker_id, const v1:
     t.reward_breakdown = scored[i].parts;
     t.finish_reason = finish_reason_name(sample.finish_reason);
     t.sample_index = static_cast<int64_t>(i);
-    set_routes(sample, routes, &t);
+    // An agent's episode is its own token stream, not the engine's request: no routes.
+    if (!own_prompt) set_routes(sample, routes, &t);
     if (i >= episodes.size()) {
       // Process rewards sit where their steps end; an end past the response (a function's
       // mistake) is paid at its last token rather than failing the group's validation.
