@@ -39,13 +39,7 @@ absl::StatusOr<std::unique_ptr<DpoTrainer>> DpoTrainer::create(const DpoOptions&
     return absl::InvalidArgumentError(
         "a reward model trains with the bradley_terry loss, and only a reward model does");
   }
-  if (wants_load_balancing(config)) {
-    return absl::UnimplementedError(
-        "the model's config.json asks for the mixture-of-experts load-balancing loss "
-        "(output_router_logits with router_aux_loss_coef > 0), which preference training does not "
-        "implement (flywheel "
-        "sft and the RL learner do); set output_router_logits to false");
-  }
+  FLYWHEEL_RETURN_IF_ERROR(refuse_load_balancing(config, "preference training"));
   std::unique_ptr<DpoTrainer> dpo(new DpoTrainer(options, comm));
   ShardingOptions sharding = options.optimizer.sharding;
   sharding.value_head = options.reward_model;

@@ -21,13 +21,7 @@ absl::StatusOr<std::unique_ptr<ProcessRewardTrainer>> ProcessRewardTrainer::crea
   if (options.micro_batch_tokens < 1) {
     return absl::InvalidArgumentError("micro_batch_tokens must be >= 1");
   }
-  if (wants_load_balancing(config)) {
-    return absl::UnimplementedError(
-        "the model's config.json asks for the mixture-of-experts load-balancing loss "
-        "(output_router_logits with router_aux_loss_coef > 0), which process reward model training "
-        "does not implement (flywheel "
-        "sft and the RL learner do); set output_router_logits to false");
-  }
+  FLYWHEEL_RETURN_IF_ERROR(refuse_load_balancing(config, "process reward model training"));
   std::unique_ptr<ProcessRewardTrainer> prm(new ProcessRewardTrainer(options, comm));
   ShardingOptions sharding = options.sharding;
   sharding.value_head = true;

@@ -66,6 +66,16 @@ bool wants_load_balancing(const model::ModelConfig& config) {
          config.router_aux_loss_coef > 0;
 }
 
+absl::Status refuse_load_balancing(const model::ModelConfig& config, const std::string& who) {
+  if (!wants_load_balancing(config)) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      "the model's config.json asks for the mixture-of-experts load-balancing loss "
+      "(output_router_logits with router_aux_loss_coef > 0), which ",
+      who,
+      " does not implement (flywheel sft and the RL learner do); set output_router_logits to "
+      "false"));
+}
+
 ShardedDecoder::ShardedDecoder(const model::ModelConfig& config, comm::Communicator* comm,
                                const ShardingOptions& options)
     : config_(config), comm_(comm), options_(options) {}
@@ -74,7 +84,6 @@ absl::StatusOr<std::unique_ptr<ShardedDecoder>> ShardedDecoder::create(
     const model::ModelConfig& config, comm::Communicator* comm, const ShardingOptions& options) {
   if (comm == nullptr) return absl::InvalidArgumentError("sharded decoder needs a communicator");
   FLYWHEEL_RETURN_IF_ERROR(config.validate());
-
   for (at::ScalarType t : {options.param_dtype, options.reduce_dtype}) {
     if (t != at::kFloat && t != at::kBFloat16 && t != at::kHalf) {
       return absl::InvalidArgumentError(absl::StrCat("sharded decoder: dtype ", c10::toString(t),

@@ -11,21 +11,13 @@
 namespace flywheel::model {
 namespace {
 
+using testing::full_batch;
+using testing::kTokens;
 using testing::param;
 using testing::reference_inv_freq;
 using testing::reference_logits;
 using testing::tiny_config;
 using testing::tiny_model;
-
-ForwardBatch full_batch(const std::vector<int64_t>& tokens) {
-  ForwardBatch b;
-  const int64_t T = tokens.size();
-  b.tokens = at::tensor(tokens, at::kLong).view({1, T});
-  b.positions = at::arange(T, at::kLong).view({1, T});
-  return b;
-}
-
-const std::vector<int64_t> kTokens = {5, 17, 3, 88, 42, 42, 9, 60, 1, 33, 71, 96};
 
 // A training batch: row 0 packs {3, 1, 4, 1, 5} and {9, 2, 6}; row 1 holds {9, 2, 6} then padding.
 ForwardBatch packed_batch() {

@@ -16,20 +16,12 @@
 namespace flywheel::model {
 namespace {
 
+using testing::full_batch;
+using testing::kTokens;
 using testing::param;
 using testing::reference_logits;
 using testing::tiny_config;
 using testing::tiny_model;
-
-const std::vector<int64_t> kTokens = {5, 17, 3, 88, 42, 42, 9, 60, 1, 33, 71, 96};
-
-ForwardBatch full_batch(const std::vector<int64_t>& tokens) {
-  ForwardBatch b;
-  const int64_t T = tokens.size();
-  b.tokens = at::tensor(tokens, at::kLong).view({1, T});
-  b.positions = at::arange(T, at::kLong).view({1, T});
-  return b;
-}
 
 std::vector<int64_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
   at::Generator gen = at::detail::createCPUGenerator(seed);

@@ -16,6 +16,18 @@
 
 namespace flywheel::model::testing {
 
+// The tokens the decoder tests score.
+inline const std::vector<int64_t> kTokens = {5, 17, 3, 88, 42, 42, 9, 60, 1, 33, 71, 96};
+
+// One row of `tokens` at positions 0, 1, ...
+inline ForwardBatch full_batch(const std::vector<int64_t>& tokens) {
+  ForwardBatch b;
+  const int64_t T = tokens.size();
+  b.tokens = at::tensor(tokens, at::kLong).view({1, T});
+  b.positions = at::arange(T, at::kLong).view({1, T});
+  return b;
+}
+
 // The parameter `name` of m (undefined when it has none).
 inline at::Tensor param(const DecoderModel& m, const std::string& name) {
   for (const auto& [n, p] : m.named_parameters()) {

@@ -3,14 +3,17 @@
 // them (algorithm.router_replay r3) or only compares them with its router's choices, and
 // reports rollout_corr/router_disagreement. With a float32 engine the learner's log-probs of the
 // sampled tokens equal the engine's; with a bfloat16 engine some routes differ from the float32
-// learner's, and replay makes the learner use the engine's experts.
+// learner's, and replay makes the learner use the engine's experts. Also the load-balancing
+// loss in the learner, and the trainers that refuse it.
 #include <ATen/ATen.h>
 
 #include <cstdio>
 
 #include "../model/test_models.h"
 #include "flywheel/rollout/engine.h"
+#include "flywheel/trainer/dpo_trainer.h"
 #include "flywheel/trainer/learner.h"
+#include "flywheel/trainer/prm_trainer.h"
 #include "group_assembly.h"
 #include "gtest/gtest.h"
 #include "learner_test_util.h"
@@ -124,6 +127,26 @@ TEST(RouteReplayTest, TheLearnerAddsTheLoadBalancingLossWhenTheConfigAsks) {
     }
     if (asks) EXPECT_GT(m.at("actor/aux_loss"), 0.5);
   }
+}
+
+// Preference and process-reward training do not add the load-balancing loss, and say so rather
+// than train without it.
+TEST(RouteReplayTest, TrainersWithoutTheLoadBalancingLossRefuseAConfigThatAsksForIt) {
+  auto world = flywheel::testing::world_communicator();
+  model::ModelConfig config = model::testing::tiny_config("qwen3_moe");
+  config.output_router_logits = true;
+  DpoOptions preference;
+  preference.optimizer.micro_batch_tokens = 64;
+  auto dpo = DpoTrainer::create(preference, config, world.get());
+  ASSERT_FALSE(dpo.ok());
+  EXPECT_NE(dpo.status().message().find("load-balancing loss"), std::string::npos);
+  OptimizerOptions optimizer;
+  optimizer.micro_batch_tokens = 64;
+  auto prm = ProcessRewardTrainer::create(optimizer, config, world.get());
+  ASSERT_FALSE(prm.ok());
+  EXPECT_NE(prm.status().message().find("not implement"), std::string::npos);
+  config.output_router_logits = false;
+  EXPECT_TRUE(ProcessRewardTrainer::create(optimizer, config, world.get()).ok());
 }
 
 TEST(RouteReplayTest, ReplayNeedsAMixtureOfExperts) {

@@ -90,6 +90,8 @@ struct TokenOutputs {
 // Whether `config` asks for the mixture-of-experts load-balancing loss in training, as
 // transformers does: sparse layers, output_router_logits true and router_aux_loss_coef > 0.
 bool wants_load_balancing(const model::ModelConfig& config);
+// For trainers (`who`) that do not add it: UnimplementedError when `config` wants it, else OK.
+absl::Status refuse_load_balancing(const model::ModelConfig& config, const std::string& who);
 
 class ShardedDecoder {
  public:
