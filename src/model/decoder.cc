@@ -6,7 +6,6 @@
 #include <tuple>
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 
@@ -290,14 +289,14 @@ at::Tensor moe_mlp(const ModelConfig& config, const DecoderLayerWeights& layer, 
   at::Tensor weights, chosen;
   std::tie(weights, chosen) = probs.topk(k, -1);
   if (context.router != nullptr) *context.router = {probs, chosen};
+  RouteRecord* record = nullptr;
   if (context.routes.defined() || context.record != nullptr) {
     int64_t moe = 0;  // this layer's place among the mixture-of-experts layers
     for (int64_t i = 0; i < layer.layer; ++i) moe += config.is_moe_layer(i) ? 1 : 0;
     // A layer run again (checkpointing's recompute) has reported already.
-    RouteRecord* record =
-        context.record != nullptr && static_cast<int64_t>(context.record->layers.size()) == moe
-            ? context.record
-            : nullptr;
+    if (context.record != nullptr && static_cast<int64_t>(context.record->layers.size()) == moe) {
+      record = context.record;
+    }
     if (context.routes.defined()) {
       const at::Tensor& routes = context.routes;
       TORCH_CHECK(routes.dim() == 4 && routes.size(0) * routes.size(1) == N &&
@@ -309,23 +308,23 @@ at::Tensor moe_mlp(const ModelConfig& config, const DecoderLayerWeights& layer, 
       if (record != nullptr) {
         const at::Tensor differs =
             std::get<0>(given.sort(1)).ne(std::get<0>(chosen.sort(1))).any(1).logical_and(has);
-        record->replayed += has.sum().item<int64_t>();
-        record->disagreements += differs.sum().item<int64_t>();
+        const at::Tensor counts = at::stack({has.sum(), differs.sum()}).to(at::kCPU);
+        record->replayed += counts[0].item<int64_t>();
+        record->disagreements += counts[1].item<int64_t>();
       }
       if (context.replay) {
         chosen = at::where(has.unsqueeze(1), given, chosen);
         weights = probs.gather(1, chosen);
       }
     }
-    if (record != nullptr) {
-      record->layers.push_back(chosen.view({m.size(0), m.size(1), k}).to(at::kCPU));
-    }
   }
   if (config.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
   weights = weights.to(m.scalar_type());
 
-  // (token, slot) pairs grouped by expert, in token order within each expert.
+  // (token, slot) pairs grouped by expert, in token order within each expert; the host copy of
+  // the choices is also what a record keeps.
   const at::Tensor host = chosen.to(at::kCPU).to(at::kLong).contiguous();
+  if (record != nullptr) record->layers.push_back(host.view({m.size(0), m.size(1), k}));
   const int64_t* ids = host.data_ptr<int64_t>();
   std::vector<std::vector<int64_t>> pairs(E);
   for (int64_t i = 0; i < N * k; ++i) {
@@ -378,77 +377,6 @@ at::Tensor training_mask(const ForwardBatch& batch, at::Device device) {
 
 }  // namespace
 
-std::vector<ParamSpec> decoder_parameter_specs(const ModelConfig& c) {
-  const int64_t h = c.hidden_size, hd = c.head_dim;
-  const int64_t q = c.num_attention_heads * hd, kv = c.num_key_value_heads * hd;
-  std::vector<ParamSpec> specs = {{"model.embed_tokens.weight", {c.vocab_size, h}}};
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = absl::StrCat("model.layers.", i, ".");
-    specs.push_back({p + "input_layernorm.weight", {h}});
-    specs.push_back({p + "self_attn.q_proj.weight", {q, h}});
-    if (c.qkv_bias) specs.push_back({p + "self_attn.q_proj.bias", {q}});
-    specs.push_back({p + "self_attn.k_proj.weight", {kv, h}});
-    if (c.qkv_bias) specs.push_back({p + "self_attn.k_proj.bias", {kv}});
-    specs.push_back({p + "self_attn.v_proj.weight", {kv, h}});
-    if (c.qkv_bias) specs.push_back({p + "self_attn.v_proj.bias", {kv}});
-    specs.push_back({p + "self_attn.o_proj.weight", {h, q}});
-    if (c.o_bias) specs.push_back({p + "self_attn.o_proj.bias", {h}});
-    if (c.qk_norm) {
-      specs.push_back({p + "self_attn.q_norm.weight", {hd}});
-      specs.push_back({p + "self_attn.k_norm.weight", {hd}});
-    }
-    specs.push_back({p + "post_attention_layernorm.weight", {h}});
-    if (c.is_moe_layer(i)) {
-      const int64_t mi = c.moe_intermediate_size;
-      specs.push_back({p + "mlp.gate.weight", {c.num_experts, h}});
-      for (int64_t e = 0; e < c.num_experts; ++e) {
-        const std::string x = absl::StrCat(p, "mlp.experts.", e, ".");
-        specs.push_back({x + "gate_proj.weight", {mi, h}});
-        specs.push_back({x + "up_proj.weight", {mi, h}});
-        specs.push_back({x + "down_proj.weight", {h, mi}});
-      }
-      continue;
-    }
-    specs.push_back({p + "mlp.gate_proj.weight", {c.intermediate_size, h}});
-    specs.push_back({p + "mlp.up_proj.weight", {c.intermediate_size, h}});
-    specs.push_back({p + "mlp.down_proj.weight", {h, c.intermediate_size}});
-  }
-  specs.push_back({"model.norm.weight", {h}});
-  if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, h}});
-  return specs;
-}
-
-DecoderLayerWeights layer_weights(int64_t layer,
-                                  const std::function<at::Tensor(const std::string&)>& find) {
-  const std::string p = absl::StrCat("model.layers.", layer, ".");
-  DecoderLayerWeights w;
-  w.layer = layer;
-  w.input_norm = find(p + "input_layernorm.weight");
-  w.q = find(p + "self_attn.q_proj.weight");
-  w.q_bias = find(p + "self_attn.q_proj.bias");
-  w.k = find(p + "self_attn.k_proj.weight");
-  w.k_bias = find(p + "self_attn.k_proj.bias");
-  w.v = find(p + "self_attn.v_proj.weight");
-  w.v_bias = find(p + "self_attn.v_proj.bias");
-  w.o = find(p + "self_attn.o_proj.weight");
-  w.o_bias = find(p + "self_attn.o_proj.bias");
-  w.q_norm = find(p + "self_attn.q_norm.weight");
-  w.k_norm = find(p + "self_attn.k_norm.weight");
-  w.post_norm = find(p + "post_attention_layernorm.weight");
-  w.gate = find(p + "mlp.gate_proj.weight");
-  w.up = find(p + "mlp.up_proj.weight");
-  w.down = find(p + "mlp.down_proj.weight");
-  w.router = find(p + "mlp.gate.weight");
-  for (int64_t e = 0; w.router.defined(); ++e) {
-    const std::string x = absl::StrCat(p, "mlp.experts.", e, ".");
-    ExpertWeights expert{find(x + "gate_proj.weight"), find(x + "up_proj.weight"),
-                         find(x + "down_proj.weight")};
-    if (!expert.gate.defined()) break;
-    w.experts.push_back(std::move(expert));
-  }
-  return w;
-}
-
 SequenceContext sequence_context(const ModelConfig& config, const ForwardBatch& batch,
                                  at::ScalarType dtype, at::Device device) {
   TORCH_CHECK(batch.tokens.dim() == 2 && batch.positions.sizes() == batch.tokens.sizes(),
@@ -471,28 +399,6 @@ at::Tensor decoder_layer(const ModelConfig& config, const DecoderLayerWeights& w
   layer_context.record = context.record;
   layer_context.router = router;
   return layer_forward(config, weights, 0, x, layer_context);
-}
-
-RouterSums router_sums(const RouterOutputs& router, const at::Tensor& valid) {
-  const int64_t experts = router.probs.size(-1);
-  const at::Tensor keep = valid.reshape({-1, 1}).to(router.probs.device()).to(router.probs.dtype());
-  RouterSums sums;
-  sums.probs = (router.probs * keep).sum(0);
-  at::NoGradGuard no_grad;
-  sums.picks = (at::one_hot(router.picked, experts).sum(1).to(keep.dtype()) * keep).sum(0);
-  return sums;
-}
-
-at::Tensor load_balancing_loss(const std::vector<RouterSums>& layers, double valid_tokens) {
-  TORCH_CHECK(!layers.empty(), "load_balancing_loss needs the router sums of a sparse layer");
-  at::Tensor picks = layers[0].picks, probs = layers[0].probs;
-  for (size_t l = 1; l < layers.size(); ++l) {
-    picks = picks + layers[l].picks;
-    probs = probs + layers[l].probs;
-  }
-  const double pairs = valid_tokens * static_cast<double>(layers.size());  // (token, layer)
-  if (pairs <= 0) return probs.sum() * 0;
-  return (picks / pairs * (probs / pairs)).sum() * static_cast<double>(probs.size(0));
 }
 
 DecoderModel::DecoderModel(const ModelConfig& config, const DecoderOptions& options)
@@ -567,26 +473,6 @@ absl::Status DecoderModel::load(const TensorLookup& lookup) {
   return absl::OkStatus();
 }
 
-void random_parameters(const std::vector<ParamSpec>& specs, double initializer_range, uint64_t seed,
-                       const std::function<void(const ParamSpec&, const at::Tensor&)>& sink) {
-  at::NoGradGuard no_grad;
-  at::Generator generator = at::detail::createCPUGenerator(seed);
-  for (const ParamSpec& spec : specs) {
-    const std::string& name = spec.name;
-    const bool is_norm = name.find("norm.weight") != std::string::npos;
-    const bool is_bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
-    at::Tensor values = at::empty(spec.shape, at::kFloat);
-    if (is_norm) {
-      values.fill_(1.0);
-    } else if (is_bias) {
-      values.zero_();
-    } else {
-      values.normal_(0.0, initializer_range, generator);
-    }
-    sink(spec, values);
-  }
-}
-
 void DecoderModel::init_random(uint64_t seed) {
   std::vector<ParamSpec> specs;
   for (const auto& [name, parameter] : parameters_) {
@@ -605,10 +491,6 @@ absl::StatusOr<std::unique_ptr<KvCache>> DecoderModel::make_cache(int64_t slots,
                                                                   int64_t max_len) const {
   return KvCache::create(config_, slots, max_len,
                          at::TensorOptions().dtype(options_.dtype).device(options_.device));
-}
-
-at::Tensor RouteRecord::stacked() const {
-  return layers.empty() ? at::Tensor() : at::stack(layers, 2);
 }
 
 at::Tensor DecoderModel::forward(const ForwardBatch& batch, KvCache* cache,
