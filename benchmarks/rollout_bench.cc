@@ -10,7 +10,8 @@
 //
 // After the table (unless --no-extras), for the 100M model: batch 1 on one thread against the
 // whole budget beside each one's memory bandwidth, on a CPU with native bf16 bfloat16 against
-// float32 at batch 64 (alternated), the engine's pause for a weight update, sampled against
+// float32 at batch 64 (alternated), the engine's pause for a weight update, LoRA adapters merged
+// against unmerged (decode and the pause of an adapters-only update), sampled against
 // greedy decode at batch 64, and multi-turn episodes against single-turn decode
 // (multi_turn_line.h).
 //
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <torch/cuda.h>
 
@@ -200,10 +202,11 @@ Result run(std::shared_ptr<flywheel::model::DecoderModel> model, int64_t batch, 
 }
 
 // The engine's pause for one weight update in the middle of generation (rollout.weight_update:
-// in_flight): update_weights() (the staged copy of every tensor) plus the extra time of the step
-// that applies it, beside a normal decode step.
+// in_flight): update_weights() (the staged copy of every tensor, or with `adapters_only` of the
+// LoRA adapters) plus the extra time of the step that applies it (and merges merged adapters),
+// beside a normal decode step.
 void report_update_pause(std::shared_ptr<flywheel::model::DecoderModel> model, int64_t batch,
-                         int64_t steps) {
+                         int64_t steps, bool adapters_only = false) {
   const ModelConfig& c = model->config();
   flywheel::rollout::EngineOptions options;
   options.max_slots = batch;
@@ -228,6 +231,7 @@ void report_update_pause(std::shared_ptr<flywheel::model::DecoderModel> model, i
   std::vector<std::pair<std::string, at::Tensor>> weights;
   double bytes = 0;
   for (const auto& [name, p] : model->named_parameters()) {
+    if (adapters_only && !flywheel::model::is_lora_name(name)) continue;
     weights.emplace_back(name, p.clone());
     bytes += static_cast<double>(p.numel() * p.element_size());
   }
@@ -245,8 +249,13 @@ void report_update_pause(std::shared_ptr<flywheel::model::DecoderModel> model, i
     return;
   }
   std::printf(
-      "\nweight update in flight (%.0f MB, batch %lld): update_weights() %.1f ms, the step that "
+      "%sweight update in flight (%s%.1f MB, batch %lld): update_weights() %.1f ms, the step that "
       "applies it %.1f ms vs %.1f ms per decode step: the engine pauses %.1f ms\n",
+      adapters_only ? "" : "\n",
+      adapters_only ? (model->options().lora.merged ? "LoRA adapters, merged: "
+                                                    : "LoRA adapters, "
+                                                      "unmerged: ")
+                    : "",
       bytes / 1e6, static_cast<long long>(batch), 1e3 * stage_s, 1e3 * apply_step_s, 1e3 * step_s,
       1e3 * (stage_s + std::max(0.0, apply_step_s - step_s)));
 }
@@ -350,6 +359,56 @@ Contender layout_contender(std::shared_ptr<flywheel::model::DecoderModel> model,
                            at::ScalarType dtype) {
   return {[=] { return decode_engine(model, batch, steps, false); },
           [=] { (void)flywheel::bench::apply_bench_threads(args, dtype); }};
+}
+
+// LoRA adapters of rank 16 on every projection (trainer.lora) in the engine: merged into the
+// weights once per version against unmerged (two small extra projections per adapted one in
+// every step), decode tokens/s at batch 1, 8 and 64 with steps interleaved, beside the merged
+// model's roofline; then the pause of an adapters-only update on each.
+void report_lora(const ModelConfig& config, at::ScalarType dtype, const at::Device& device,
+                 int budget, int64_t steps, double bandwidth_gbs, double peak_gflops) {
+  std::shared_ptr<flywheel::model::DecoderModel> models[2];  // merged, unmerged
+  int64_t adapter_params = 0;
+  for (int i = 0; i < 2; ++i) {
+    flywheel::model::DecoderOptions options{dtype, device, budget};
+    options.lora.rank = 16;
+    options.lora.alpha = 32;
+    options.lora.targets = flywheel::model::lora_target_modules();
+    options.lora.merged = i == 0;
+    auto created = flywheel::model::DecoderModel::create(config, options);
+    if (!created.ok()) {
+      std::printf("lora: %s\n", std::string(created.status().message()).c_str());
+      return;
+    }
+    models[i].reset(created->release());
+    models[i]->init_random(1);
+    at::NoGradGuard no_grad;
+    at::Generator gen = at::detail::createCPUGenerator(2);
+    adapter_params = 0;
+    for (const auto& [name, p] : models[i]->named_parameters()) {  // trained adapters: B != 0
+      if (!flywheel::model::is_lora_name(name)) continue;
+      const_cast<at::Tensor&>(p).copy_(at::empty(p.sizes(), at::kFloat).normal_(0, 0.02, gen));
+      adapter_params += p.numel();
+    }
+    models[i]->merge_adapters();
+  }
+  std::printf(
+      "\nLoRA rank 16 on every projection (%.2fM adapter parameters, %.2f%% of the "
+      "model), merged vs unmerged in the engine, steps interleaved:\n",
+      adapter_params / 1e6, 100.0 * adapter_params / config.num_parameters());
+  for (int64_t batch : {1, 8, 64}) {
+    const Contender sides[2] = {{[=] { return decode_engine(models[0], batch, steps, false); }},
+                                {[=] { return decode_engine(models[1], batch, steps, false); }}};
+    const std::array<double, 2> tps = interleaved_tokens_per_s(sides, steps, kRepeats, device);
+    const Roofline roof =
+        decode_roofline(*models[0], batch, kPrompt + 2 + steps / 2.0, bandwidth_gbs, peak_gflops);
+    std::printf(
+        "  batch %2lld: merged %8.1f tokens/s, unmerged %8.1f (merged %.2fx); roofline "
+        "%.1f (%s-bound): merged %.1f%%\n",
+        static_cast<long long>(batch), tps[0], tps[1], tps[0] / tps[1], roof.tokens_per_s,
+        roof.limiter, 100 * tps[0] / roof.tokens_per_s);
+  }
+  for (const auto& model : models) report_update_pause(model, 32, 8, /*adapters_only=*/true);
 }
 
 // Sampled against greedy decode at batch 64, first on the random weights (a near-flat next-token
@@ -564,6 +623,7 @@ int main(int argc, char** argv) {
         (void)flywheel::bench::apply_bench_threads(args, *dtype);
       }
       report_update_pause(model, 32, 8);
+      report_lora(spec.config, *dtype, device, budget, steps, bandwidth, peak);
       report_long_context(model, bandwidth, peak);
       flywheel::bench::report_multi_turn(model, kRepeats);
       report_sampled(model, steps);  // last: it rescales the final norm

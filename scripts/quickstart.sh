@@ -6,6 +6,8 @@
 #                                        # under runs/quickstart-calculator/ (SEED works too)
 #   scripts/quickstart.sh moe            # addition with a Qwen3-MoE model (8 experts, 2 per
 #                                        # token) and rollout routing replay, runs/quickstart-moe/
+#   scripts/quickstart.sh lora           # addition with LoRA rank 8 adapters (base frozen, adapters
+#                                        # only published), runs/quickstart/rl-lora/
 # Steps: bootstrap (packages + build; a no-op when up to date), the synthetic task (generated
 # from the seed; addition: 3-digit sums, every number written least-significant digit first;
 # calculator: a 3-digit times a 2-digit number, with demonstration episodes), a small random
@@ -18,8 +20,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 which=${1:-addition}
 case "$which" in
-  addition | calculator | moe) ;;
-  *) echo "usage: scripts/quickstart.sh [addition|calculator|moe]" >&2; exit 2 ;;
+  addition | calculator | moe | lora) ;;
+  *) echo "usage: scripts/quickstart.sh [addition|calculator|moe|lora]" >&2; exit 2 ;;
 esac
 build_dir=${FLYWHEEL_BUILD_DIR:-build}
 [[ "${FLYWHEEL_SKIP_BOOTSTRAP:-0}" == 1 ]] || scripts/bootstrap.sh  # idempotent
@@ -30,7 +32,8 @@ init_config='{"model_type": "qwen2", "vocab_size": 100, "hidden_size": 128, "int
  "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
  "eos_token_id": 2, "max_position_embeddings": 64, "tie_word_embeddings": true}'
 rl=()
-if [[ "$which" == addition || "$which" == moe ]]; then
+rl_dir=rl
+if [[ "$which" == addition || "$which" == moe || "$which" == lora ]]; then
   run=runs/quickstart
   config=configs/quickstart.yaml
   task=(addition --digit-order lsd --digits 3 --train 20000 --eval 200 --seed "$seed")
@@ -45,6 +48,10 @@ if [[ "$which" == addition || "$which" == moe ]]; then
  "moe_intermediate_size": 256, "norm_topk_prob": true, "eos_token_id": 2,
  "max_position_embeddings": 64, "tie_word_embeddings": true}'
     rl=(--set algorithm.router_replay=r3)
+  fi
+  if [[ "$which" == lora ]]; then  # the addition warm-up, then RL of rank-8 adapters only
+    rl_dir=rl-lora
+    rl=(--set trainer.lora.rank=8 --set trainer.lr=1.5e-3)
   fi
 else
   run=runs/quickstart-calculator
@@ -89,5 +96,5 @@ else
   echo "== SFT warm-up: reusing $run/sft/hf =="
 fi
 echo "== RL: flywheel train $config =="
-"$flywheel" train "$config" "${paths[@]}" "${rl[@]}" --set "logging.run_dir=$run/rl" --overwrite
-echo "quickstart finished in $(( $(date +%s) - start )) s; plot: $run/rl/plot.png"
+"$flywheel" train "$config" "${paths[@]}" "${rl[@]}" --set "logging.run_dir=$run/$rl_dir" --overwrite
+echo "quickstart finished in $(( $(date +%s) - start )) s; plot: $run/$rl_dir/plot.png"

@@ -28,10 +28,18 @@ struct ExportArgs {
   std::string out_dir;
   double shard_gib = 5.0;
   std::string which = "policy";  // of a learner checkpoint
+  bool adapter = false;          // a LoRA checkpoint's adapters in PEFT's layout
 };
 
 // A learner or SFT checkpoint step directory (checkpoint.h), gathered from its rank files.
 absl::Status export_checkpoint(const ExportArgs& args) {
+  if (args.adapter) {
+    FLYWHEEL_RETURN_IF_ERROR(trainer::export_adapter(args.model.dir, args.which, args.out_dir));
+    std::cout << "exported the LoRA adapters of the " << args.which << " of checkpoint "
+              << args.model.dir << " (PEFT: adapter_config.json, adapter_model.safetensors) to "
+              << args.out_dir << "\n";
+    return absl::OkStatus();
+  }
   FLYWHEEL_ASSIGN_OR_RETURN(at::ScalarType dtype,
                             model::resolve_dtype(args.model.dtype, /*on_cuda=*/false));
   model::SaveOptions save;
@@ -75,6 +83,10 @@ absl::Status run(const ExportArgs& args) {
   if (fs::exists(fs::path(args.model.dir) / "trainer_state.json", ec)) {
     return export_checkpoint(args);
   }
+  if (args.adapter) {
+    return absl::InvalidArgumentError(
+        "--adapter exports the LoRA adapters of a checkpoint step directory (trainer.lora)");
+  }
   FLYWHEEL_ASSIGN_OR_RETURN(std::vector<std::string> files, model::hf_side_files(args.model.dir));
   absl::StatusOr<std::unique_ptr<model::DecoderModel>> model = args.model.load();
   if (!model.ok()) return model.status();
@@ -109,8 +121,9 @@ void add_export_command(CLI::App& app, int* exit_code) {
   CLI::App* command = app.add_subcommand(
       "export",
       "Write a Hugging Face model directory (config.json, model*.safetensors and the "
-      "tokenizer files) from a model directory or a learner / SFT checkpoint (a step_N "
-      "directory), optionally converting its dtype");
+      "tokenizer files) from a model directory, a PEFT LoRA adapter directory (merged into its "
+      "base) or a learner / SFT checkpoint (a step_N directory; trained with trainer.lora: merged, "
+      "or --adapter), optionally converting its dtype");
   command
       ->add_option("ckpt", args->model.dir,
                    "Source: a Hugging Face model directory or a checkpoint step directory")
@@ -124,6 +137,10 @@ void add_export_command(CLI::App& app, int* exit_code) {
                    "Which model of a checkpoint: policy, critic, reference, or prm (flywheel rm "
                    "--process: a token classifier)")
       ->check(CLI::IsMember({"policy", "critic", "reference", "prm"}));
+  command->add_flag("--adapter", args->adapter,
+                    "A checkpoint trained with trainer.lora: write its adapters as a Hugging Face "
+                    "PEFT adapter (adapter_config.json naming the base directory, "
+                    "adapter_model.safetensors) instead of the merged model");
   command->callback([args, exit_code] {
     absl::Status status = run(*args);
     if (!status.ok()) std::cerr << "flywheel export: " << status.message() << "\n";

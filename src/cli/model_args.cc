@@ -14,6 +14,7 @@
 #include "flywheel/model/cpu/cpu_allocator.h"
 #include "flywheel/model/cpu/cpu_features.h"
 #include "flywheel/model/hf_checkpoint.h"
+#include "flywheel/model/peft_adapter.h"
 #include "flywheel/model/torch_error.h"
 
 namespace flywheel::cli {
@@ -63,7 +64,8 @@ absl::StatusOr<std::unique_ptr<model::DecoderModel>> ModelArgs::load(
   const model::ThreadLayout applied = model::apply_thread_layout(layout_options);
   model::keep_freed_cpu_memory_for_reuse();
   if (layout != nullptr) *layout = applied;
-  const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
+  const std::string config_path =
+      (std::filesystem::path(model::model_config_dir(dir)) / "config.json").string();
   FLYWHEEL_ASSIGN_OR_RETURN(model::ModelConfig config, model::ModelConfig::from_file(config_path));
   FLYWHEEL_RETURN_IF_ERROR(check_model_memory(config, type, config_path));
   try {

@@ -174,9 +174,21 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
   // enough.
   const int cuda_device = std::max(0, comm::local_cuda_device(roles ? roles->world->rank() : 0));
   decoder_options.device = model::resolve_device(c.model.device, cuda_device);
-  // The weights come from the controller (the learners' current version), not from model.path.
+  decoder_options.lora = model::LoraOptions::from_config(c.trainer.lora);
+  // The weights come from the controller (the learners' current version), not from model.path;
+  // with LoRA only the adapters do, and the frozen base is read from model.path here.
   FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<model::DecoderModel> model,
                             model::DecoderModel::create(model_config, decoder_options));
+  if (decoder_options.lora.enabled()) {
+    absl::StatusOr<model::DecoderModel::TensorLookup> base = model::open_hf_weights(c.model.path);
+    absl::Status loaded = base.ok() ? model->load(*base) : base.status();
+    if (!loaded.ok()) {
+      return absl::Status(loaded.code(),
+                          absl::StrCat("trainer.lora: the rollout worker reads the frozen base "
+                                       "weights from model.path: ",
+                                       loaded.message()));
+    }
+  }
   rollout::EngineContext context;
   context.tokenizer = tokenizers.tokenizer.get();
   context.registry = job->registry.get();

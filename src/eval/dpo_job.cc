@@ -47,7 +47,7 @@ absl::StatusOr<std::unique_ptr<DpoJob>> DpoJob::create(const core::Config& confi
   job->eval_every_ = reward_model ? c.rm.eval_every : c.dpo.eval_every;
   FLYWHEEL_RETURN_IF_ERROR(job->load_data());
 
-  job->options_.optimizer = trainer::OptimizerOptions::from_config(c.trainer);
+  job->options_.optimizer = trainer::OptimizerOptions::from_config(c.trainer, c.model.path);
   job->options_.reward_model = reward_model;
   if (reward_model) {
     job->options_.loss.loss = "bradley_terry";

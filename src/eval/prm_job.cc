@@ -35,7 +35,7 @@ absl::StatusOr<std::unique_ptr<PrmJob>> PrmJob::create(const core::Config& confi
   if (c.data.train_path.empty()) return absl::InvalidArgumentError("data.train_path must be set");
   std::unique_ptr<PrmJob> job(new PrmJob(config, world));
   FLYWHEEL_RETURN_IF_ERROR(job->load_data());
-  job->optimizer_ = trainer::OptimizerOptions::from_config(c.trainer);
+  job->optimizer_ = trainer::OptimizerOptions::from_config(c.trainer, c.model.path);
   FLYWHEEL_ASSIGN_OR_RETURN(job->prm_, trainer::ProcessRewardTrainer::create(
                                            job->optimizer_, *job->model_config_, world));
   FLYWHEEL_RETURN_IF_ERROR(trainer::load_value_model(job->prm_->model(), c.model.path,

@@ -28,7 +28,7 @@ absl::StatusOr<std::unique_ptr<SftJob>> SftJob::create(const core::Config& confi
   std::unique_ptr<SftJob> job(new SftJob(config, world));
   FLYWHEEL_RETURN_IF_ERROR(job->load_data());
 
-  job->options_ = trainer::OptimizerOptions::from_config(c.trainer);
+  job->options_ = trainer::OptimizerOptions::from_config(c.trainer, c.model.path);
   auto sft = trainer::SftTrainer::create(job->options_, *job->model_config_, world);
   if (!sft.ok()) return sft.status();
   job->sft_ = std::move(*sft);

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 
@@ -101,6 +102,17 @@ at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b
   return out_dtype == at::ScalarType::Undefined ? y : y.to(out_dtype);
 }
 
+// Where a projection's LoRA adapter sits, for its dropout mask.
+enum class Projection { kQ, kK, kV, kO, kGate, kUp, kDown };
+
+// x scaled by a dropout mask of probability p drawn from `seed` (on the CPU generator, so that
+// the same seed gives the same mask wherever the activations live).
+at::Tensor seeded_dropout(const at::Tensor& x, double p, uint64_t seed) {
+  at::Generator generator = at::detail::createCPUGenerator(seed);
+  at::Tensor keep = at::empty(x.sizes(), at::kFloat).bernoulli_(1.0 - p, generator);
+  return x * keep.div_(1.0 - p).to(x.device()).to(x.scalar_type());
+}
+
 bool is_contiguous_range(const std::vector<int64_t>& slots) {
   for (size_t i = 1; i < slots.size(); ++i) {
     if (slots[i] != slots[0] + static_cast<int64_t>(i)) return false;
@@ -133,7 +145,29 @@ struct LayerContext {
   bool replay = true;               // false: routes are only compared
   RouteRecord* record = nullptr;    // where mixture-of-experts layers report their routing
   RouterOutputs* router = nullptr;  // where a mixture-of-experts layer puts its router's outputs
+  double lora_dropout = 0;          // SequenceContext::lora_dropout and dropout_seed
+  uint64_t dropout_seed = 0;
 };
+
+// project() plus the layer's unmerged LoRA adapter of that projection, if any:
+// x W^T + b + scale * (dropout(x) A^T) B^T.
+at::Tensor adapted(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                   const DecoderLayerWeights& layer, Projection which,
+                   const LayerContext& context) {
+  at::Tensor y = project(x, w, b, context.pool);
+  const LoraAdapter* adapters[] = {&layer.q_lora,    &layer.k_lora,  &layer.v_lora,   &layer.o_lora,
+                                   &layer.gate_lora, &layer.up_lora, &layer.down_lora};
+  const LoraAdapter& lora = *adapters[static_cast<int>(which)];
+  if (!lora.a.defined()) return y;
+  at::Tensor in = x;
+  if (context.lora_dropout > 0) {
+    const uint64_t seed = context.dropout_seed * 1000003u +
+                          static_cast<uint64_t>(layer.layer) * 8u + static_cast<uint64_t>(which);
+    in = seeded_dropout(x, context.lora_dropout, seed);
+  }
+  return y + project(project(in, lora.a, {}, context.pool), lora.b, {}, context.pool) *
+                 layer.lora_scale;
+}
 
 // Self-attention of one layer; with a cache, the valid tokens are written to layer `index` of
 // context.cache at context.where and the rows read their slots.
@@ -146,9 +180,12 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
   const int64_t B = x.size(0), T = x.size(1), hd = config.head_dim;
   const int64_t kvh = config.num_key_value_heads;
   const int64_t groups = config.num_attention_heads / kvh;
-  at::Tensor q = project(x, layer.q, layer.q_bias, pool).view({B, T, -1, hd});
-  at::Tensor k = project(x, layer.k, layer.k_bias, pool).view({B, T, kvh, hd});
-  at::Tensor v = project(x, layer.v, layer.v_bias, pool).view({B, T, kvh, hd});
+  at::Tensor q =
+      adapted(x, layer.q, layer.q_bias, layer, Projection::kQ, context).view({B, T, -1, hd});
+  at::Tensor k =
+      adapted(x, layer.k, layer.k_bias, layer, Projection::kK, context).view({B, T, kvh, hd});
+  at::Tensor v =
+      adapted(x, layer.v, layer.v_bias, layer, Projection::kV, context).view({B, T, kvh, hd});
   auto norm_and_rope = [&](const at::Tensor& t, const at::Tensor& norm) {
     if (context.fused_rows) {
       NormRopeOptions options;
@@ -195,7 +232,7 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
       inputs.lengths = where->decode_lengths;
       inputs.scale = 1.0 / std::sqrt(double(hd));
       at::Tensor out = decode_attention(inputs, {GemmIsa::kAuto, pool}).view({B, T, -1});
-      return project(out, layer.o, layer.o_bias, pool);
+      return adapted(out, layer.o, layer.o_bias, layer, Projection::kO, context);
     }
     if (where->first_slot >= 0) {  // a view: [B, kvh, L, hd] with batch dims that fold
       keys = cache_k.narrow(0, where->first_slot, B).narrow(2, 0, L);
@@ -218,7 +255,7 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
     at::Tensor fused = at::scaled_dot_product_attention(qs, keys.to(qs.scalar_type()),
                                                         values.to(qs.scalar_type()), allowed);
     fused = fused.view({B, kvh, groups, T, hd}).permute({0, 3, 1, 2, 4}).reshape({B, T, -1});
-    return project(fused, layer.o, layer.o_bias, pool);
+    return adapted(fused, layer.o, layer.o_bias, layer, Projection::kO, context);
   }
 #endif
   if (!at::GradMode::is_enabled() && x.device().is_cpu()) {
@@ -231,7 +268,8 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
     inputs.scale = 1.0 / std::sqrt(double(hd));
     PrefillAttentionOptions options;
     options.pool = pool;
-    return project(prefill_attention(inputs, options), layer.o, layer.o_bias, pool);
+    return adapted(prefill_attention(inputs, options), layer.o, layer.o_bias, layer, Projection::kO,
+                   context);
   }
   at::Tensor qg = q.view({B, T, kvh, groups, hd})
                       .permute({0, 2, 3, 1, 4})
@@ -244,7 +282,7 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
   at::Tensor probs = at::softmax(scores, -1).to(x.scalar_type()).view({B, kvh, groups * T, L});
   at::Tensor out = at::matmul(probs, values);  // [B, kvh, g*T, hd]
   out = out.view({B, kvh, groups, T, hd}).permute({0, 3, 1, 2, 4}).reshape({B, T, -1});
-  return project(out, layer.o, layer.o_bias, pool);
+  return adapted(out, layer.o, layer.o_bias, layer, Projection::kO, context);
 }
 
 // Whether a forward's row-wise work runs in decode_rows.h's kernels (LayerContext::fused_rows): no
@@ -262,13 +300,22 @@ at::Tensor row_norm(const at::Tensor& t, const at::Tensor& weight, double eps,
                             : rms_norm(t, weight, eps);
 }
 
-// The SwiGLU MLP down(silu(gate(m)) * up(m)).
+// The SwiGLU MLP down(silu(gate(m)) * up(m)), of a dense layer (with its LoRA adapters) or an
+// expert.
 at::Tensor swiglu(const at::Tensor& m, const at::Tensor& gate_w, const at::Tensor& up_w,
                   const at::Tensor& down_w, const LayerContext& context) {
   WorkerPool* pool = context.pool;
   const at::Tensor gate = project(m, gate_w, {}, pool), up = project(m, up_w, {}, pool);
   const at::Tensor act = context.fused_rows ? silu_mul_rows(gate, up, pool) : at::silu(gate) * up;
   return project(act, down_w, {}, pool);
+}
+at::Tensor swiglu(const at::Tensor& m, const DecoderLayerWeights& layer,
+                  const LayerContext& context) {
+  const at::Tensor gate = adapted(m, layer.gate, {}, layer, Projection::kGate, context);
+  const at::Tensor up = adapted(m, layer.up, {}, layer, Projection::kUp, context);
+  const at::Tensor act =
+      context.fused_rows ? silu_mul_rows(gate, up, context.pool) : at::silu(gate) * up;
+  return adapted(act, layer.down, {}, layer, Projection::kDown, context);
 }
 
 // A mixture-of-experts MLP (Qwen3-MoE's sparse block): the router's softmax picks each token's
@@ -353,7 +400,7 @@ at::Tensor layer_forward(const ModelConfig& config, const DecoderLayerWeights& l
   const at::Tensor h = x + attention(config, layer, index, normed, context);
   const at::Tensor m = row_norm(h, layer.post_norm, eps, context);
   if (layer.router.defined()) return h + moe_mlp(config, layer, m, context);
-  return h + swiglu(m, layer.gate, layer.up, layer.down, context);
+  return h + swiglu(m, layer, context);
 }
 
 // RoPE tables in the compute dtype (computed in float32, as transformers does).
@@ -398,6 +445,8 @@ at::Tensor decoder_layer(const ModelConfig& config, const DecoderLayerWeights& w
   layer_context.replay = context.replay;
   layer_context.record = context.record;
   layer_context.router = router;
+  layer_context.lora_dropout = context.lora_dropout;
+  layer_context.dropout_seed = context.dropout_seed;
   return layer_forward(config, weights, 0, x, layer_context);
 }
 
@@ -415,14 +464,28 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelCo
   if (options.dtype == at::kHalf && options.device.is_cpu()) {
     return absl::InvalidArgumentError("float16 models need a GPU; use float32 or bfloat16 on CPU");
   }
+  FLYWHEEL_RETURN_IF_ERROR(validate_lora(config, options.lora));
   std::unique_ptr<DecoderModel> model(new DecoderModel(config, options));
   const at::TensorOptions tensor_options =
       at::TensorOptions().dtype(options.dtype).device(options.device);
   std::map<std::string, at::Tensor> by_name;
-  for (const ParamSpec& spec : decoder_parameter_specs(config)) {
+  std::vector<ParamSpec> specs = decoder_parameter_specs(config);
+  for (ParamSpec& spec : lora_parameter_specs(config, options.lora)) specs.push_back(spec);
+  for (const ParamSpec& spec : specs) {
     at::Tensor p = at::zeros(spec.shape, tensor_options);
     model->parameters_.emplace_back(spec.name, p);
     by_name[spec.name] = p;
+  }
+  // Merged adapters: forwards read a merged copy of each adapted projection (and no adapter).
+  const bool merged = options.lora.enabled() && options.lora.merged;
+  for (const ParamSpec& target : lora_targets(config, options.lora)) {
+    if (!merged) break;
+    MergedProjection m{at::empty_like(by_name.at(target.name)), by_name.at(target.name),
+                       by_name.at(lora_a_name(target.name)), by_name.at(lora_b_name(target.name))};
+    by_name.erase(lora_a_name(target.name));
+    by_name.erase(lora_b_name(target.name));
+    by_name[target.name] = m.merged;
+    model->merged_.push_back(std::move(m));
   }
   auto find = [&](const std::string& name) {
     auto it = by_name.find(name);
@@ -430,8 +493,10 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelCo
   };
   model->embed_ = find("model.embed_tokens.weight");
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
-    model->layers_.push_back(layer_weights(i, find));
+    model->layers_.push_back(
+        layer_weights(i, find, options.lora.enabled() ? options.lora.scale() : 0));
   }
+  model->merge_adapters();
   model->final_norm_ = find("model.norm.weight");
   model->lm_head_ = config.tie_word_embeddings ? model->embed_ : find("lm_head.weight");
   model->inv_freq_ = rope_inverse_frequencies(config).to(options.device);
@@ -449,7 +514,8 @@ absl::Status DecoderModel::load(const TensorLookup& lookup) {
     absl::StatusOr<at::Tensor> source = lookup(name);
     if (!source.ok()) {
       if (absl::IsNotFound(source.status())) {
-        missing.push_back(name);
+        // A base model's checkpoint holds no adapters: they keep their values.
+        if (!is_lora_name(name)) missing.push_back(name);
         continue;
       }
       return source.status();
@@ -461,6 +527,7 @@ absl::Status DecoderModel::load(const TensorLookup& lookup) {
     }
     parameter.copy_(*source);
   }
+  merge_adapters();
   if (!missing.empty()) {
     if (missing.size() > 5) {
       size_t more = missing.size() - 5;
@@ -475,16 +542,36 @@ absl::Status DecoderModel::load(const TensorLookup& lookup) {
 
 void DecoderModel::init_random(uint64_t seed) {
   std::vector<ParamSpec> specs;
-  for (const auto& [name, parameter] : parameters_) {
+  std::vector<at::Tensor*> targets;
+  at::NoGradGuard no_grad;
+  for (auto& [name, parameter] : parameters_) {
+    if (is_lora_name(name)) {
+      parameter.zero_();
+      continue;
+    }
     specs.push_back(
         {name, std::vector<int64_t>(parameter.sizes().begin(), parameter.sizes().end())});
+    targets.push_back(&parameter);
   }
   size_t i = 0;
   random_parameters(specs, config_.initializer_range, seed,
                     [&](const ParamSpec&, const at::Tensor& values) {
                       at::NoGradGuard no_grad;
-                      parameters_[i++].second.copy_(values);
+                      targets[i++]->copy_(values);
                     });
+  merge_adapters();
+}
+
+void DecoderModel::merge_adapters() {
+  at::NoGradGuard no_grad;
+  const double scale = options_.lora.scale();
+  for (MergedProjection& m : merged_) {
+    if (m.merged.scalar_type() == at::kFloat) {  // one GEMM writing the merged weight in place
+      at::addmm_out(m.merged, m.base, m.b, m.a, /*beta=*/1.0, /*alpha=*/scale);
+    } else {
+      m.merged.copy_(merge_lora(m.base, m.a, m.b, scale));
+    }
+  }
 }
 
 absl::StatusOr<std::unique_ptr<KvCache>> DecoderModel::make_cache(int64_t slots,

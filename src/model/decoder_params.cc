@@ -49,7 +49,8 @@ std::vector<ParamSpec> decoder_parameter_specs(const ModelConfig& c) {
 }
 
 DecoderLayerWeights layer_weights(int64_t layer,
-                                  const std::function<at::Tensor(const std::string&)>& find) {
+                                  const std::function<at::Tensor(const std::string&)>& find,
+                                  double lora_scale) {
   const std::string p = absl::StrCat("model.layers.", layer, ".");
   DecoderLayerWeights w;
   w.layer = layer;
@@ -76,6 +77,18 @@ DecoderLayerWeights layer_weights(int64_t layer,
     if (!expert.gate.defined()) break;
     w.experts.push_back(std::move(expert));
   }
+  auto adapter = [&](const std::string& module) {
+    const std::string weight = p + module + ".weight";
+    return LoraAdapter{find(lora_a_name(weight)), find(lora_b_name(weight))};
+  };
+  w.q_lora = adapter("self_attn.q_proj");
+  w.k_lora = adapter("self_attn.k_proj");
+  w.v_lora = adapter("self_attn.v_proj");
+  w.o_lora = adapter("self_attn.o_proj");
+  w.gate_lora = adapter("mlp.gate_proj");
+  w.up_lora = adapter("mlp.up_proj");
+  w.down_lora = adapter("mlp.down_proj");
+  w.lora_scale = lora_scale;
   return w;
 }
 

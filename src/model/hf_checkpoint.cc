@@ -16,6 +16,7 @@
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/json.h"
 #include "flywheel/core/status_macros.h"
+#include "flywheel/model/peft_adapter.h"
 #include "flywheel/model/safetensors.h"
 
 namespace flywheel::model {
@@ -167,6 +168,7 @@ absl::StatusOr<DecoderModel::TensorLookup> open_hf_weights(const std::string& di
 
 absl::StatusOr<std::unique_ptr<DecoderModel>> load_hf_model(const std::string& dir,
                                                             const DecoderOptions& options) {
+  if (is_peft_adapter(dir)) return load_peft_model(dir, options);
   fs::path root(dir);
   absl::StatusOr<ModelConfig> config = ModelConfig::from_file((root / "config.json").string());
   if (!config.ok()) return config.status();
@@ -264,8 +266,20 @@ absl::Status save_hf_model(const DecoderModel& model, const std::string& dir,
                            const SaveOptions& options) {
   FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<HfWriter> writer,
                             HfWriter::create(dir, model.config(), model.options().dtype, options));
+  std::map<std::string, at::Tensor> adapters;
   for (const auto& [name, tensor] : model.named_parameters()) {
-    FLYWHEEL_RETURN_IF_ERROR(writer->add(name, tensor));
+    if (is_lora_name(name)) adapters[name] = tensor;
+  }
+  for (const auto& [name, tensor] : model.named_parameters()) {
+    if (is_lora_name(name)) continue;
+    auto a = adapters.find(lora_a_name(name));
+    if (a == adapters.end()) {
+      FLYWHEEL_RETURN_IF_ERROR(writer->add(name, tensor));
+      continue;
+    }
+    FLYWHEEL_RETURN_IF_ERROR(
+        writer->add(name, merge_lora(tensor, a->second, adapters.at(lora_b_name(name)),
+                                     model.options().lora.scale())));
   }
   return writer->finish();
 }

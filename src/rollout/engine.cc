@@ -122,6 +122,7 @@ void GenerationEngine::apply_pending_update() {
     at::NoGradGuard no_grad;
     const auto& params = model_->named_parameters();
     for (const auto& [i, tensor] : staged_->tensors) params[i].second.copy_(tensor);
+    model_->merge_adapters();  // merged LoRA adapters follow their parameters
   }
   version_ = staged_->version;
   staged_.reset();

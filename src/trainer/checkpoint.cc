@@ -9,6 +9,7 @@
 
 #include <ATen/ATen.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -17,6 +18,8 @@
 #include "flywheel/core/logging.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/model/hf_checkpoint.h"
+#include "flywheel/model/lora.h"
+#include "flywheel/model/peft_adapter.h"
 #include "flywheel/model/safetensors.h"
 
 namespace flywheel::trainer {
@@ -75,6 +78,37 @@ absl::Status agree(comm::Communicator& comm, const absl::Status& mine) {
       absl::StrCat("learner rank ", first.item<int64_t>() - 1, " failed (see its log)"));
 }
 
+// A LoRA model's adapters in trainer_state.json: enough to export them without the config.
+Json lora_json(const LoraTraining& lora) {
+  Json j = Json::object();
+  j.set("rank", Json(lora.adapters.rank));
+  j.set("alpha", Json(lora.adapters.alpha));
+  j.set("dropout", Json(lora.dropout));
+  Json targets = Json::array();
+  for (const std::string& t : lora.adapters.targets) targets.push_back(Json(t));
+  j.set("targets", std::move(targets));
+  j.set("base_path", Json(lora.base_path));
+  return j;
+}
+
+absl::StatusOr<LoraTraining> lora_from_json(const Json& j, const std::string& path) {
+  const Json* rank = j.find("rank");
+  const Json* alpha = j.find("alpha");
+  const Json* targets = j.find("targets");
+  const Json* base = j.find("base_path");
+  if (!rank || !rank->is_integer() || !alpha || !alpha->is_number() || !targets ||
+      !targets->is_array() || !base || !base->is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": malformed 'lora' entry"));
+  }
+  LoraTraining lora;
+  lora.adapters.rank = rank->as_int();
+  lora.adapters.alpha = alpha->as_double();
+  for (const Json& t : targets->as_array()) lora.adapters.targets.push_back(t.as_string());
+  if (const Json* dropout = j.find("dropout")) lora.dropout = dropout->as_double();
+  lora.base_path = base->as_string();
+  return lora;
+}
+
 Json state_json(const TrainingState& state, int64_t step, int world) {
   Json j = Json::object();
   j.set("format", Json(kFormat));
@@ -87,18 +121,21 @@ Json state_json(const TrainingState& state, int64_t step, int world) {
   for (auto& [name, optimizer] : state.optimizers) steps.set(name, Json(optimizer->steps()));
   j.set("optimizer_steps", std::move(steps));
   Json models = Json::object();
+  Json adapters = Json::object();  // LoRA models: their adapters' shape and frozen base
   for (auto& [name, model] : state.models) {
     Json units = Json::array();
-    for (const FlatUnit& unit : model->units()) {
+    for (const FlatUnit* unit : model->trainable_units()) {
       Json u = Json::object();
-      u.set("name", Json(unit.name()));
-      u.set("numel", Json(unit.numel()));
-      u.set("shard_numel", Json(unit.shard_numel()));
+      u.set("name", Json(unit->name()));
+      u.set("numel", Json(unit->numel()));
+      u.set("shard_numel", Json(unit->shard_numel()));
       units.push_back(std::move(u));
     }
     models.set(name, std::move(units));
+    if (model->has_adapters()) adapters.set(name, lora_json(model->options().lora));
   }
   j.set("models", std::move(models));
+  if (!adapters.as_object().empty()) j.set("lora", std::move(adapters));
   if (!state.models.empty()) j.set("model_config", state.models.front().second->config().to_json());
   return j;
 }
@@ -106,8 +143,8 @@ Json state_json(const TrainingState& state, int64_t step, int world) {
 absl::Status write_rank_file(const TrainingState& state, const fs::path& path) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (auto& [prefix, model] : state.models) {
-    for (const FlatUnit& unit : model->units()) {
-      tensors.emplace_back(prefix + "/" + unit.name(), unit.shard().detach().cpu());
+    for (const FlatUnit* unit : model->trainable_units()) {
+      tensors.emplace_back(prefix + "/" + unit->name(), unit->shard().detach().cpu());
     }
   }
   for (auto& [prefix, optimizer] : state.optimizers) {
@@ -286,9 +323,9 @@ absl::StatusOr<std::map<std::string, double>> load_checkpoint(const TrainingStat
     };
     at::NoGradGuard no_grad;
     for (auto& [prefix, model] : state.models) {
-      for (FlatUnit& unit : model->units()) {
-        FLYWHEEL_ASSIGN_OR_RETURN(at::Tensor t, tensor(prefix + "/" + unit.name(), unit.shard()));
-        unit.shard().detach().copy_(t);
+      for (FlatUnit* unit : model->trainable_units()) {
+        FLYWHEEL_ASSIGN_OR_RETURN(at::Tensor t, tensor(prefix + "/" + unit->name(), unit->shard()));
+        unit->shard().detach().copy_(t);
       }
     }
     const Json* steps = saved->find("optimizer_steps");
@@ -337,9 +374,29 @@ absl::Status mark_classifier(const std::string& dir, const std::string& suffix) 
 
 }  // namespace
 
-absl::Status export_checkpoint(const std::string& step_dir, const std::string& model_name,
-                               const std::string& out_dir, at::ScalarType dtype,
-                               const model::SaveOptions& save) {
+namespace {
+
+// A model of a checkpoint, read back in one process from every rank's file.
+struct SavedModel {
+  model::ModelConfig config;
+  model::LoraOptions lora;  // rank 0: not LoRA
+  double lora_dropout = 0;
+  std::string base_path;  // LoRA: the frozen base weights' directory
+  // The held parameters by name: every one, or with LoRA the adapters (the base is read from
+  // base_path).
+  std::map<std::string, at::Tensor> params;
+  model::DecoderModel::TensorLookup base;
+
+  absl::StatusOr<at::Tensor> lookup(const std::string& name) const {
+    auto it = params.find(name);
+    if (it != params.end()) return it->second;
+    if (base) return base(name);
+    return absl::NotFoundError(name);
+  }
+};
+
+absl::StatusOr<SavedModel> read_saved_model(const std::string& step_dir,
+                                            const std::string& model_name) {
   std::error_code ec;
   if (!fs::exists(fs::path(step_dir) / kComplete, ec)) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -354,14 +411,29 @@ absl::Status export_checkpoint(const std::string& step_dir, const std::string& m
       !models->is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(state_path, ": malformed"));
   }
-  if (models->find(model_name) == nullptr) {
+  const Json* units = models->find(model_name);
+  if (units == nullptr || !units->is_array()) {
     std::string held;
-    for (const auto& [name, units] : models->as_object()) absl::StrAppend(&held, " ", name);
+    for (const auto& [name, u] : models->as_object()) absl::StrAppend(&held, " ", name);
     return absl::NotFoundError(
         absl::StrCat(step_dir, " holds no model '", model_name, "'; it holds:", held));
   }
-  FLYWHEEL_ASSIGN_OR_RETURN(model::ModelConfig config,
-                            model::ModelConfig::from_json(*config_json, state_path));
+  SavedModel out;
+  FLYWHEEL_ASSIGN_OR_RETURN(out.config, model::ModelConfig::from_json(*config_json, state_path));
+  const Json* lora = saved.find("lora") != nullptr ? saved.find("lora")->find(model_name) : nullptr;
+  if (lora != nullptr) {
+    FLYWHEEL_ASSIGN_OR_RETURN(LoraTraining training, lora_from_json(*lora, state_path));
+    out.lora = training.adapters;
+    out.lora_dropout = training.dropout;
+    out.base_path = training.base_path;
+    absl::StatusOr<model::DecoderModel::TensorLookup> base = model::open_hf_weights(out.base_path);
+    if (!base.ok()) {
+      return absl::Status(base.status().code(),
+                          absl::StrCat(step_dir, " holds LoRA adapters; their base weights (",
+                                       out.base_path, ") do not open: ", base.status().message()));
+    }
+    out.base = *base;
+  }
   const int W = static_cast<int>(world->as_int());
   std::vector<std::unique_ptr<model::SafetensorsFile>> files;
   for (int r = 0; r < W; ++r) {
@@ -370,10 +442,16 @@ absl::Status export_checkpoint(const std::string& step_dir, const std::string& m
         model::SafetensorsFile::open((fs::path(step_dir) / rank_file(r, W)).string()));
     files.push_back(std::move(f));
   }
-  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<model::HfWriter> writer,
-                            model::HfWriter::create(out_dir, config, dtype, save));
-  const bool prm = model_name == "prm";  // a process reward model
-  for (const auto& [unit, specs] : decoder_units(config, model_name == "critic" || prm)) {
+  const bool value_head = model_name == "critic" || model_name == "prm";
+  std::vector<std::pair<std::string, std::vector<model::ParamSpec>>> held;
+  if (out.lora.enabled()) {
+    for (auto& [name, specs] : decoder_units(out.config, false, out.lora)) {
+      if (absl::EndsWith(name, ".lora")) held.emplace_back(name, specs);
+    }
+  } else {
+    held = decoder_units(out.config, value_head);
+  }
+  for (const auto& [unit, specs] : held) {
     std::vector<at::Tensor> shards;
     for (int r = 0; r < W; ++r) {
       absl::StatusOr<at::Tensor> t = files[r]->tensor(model_name + "/" + unit);
@@ -393,10 +471,57 @@ absl::Status export_checkpoint(const std::string& step_dir, const std::string& m
             step_dir, ": unit '", unit, "' holds ", full.numel(), " values, fewer than its ",
             "parameters need: the checkpoint does not match its model_config"));
       }
-      FLYWHEEL_RETURN_IF_ERROR(
-          writer->add(spec.name, full.narrow(0, offset, numel).view(spec.shape)));
+      out.params[spec.name] = full.narrow(0, offset, numel).view(spec.shape);
       offset += numel;
     }
+  }
+  return out;
+}
+
+absl::Status copy_side_files(const std::string& step_dir, const std::string& out_dir) {
+  std::error_code ec;
+  FLYWHEEL_ASSIGN_OR_RETURN(std::vector<std::string> side, model::hf_side_files(step_dir));
+  for (const std::string& file : side) {
+    fs::copy_file(file, fs::path(out_dir) / fs::path(file).filename(),
+                  fs::copy_options::overwrite_existing, ec);
+    if (ec) return absl::UnavailableError(absl::StrCat("cannot copy ", file, ": ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status export_adapter(const std::string& step_dir, const std::string& model_name,
+                            const std::string& out_dir) {
+  FLYWHEEL_ASSIGN_OR_RETURN(SavedModel held, read_saved_model(step_dir, model_name));
+  if (!held.lora.enabled()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the ", model_name, " of ", step_dir,
+        " was trained without trainer.lora: it has no adapter to export (export the model)"));
+  }
+  std::vector<std::pair<std::string, at::Tensor>> adapters(held.params.begin(), held.params.end());
+  FLYWHEEL_RETURN_IF_ERROR(model::write_peft_adapter(
+      out_dir, held.lora, fs::absolute(held.base_path).string(), adapters, held.lora_dropout));
+  return copy_side_files(step_dir, out_dir);
+}
+
+absl::Status export_checkpoint(const std::string& step_dir, const std::string& model_name,
+                               const std::string& out_dir, at::ScalarType dtype,
+                               const model::SaveOptions& save) {
+  FLYWHEEL_ASSIGN_OR_RETURN(SavedModel held, read_saved_model(step_dir, model_name));
+  FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<model::HfWriter> writer,
+                            model::HfWriter::create(out_dir, held.config, dtype, save));
+  const bool prm = model_name == "prm";  // a process reward model
+  for (const model::ParamSpec& spec : prm || model_name == "critic"
+                                          ? critic_parameter_specs(held.config)
+                                          : model::decoder_parameter_specs(held.config)) {
+    FLYWHEEL_ASSIGN_OR_RETURN(at::Tensor value, held.lookup(spec.name));
+    auto a = held.params.find(model::lora_a_name(spec.name));
+    if (held.lora.enabled() && a != held.params.end()) {  // LoRA: the merged weight
+      value = model::merge_lora(value, a->second, held.params.at(model::lora_b_name(spec.name)),
+                                held.lora.scale());
+    }
+    FLYWHEEL_RETURN_IF_ERROR(writer->add(spec.name, value));
   }
   // transformers' token classifiers have a bias, which flywheel's head does not train.
   if (prm) FLYWHEEL_RETURN_IF_ERROR(writer->add("score.bias", at::zeros({1}, at::kFloat)));
@@ -405,13 +530,7 @@ absl::Status export_checkpoint(const std::string& step_dir, const std::string& m
     FLYWHEEL_RETURN_IF_ERROR(mark_classifier(out_dir, "ForSequenceClassification"));
   }
   if (prm) FLYWHEEL_RETURN_IF_ERROR(mark_classifier(out_dir, "ForTokenClassification"));
-  FLYWHEEL_ASSIGN_OR_RETURN(std::vector<std::string> side, model::hf_side_files(step_dir));
-  for (const std::string& file : side) {
-    fs::copy_file(file, fs::path(out_dir) / fs::path(file).filename(),
-                  fs::copy_options::overwrite_existing, ec);
-    if (ec) return absl::UnavailableError(absl::StrCat("cannot copy ", file, ": ", ec.message()));
-  }
-  return absl::OkStatus();
+  return copy_side_files(step_dir, out_dir);
 }
 
 TrainingState policy_training_state(ShardedDecoder& model, ShardedAdamW& optimizer,

@@ -21,7 +21,7 @@ LearnerOptions LearnerOptions::from_config(const core::Config& c) {
   const core::TrainerOptions& t = c.trainer;
   const core::AlgorithmOptions& a = c.algorithm;
   LearnerOptions o;
-  static_cast<OptimizerOptions&>(o) = OptimizerOptions::from_config(t);
+  static_cast<OptimizerOptions&>(o) = OptimizerOptions::from_config(t, c.model.path);
   o.ppo_epochs = t.ppo_epochs;
   o.mini_batches = t.mini_batches;
   o.critic_lr = t.critic_lr;
@@ -152,6 +152,7 @@ absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const LearnerOptions& o
   ShardingOptions policy_options = options.sharding;
   policy_options.value_head = false;
   ShardingOptions routed = policy_options;  // the policy's forwards see the engine's routes
+  policy_options.lora = {};                 // the reference and the teacher are whole frozen models
   if (model_config.num_moe_layers() > 0) {
     routed.routes = options.router_replay ? RouteUse::kReplay : RouteUse::kCompare;
   }
@@ -178,6 +179,7 @@ absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const LearnerOptions& o
   if (options.critic) {
     ShardingOptions critic_options = options.sharding;
     critic_options.value_head = true;
+    critic_options.lora = {};  // LoRA adapts the policy; the critic trains every weight
     critic_options.load_balancing = true;
     auto critic = ShardedDecoder::create(model_config, comm, critic_options);
     if (!critic.ok()) return critic.status();

@@ -13,6 +13,12 @@ absl::Status load_or_init(ShardedDecoder& model,
                           const absl::StatusOr<model::DecoderModel::TensorLookup>& weights,
                           const std::string& path, uint64_t seed) {
   if (weights.ok()) return model.load(*weights);
+  if (model.has_adapters()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("trainer.lora trains adapters on frozen base weights, but ", path,
+                     " holds none (", weights.status().message(),
+                     "): point model.path at a trained model, or set trainer.lora.rank to 0"));
+  }
   if (model.comm().rank() == 0) {
     FLYWHEEL_LOG_INFO("no weights in %s (%s): starting from a random initialisation (seed %d)",
                       path, weights.status().message(), seed);

@@ -20,9 +20,8 @@ ShardedAdamW::ShardedAdamW(std::vector<FlatUnit*> units, comm::Communicator* com
 
 std::unique_ptr<ShardedAdamW> ShardedAdamW::for_model(ShardedDecoder& model,
                                                       const AdamWOptions& options) {
-  std::vector<FlatUnit*> units;
-  for (FlatUnit& u : model.units()) units.push_back(&u);
-  return std::make_unique<ShardedAdamW>(units, &model.comm(), options);
+  // With LoRA: the adapters only.
+  return std::make_unique<ShardedAdamW>(model.trainable_units(), &model.comm(), options);
 }
 
 double ShardedAdamW::grad_norm() {

@@ -9,15 +9,21 @@
 #include "flywheel/model/device_choice.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/model/logprobs.h"
+#include "flywheel/model/lora.h"
 #include "unit_autograd.h"
 
 namespace flywheel::trainer {
 
-ShardingOptions ShardingOptions::from_config(const core::TrainerOptions& t) {
+ShardingOptions ShardingOptions::from_config(const core::TrainerOptions& t,
+                                             const std::string& model_path) {
   ShardingOptions o;
   o.param_dtype = model::resolve_dtype(t.param_dtype, /*on_cuda=*/false);
   o.reduce_dtype = model::resolve_dtype(t.reduce_dtype, /*on_cuda=*/false);
   o.reshard_after_forward = t.reshard_after_forward;
+  o.lora.adapters = model::LoraOptions::from_config(t.lora);
+  o.lora.dropout = t.lora.dropout;
+  o.lora.seed = static_cast<uint64_t>(t.seed);
+  o.lora.base_path = model_path;
   return o;
 }
 namespace {
@@ -46,10 +52,17 @@ std::vector<std::pair<std::string, std::vector<model::ParamSpec>>> split_units(
 }  // namespace
 
 std::vector<std::pair<std::string, std::vector<model::ParamSpec>>> decoder_units(
-    const model::ModelConfig& config, bool value_head) {
-  return split_units(
+    const model::ModelConfig& config, bool value_head, const model::LoraOptions& lora) {
+  auto units = split_units(
       value_head ? critic_parameter_specs(config) : model::decoder_parameter_specs(config),
       config.num_hidden_layers);
+  for (auto& [name, specs] :
+       split_units(model::lora_parameter_specs(config, lora), config.num_hidden_layers)) {
+    if (!specs.empty() && absl::StartsWith(name, "layers.")) {
+      units.emplace_back(name + ".lora", std::move(specs));
+    }
+  }
+  return units;
 }
 
 std::vector<model::ParamSpec> critic_parameter_specs(const model::ModelConfig& config) {
@@ -95,19 +108,70 @@ absl::StatusOr<std::unique_ptr<ShardedDecoder>> ShardedDecoder::create(
         "sharded decoder: float16 compute is for GPUs (LibTorch's CPU kernels lack float16 "
         "matmuls); use bfloat16 or float32 on CPU");
   }
+  FLYWHEEL_RETURN_IF_ERROR(model::validate_lora(config, options.lora.adapters));
+  if (options.lora.adapters.enabled() && options.value_head) {
+    return absl::UnimplementedError(
+        "trainer.lora on a value-head model (a critic, a reward model) is not implemented: its "
+        "score head starts untrained; set trainer.lora.rank to 0 for it");
+  }
   std::unique_ptr<ShardedDecoder> model(new ShardedDecoder(config, comm, options));
-  const std::vector<model::ParamSpec> specs =
-      options.value_head ? critic_parameter_specs(config) : model::decoder_parameter_specs(config);
-  for (auto& [name, unit_specs] : split_units(specs, config.num_hidden_layers)) {
+  const bool lora = options.lora.adapters.enabled();
+  model->layers_ = config.num_hidden_layers;
+  model->lora_unit_.assign(config.num_hidden_layers, -1);
+  for (auto& [name, unit_specs] :
+       decoder_units(config, options.value_head, options.lora.adapters)) {
+    const bool adapters = absl::EndsWith(name, ".lora");
+    if (adapters) {
+      const int64_t layer = std::stoll(name.substr(std::string("layers.").size()));
+      model->lora_unit_[layer] = static_cast<int64_t>(model->units_.size());
+    }
     model->units_.emplace_back(name, unit_specs, comm->rank(), comm->size(), options.decay_all,
                                options.device);
+    if (lora && !adapters) model->units_.back().freeze();
   }
   return model;
 }
 
+std::vector<FlatUnit*> ShardedDecoder::trainable_units() {
+  std::vector<FlatUnit*> out;
+  for (FlatUnit& unit : units_) {
+    if (unit.trainable()) out.push_back(&unit);
+  }
+  return out;
+}
+
+std::vector<const FlatUnit*> ShardedDecoder::trainable_units() const {
+  std::vector<const FlatUnit*> out;
+  for (const FlatUnit& unit : units_) {
+    if (unit.trainable()) out.push_back(&unit);
+  }
+  return out;
+}
+
+void ShardedDecoder::init_adapters(const model::DecoderModel::TensorLookup* lookup) {
+  std::vector<model::ParamSpec> specs;
+  std::vector<std::pair<FlatUnit*, const FlatParam*>> where;
+  for (int64_t unit : lora_unit_) {
+    if (unit < 0) continue;
+    for (const FlatParam& p : units_[unit].params()) {
+      specs.push_back({p.name, p.shape});
+      where.emplace_back(&units_[unit], &p);
+    }
+  }
+  size_t i = 0;
+  model::lora_initial_values(
+      specs, options_.lora.seed, [&](const model::ParamSpec& spec, const at::Tensor& values) {
+        absl::StatusOr<at::Tensor> given =
+            lookup != nullptr ? (*lookup)(spec.name) : absl::NotFoundError(spec.name);
+        where[i].first->set_param(*where[i].second, given.ok() ? *given : values);
+        ++i;
+      });
+}
+
 absl::Status ShardedDecoder::load(const model::DecoderModel::TensorLookup& lookup) {
   std::vector<std::string> missing;
-  for (FlatUnit& unit : units_) {
+  for (int64_t u = 0; u < layers_ + 2; ++u) {  // the base units; adapters below
+    FlatUnit& unit = units_[u];
     for (const FlatParam& p : unit.params()) {
       absl::StatusOr<at::Tensor> source = lookup(p.name);
       if (!source.ok()) {
@@ -129,16 +193,17 @@ absl::Status ShardedDecoder::load(const model::DecoderModel::TensorLookup& looku
     return absl::NotFoundError(
         absl::StrCat("checkpoint lacks tensors: ", absl::StrJoin(missing, ", ")));
   }
+  init_adapters(&lookup);
   return absl::OkStatus();
 }
 
 void ShardedDecoder::init_random(uint64_t seed) {
   std::vector<model::ParamSpec> specs;
   std::vector<std::pair<FlatUnit*, const FlatParam*>> where;
-  for (FlatUnit& unit : units_) {
-    for (const FlatParam& p : unit.params()) {
+  for (int64_t u = 0; u < layers_ + 2; ++u) {
+    for (const FlatParam& p : units_[u].params()) {
       specs.push_back({p.name, p.shape});
-      where.emplace_back(&unit, &p);
+      where.emplace_back(&units_[u], &p);
     }
   }
   // DecoderModel's order, so that the values equal DecoderModel::init_random(seed)'s.
@@ -148,6 +213,7 @@ void ShardedDecoder::init_random(uint64_t seed) {
                              where[i].first->set_param(*where[i].second, values);
                              ++i;
                            });
+  init_adapters(nullptr);
 }
 
 TokenOutputs ShardedDecoder::forward(const PackedBatch& batch, const HeadOptions& head) {
@@ -167,6 +233,13 @@ TokenOutputs ShardedDecoder::forward(const PackedBatch& batch, const HeadOptions
       model::sequence_context(config_, fb, options_.param_dtype, options_.device);
   record_ = model::RouteRecord{};
   if (routed) context.record = &record_;
+  ++forwards_;
+  if (options_.lora.dropout > 0 && at::GradMode::is_enabled()) {
+    context.lora_dropout = options_.lora.dropout;
+    context.dropout_seed =
+        (options_.lora.seed * 1000003u + forwards_) * 65599u + static_cast<uint64_t>(comm_->rank());
+  }
+  const double lora_scale = has_adapters() ? options_.lora.adapters.scale() : 0.0;
   const model::ModelConfig* config = &config_;
   const bool value_head = options_.value_head;
   at::Tensor tokens = batch.tokens.to(options_.device);
@@ -192,18 +265,19 @@ TokenOutputs ShardedDecoder::forward(const PackedBatch& batch, const HeadOptions
   const at::Tensor valid =
       balance ? batch.segment_ids.ne(0).reshape({-1}).to(options_.device) : at::Tensor();
   std::vector<model::RouterSums> router_sums;
-  for (size_t i = 1; i + 1 < units_.size(); ++i) {
-    const int64_t layer = static_cast<int64_t>(i) - 1;
+  for (int64_t layer = 0; layer < layers_; ++layer) {
     const bool sums = balance && config_.is_moe_layer(layer);
+    std::vector<FlatUnit*> layer_units = {&units_[1 + layer]};
+    if (lora_unit_[layer] >= 0) layer_units.push_back(&units_[lora_unit_[layer]]);
     std::vector<at::Tensor> out = run(
-        {&units_[i]}, {x},
-        [config, context, layer, sums, valid](const std::vector<at::Tensor>& in,
-                                              const ParamViews& p) {
+        layer_units, {x},
+        [config, context, layer, sums, valid, lora_scale](const std::vector<at::Tensor>& in,
+                                                          const ParamViews& p) {
           auto find = [&p](const std::string& name) {
             auto it = p.find(name);
             return it == p.end() ? at::Tensor() : it->second;
           };
-          const model::DecoderLayerWeights weights = model::layer_weights(layer, find);
+          const model::DecoderLayerWeights weights = model::layer_weights(layer, find, lora_scale);
           if (!sums) {
             return std::vector<at::Tensor>{model::decoder_layer(*config, weights, in[0], context)};
           }
@@ -217,7 +291,7 @@ TokenOutputs ShardedDecoder::forward(const PackedBatch& batch, const HeadOptions
   }
   // The head: final norm, then log-probs of the targets (lm_head, or the tied embedding) or the
   // critic's values.
-  std::vector<FlatUnit*> head_units = {&units_.back()};
+  std::vector<FlatUnit*> head_units = {&units_[1 + layers_]};
   if (!value_head && config_.tie_word_embeddings) head_units.push_back(embed);
   std::vector<at::Tensor> out =
       run(head_units, {x, targets},
@@ -252,9 +326,8 @@ TokenOutputs ShardedDecoder::forward(const PackedBatch& batch, const HeadOptions
   return result;
 }
 
-void ShardedDecoder::for_each_full_bucket(
-    int64_t bucket_bytes, at::ScalarType dtype,
-    const std::function<void(const std::vector<std::pair<std::string, at::Tensor>>&)>& fn) {
+void ShardedDecoder::for_each_full_bucket(int64_t bucket_bytes, at::ScalarType dtype,
+                                          const BucketFn& fn, bool adapters_only) {
   std::vector<std::pair<std::string, at::Tensor>> bucket;
   int64_t bytes = 0;
   auto flush = [&] {
@@ -263,14 +336,24 @@ void ShardedDecoder::for_each_full_bucket(
     bytes = 0;
   };
   const GatherSpec spec{comm_, at::kFloat, at::kFloat};
-  for (FlatUnit& unit : units_) {
-    ParamViews params;
-    {
-      at::NoGradGuard no_grad;
-      params = gathered_params(unit, spec);
+  at::NoGradGuard no_grad;
+  const double scale = has_adapters() ? options_.lora.adapters.scale() : 0.0;
+  for (int64_t u = 0; u < layers_ + 2; ++u) {
+    const int64_t layer = u - 1;
+    const bool adapted = layer >= 0 && layer < layers_ && lora_unit_[layer] >= 0;
+    if (adapters_only && !adapted) continue;
+    FlatUnit& unit = adapters_only ? units_[lora_unit_[layer]] : units_[u];
+    ParamViews params = gathered_params(unit, spec);
+    if (adapted && !adapters_only) {
+      for (auto& [name, a] : gathered_params(units_[lora_unit_[layer]], spec)) params[name] = a;
     }
     for (const FlatParam& p : unit.params()) {
-      at::Tensor value = params.at(p.name).detach().to(dtype).clone();
+      at::Tensor value = params.at(p.name);
+      auto a = params.find(model::lora_a_name(p.name));
+      if (!adapters_only && a != params.end()) {
+        value = model::merge_lora(value, a->second, params.at(model::lora_b_name(p.name)), scale);
+      }
+      value = value.detach().to(dtype).clone();
       const int64_t size = value.numel() * static_cast<int64_t>(value.element_size());
       if (bytes > 0 && bytes + size > bucket_bytes) flush();
       bucket.emplace_back(p.name, std::move(value));
@@ -284,7 +367,7 @@ int64_t ShardedDecoder::local_bytes() const {
   int64_t bytes = 0;
   for (const FlatUnit& unit : units_) {
     bytes += unit.shard().numel() * 4;
-    if (unit.shard().grad().defined()) bytes += unit.shard().grad().numel() * 4;
+    if (unit.trainable()) bytes += unit.shard().numel() * 4;  // its gradient
   }
   return bytes;
 }

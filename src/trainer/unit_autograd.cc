@@ -111,10 +111,11 @@ class Checkpoint : public torch::autograd::Function<Checkpoint> {
     for (FlatUnit* unit : closure->units) {
       std::vector<at::Tensor> unit_leaves = param_views(*unit, gather(*unit, closure->spec));
       for (size_t i = 0; i < unit_leaves.size(); ++i) {
-        unit_leaves[i] = unit_leaves[i].detach().requires_grad_(true);
+        unit_leaves[i] = unit_leaves[i].detach().requires_grad_(unit->trainable());
         params[unit->params()[i].name] = unit_leaves[i];
       }
-      leaves.push_back(std::move(unit_leaves));
+      // A frozen unit's parameters get no gradient (and cost no weight-gradient matmuls).
+      leaves.push_back(unit->trainable() ? std::move(unit_leaves) : std::vector<at::Tensor>());
     }
     std::vector<at::Tensor> outputs = closure->fn(inputs, params);
     std::vector<at::Tensor> roots, root_grads;
@@ -146,7 +147,9 @@ class Checkpoint : public torch::autograd::Function<Checkpoint> {
       std::vector<at::Tensor> unit_grads(computed.begin() + k,
                                          computed.begin() + k + leaves[u].size());
       k += leaves[u].size();
-      result.push_back(scatter_grad(*closure->units[u], unit_grads, closure->spec));
+      result.push_back(closure->units[u]->trainable()
+                           ? scatter_grad(*closure->units[u], unit_grads, closure->spec)
+                           : at::Tensor());
     }
     result.push_back(at::Tensor());  // the closure
     return result;

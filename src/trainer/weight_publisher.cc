@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
+#include "flywheel/core/logging.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/model/safetensors.h"
 
@@ -23,7 +24,8 @@ absl::StatusOr<core::PublishedWeights> gather_weights(ShardedDecoder& model, at:
   out.bucket_bytes = static_cast<uint64_t>(bucket_bytes);
   const bool keep = model.comm().rank() == 0;
   model.for_each_full_bucket(
-      bucket_bytes, dtype, [&](const std::vector<std::pair<std::string, at::Tensor>>& bucket) {
+      bucket_bytes, dtype,
+      [&](const std::vector<std::pair<std::string, at::Tensor>>& bucket) {
         if (!keep) return;
         for (const auto& [tensor_name, t] : bucket) {
           at::Tensor host = t.to(at::kCPU).contiguous();
@@ -36,7 +38,8 @@ absl::StatusOr<core::PublishedWeights> gather_weights(ShardedDecoder& model, at:
           out.payload.append(static_cast<const char*>(host.data_ptr()), entry.size);
           out.tensors.push_back(std::move(entry));
         }
-      });
+      },
+      /*adapters_only=*/model.has_adapters());
   return out;
 }
 
@@ -44,6 +47,20 @@ absl::Status WeightPublisher::publish(int64_t version) {
   FLYWHEEL_ASSIGN_OR_RETURN(
       core::PublishedWeights weights,
       gather_weights(*policy_, options_.dtype, version, options_.bucket_bytes));
+  if (!described_ && policy_->comm().rank() == 0) {
+    described_ = true;
+    int64_t model_bytes = 0;
+    for (const model::ParamSpec& spec : model::decoder_parameter_specs(policy_->config())) {
+      int64_t numel = 1;
+      for (int64_t d : spec.shape) numel *= d;
+      model_bytes += numel * static_cast<int64_t>(c10::elementSize(options_.dtype));
+    }
+    const double bytes = static_cast<double>(weights.payload.size());
+    FLYWHEEL_LOG_INFO(
+        "weight publication: %.3f MiB per version (%s), the model is %.3f MiB: %.4f of it",
+        bytes / (1 << 20), policy_->has_adapters() ? "LoRA adapters only" : "every weight",
+        static_cast<double>(model_bytes) / (1 << 20), bytes / model_bytes);
+  }
   if (targets_.store != nullptr) {
     FLYWHEEL_RETURN_IF_ERROR(targets_.store->publish(std::move(weights)));
     if (targets_.channel != nullptr) targets_.channel->send(*targets_.store->latest());

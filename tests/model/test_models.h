@@ -1,6 +1,7 @@
 // Tiny model configs of each supported family, for tests.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -72,6 +73,31 @@ inline std::unique_ptr<DecoderModel> tiny_model(const std::string& family,
                                                 at::ScalarType dtype = at::kFloat,
                                                 uint64_t seed = 1) {
   return tiny_model(tiny_config(family), dtype, seed);
+}
+
+// LoRA adapters of `lora` on `config` with random values, B included (a fresh adapter's zero B
+// would hide a wrong formula), by name.
+inline std::map<std::string, at::Tensor> random_adapters(const ModelConfig& config,
+                                                         const LoraOptions& lora, uint64_t seed,
+                                                         double std = 0.3) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  std::map<std::string, at::Tensor> out;
+  for (const ParamSpec& spec : lora_parameter_specs(config, lora)) {
+    out[spec.name] = at::empty(spec.shape, at::kFloat).normal_(0, std, gen);
+  }
+  return out;
+}
+
+// `base`'s parameters plus `extra` (adapters), by name, as a load() lookup.
+inline DecoderModel::TensorLookup lookup_with(const DecoderModel& base,
+                                              const std::map<std::string, at::Tensor>& extra) {
+  std::map<std::string, at::Tensor> all = extra;
+  for (const auto& [name, p] : base.named_parameters()) all[name] = p;
+  return [all](const std::string& name) -> absl::StatusOr<at::Tensor> {
+    auto it = all.find(name);
+    if (it == all.end()) return absl::NotFoundError(name);
+    return it->second;
+  };
 }
 
 }  // namespace flywheel::model::testing

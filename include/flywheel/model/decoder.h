@@ -18,7 +18,9 @@
 #include "absl/status/statusor.h"
 #include "flywheel/model/cpu/worker_pool.h"
 #include "flywheel/model/kv_cache.h"
+#include "flywheel/model/lora.h"
 #include "flywheel/model/model_config.h"
+#include "flywheel/model/param_spec.h"
 
 namespace flywheel::model {
 
@@ -31,6 +33,11 @@ struct DecoderOptions {
   // created. Processes that apply a ThreadLayout pass its budget (layout.threads): under the
   // kKernels split ATen itself has one thread.
   int threads = 0;
+  // LoRA adapters on the targeted projections (rank 0: none). Their tensors are parameters too
+  // (lora_parameter_specs' names, zero until loaded), so that a weight update may carry adapters
+  // only. Merged (lora.merged): the projections run W + scale * B A, recomputed by
+  // merge_adapters(); unmerged: x W^T + scale * (x A^T) B^T in every forward.
+  LoraOptions lora;
 };
 
 // One forward pass. Rows are right-padded to T tokens.
@@ -71,12 +78,6 @@ struct RouteRecord {
   at::Tensor stacked() const;
 };
 
-// A parameter of the decoder: Hugging Face name and shape.
-struct ParamSpec {
-  std::string name;
-  std::vector<int64_t> shape;
-};
-
 // Every parameter of a decoder of `config`, in DecoderModel's order: the embedding, each
 // layer's weights, the final norm and (unless tied) lm_head.weight.
 std::vector<ParamSpec> decoder_parameter_specs(const ModelConfig& config);
@@ -92,31 +93,44 @@ struct ExpertWeights {
   at::Tensor gate, up, down;
 };
 
+// A LoRA adapter of one projection (lora.h): A [rank, in], B [out, rank]; undefined: none.
+struct LoraAdapter {
+  at::Tensor a, b;
+};
+
 // The weights of one decoder layer; optional ones (biases, q/k norms) are undefined when the
 // config has none. A mixture-of-experts layer has a router ([num_experts, hidden]) and experts
-// in place of gate / up / down.
+// in place of gate / up / down. Unmerged LoRA adapters add lora_scale * B A to their projection.
 struct DecoderLayerWeights {
   int64_t layer = 0;  // the layer's index
   at::Tensor input_norm, q, q_bias, k, k_bias, v, v_bias, o, o_bias, q_norm, k_norm;
   at::Tensor post_norm, gate, up, down;
   at::Tensor router;
   std::vector<ExpertWeights> experts;
+  LoraAdapter q_lora, k_lora, v_lora, o_lora, gate_lora, up_lora, down_lora;
+  double lora_scale = 0;
 };
 
-// Layer `layer`'s weights, looked up by Hugging Face name ("model.layers.<layer>.*").
-// `find(name)` returns an undefined tensor for names it does not have.
+// Layer `layer`'s weights, looked up by Hugging Face name ("model.layers.<layer>.*"), LoRA
+// adapters included (scaled by `lora_scale`) where `find` has them. `find(name)` returns an
+// undefined tensor for names it does not have.
 DecoderLayerWeights layer_weights(int64_t layer,
-                                  const std::function<at::Tensor(const std::string&)>& find);
+                                  const std::function<at::Tensor(const std::string&)>& find,
+                                  double lora_scale = 0);
 
 // What every layer of one cache-less forward shares: RoPE tables (in the compute dtype), the
 // attention mask built from positions and segment ids (see ForwardBatch) and the batch's routes
 // to replay (ForwardBatch::routes). With `record` set, mixture-of-experts layers add what they
 // chose to it, in layer order.
+// Training only: dropout of probability lora_dropout on the inputs of LoRA adapters, its masks
+// drawn from dropout_seed, the layer and the projection (a recomputed layer draws the same).
 struct SequenceContext {
   at::Tensor cos, sin, mask;
   at::Tensor routes;
   bool replay = true;
   RouteRecord* record = nullptr;
+  double lora_dropout = 0;
+  uint64_t dropout_seed = 0;
 };
 
 // What decoder_layer() reports of a mixture-of-experts layer's router, for the load-balancing
@@ -173,8 +187,13 @@ class DecoderModel {
   absl::Status load(const TensorLookup& lookup);
 
   // Hugging Face's initialisation: weights ~ N(0, initializer_range), norms 1, biases 0.
-  // Deterministic for a seed (drawn in float32, then cast).
+  // Deterministic for a seed (drawn in float32, then cast). LoRA adapters start at zero.
   void init_random(uint64_t seed);
+
+  // Merged LoRA adapters (DecoderOptions::lora.merged): recomputes every adapted projection from
+  // the current parameters, W + scale * B A. load() and init_random() call it; callers that
+  // change parameters in place (the engine's weight updates) call it after. No-op otherwise.
+  void merge_adapters();
 
   // Final hidden states [B, T, hidden] (after the last RMSNorm), in the model dtype. Without
   // gradients (or with inputs that need none), CPU projections run in small_gemm.h's
@@ -207,6 +226,11 @@ class DecoderModel {
   std::vector<std::pair<std::string, at::Tensor>> parameters_;
   at::Tensor embed_, final_norm_, lm_head_;
   std::vector<DecoderLayerWeights> layers_;
+  // Merged LoRA: per adapted projection, the tensor forwards use and the parameters it is made of.
+  struct MergedProjection {
+    at::Tensor merged, base, a, b;
+  };
+  std::vector<MergedProjection> merged_;
   at::Tensor inv_freq_;  // float32 [head_dim / 2]
   // The threads of the kernels; null where they do not run (other dtypes, devices, or CPUs
   // without them: small_gemm_supports), and LibTorch projects.

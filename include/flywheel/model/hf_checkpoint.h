@@ -15,7 +15,9 @@ namespace flywheel::model {
 // Loads config.json and the weights of `dir` into a model with `options` (weights are converted
 // to its dtype and device). Errors name the file: missing config or weights, a corrupt
 // safetensors file, a missing or misshapen tensor, an index naming a missing shard, and (before
-// anything is allocated) a config.json that declares more layers than the weights hold.
+// anything is allocated) a config.json that declares more layers than the weights hold. A PEFT
+// LoRA directory (adapter_config.json) loads as its base with the adapter merged
+// (peft_adapter.h).
 absl::StatusOr<std::unique_ptr<DecoderModel>> load_hf_model(const std::string& dir,
                                                             const DecoderOptions& options);
 
@@ -65,7 +67,8 @@ class HfWriter {
 };
 
 // Writes config.json (torch_dtype = the model dtype) and safetensors shards. Deterministic:
-// saving the same weights twice gives identical files. Leaves other files of `dir` alone.
+// saving the same weights twice gives identical files. Leaves other files of `dir` alone. A model
+// with LoRA adapters is written merged (W + scale * B A, no adapter tensors).
 absl::Status save_hf_model(const DecoderModel& model, const std::string& dir,
                            const SaveOptions& options = {});
 

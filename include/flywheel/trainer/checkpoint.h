@@ -1,8 +1,11 @@
 // Learner checkpoints: a directory per step, <dir>/step_<N>/, holding
-//   rank-<r>-of-<W>.safetensors  each rank's shards: every model's units (policy, reference,
-//                                critic) and the optimizers' moments, float32;
+//   rank-<r>-of-<W>.safetensors  each rank's shards: every model's trainable units (policy,
+//                                reference, critic; a LoRA model's adapters only, its frozen
+//                                base is reloaded from its directory) and the optimizers'
+//                                moments, float32;
 //   trainer_state.json           version, optimizer steps, KL coefficient, skip count, world
-//                                size, the units and the model config;
+//                                size, the units and the model config (and for LoRA models
+//                                the adapters' shape and base directory);
 //   any extra files the caller adds (the resolved config, the controller's snapshot, ...);
 //   COMPLETE                     written last.
 // Everything is written into step_<N>.tmp, fsynced, then renamed; a directory without COMPLETE
@@ -74,9 +77,17 @@ absl::Status load_checkpoint(Learner& learner, const std::string& step_dir);
 // process (no MPI needed), and copies the tokenizer and generation files the checkpoint holds.
 // Errors name the file: not a checkpoint, incomplete, a missing rank file or tensor, a model it
 // does not hold.
+// A model trained with trainer.lora exports merged (W + (alpha / rank) B A, from the base
+// weights its checkpoint names); its base directory must still be there.
 absl::Status export_checkpoint(const std::string& step_dir, const std::string& model,
                                const std::string& out_dir, at::ScalarType dtype,
                                const model::SaveOptions& save = {});
+
+// Writes the LoRA adapters of model `model` of a step directory as a Hugging Face PEFT adapter
+// (adapter_config.json naming the base directory, adapter_model.safetensors; peft_adapter.h),
+// with the checkpoint's tokenizer files. FailedPrecondition for a model trained without LoRA.
+absl::Status export_adapter(const std::string& step_dir, const std::string& model,
+                            const std::string& out_dir);
 
 // An extra file of a step directory (e.g. the controller snapshot); NotFound when absent.
 absl::StatusOr<std::string> read_checkpoint_file(const std::string& step_dir,

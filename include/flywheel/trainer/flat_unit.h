@@ -45,6 +45,10 @@ class FlatUnit {
 
   // The unit's parameters as views of `full` ([padded_numel], any dtype), by name.
   std::map<std::string, at::Tensor> views(const at::Tensor& full) const;
+  // Frozen: the shard needs no gradient (LoRA's base weights).
+  void freeze() { shard_.requires_grad_(false); }
+  bool trainable() const { return shard_.requires_grad(); }
+
   // Copies this rank's part of parameter `param`'s values (its full shape) into the shard.
   void set_param(const FlatParam& param, const at::Tensor& values);
 

@@ -24,7 +24,9 @@ struct OptimizerOptions {
   int64_t max_consecutive_skips = 3;
   ShardingOptions sharding;
 
-  static OptimizerOptions from_config(const core::TrainerOptions& trainer);
+  // `model_path`: model.path, the frozen base weights of trainer.lora.
+  static OptimizerOptions from_config(const core::TrainerOptions& trainer,
+                                      const std::string& model_path = "");
 };
 
 // A trainer's optimizer steps and its run of skipped (non-finite) updates, kept in checkpoints

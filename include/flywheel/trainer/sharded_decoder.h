@@ -44,6 +44,15 @@ struct RouteStats {
   int64_t disagreements = 0;
 };
 
+// LoRA on a sharded decoder: the base units are frozen (no gradient, no optimizer state, not
+// checkpointed) and each adapted layer gains a unit "layers.<i>.lora" of its adapters.
+struct LoraTraining {
+  model::LoraOptions adapters;  // rank 0: off
+  double dropout = 0;           // on the adapters' inputs
+  uint64_t seed = 0;            // the adapters' initial values and dropout masks
+  std::string base_path;        // where the frozen base weights come from (checkpoints say)
+};
+
 struct ShardingOptions {
   bool reshard_after_forward = true;
   at::ScalarType param_dtype = at::kFloat;   // compute dtype of gathered parameters
@@ -55,9 +64,12 @@ struct ShardingOptions {
   // Mixture of experts whose config asks for the load-balancing loss (wants_load_balancing):
   // forward() computes it (TokenOutputs::aux_loss) for the trainer to add.
   bool load_balancing = false;
+  LoraTraining lora;
 
-  // trainer.param_dtype, reduce_dtype and reshard_after_forward.
-  static ShardingOptions from_config(const core::TrainerOptions& trainer);
+  // trainer.param_dtype, reduce_dtype, reshard_after_forward and lora (its base weights in
+  // `model_path`).
+  static ShardingOptions from_config(const core::TrainerOptions& trainer,
+                                     const std::string& model_path = "");
 };
 
 // One micro-batch: rows of packed sequences (see micro_batch.h).
@@ -103,8 +115,10 @@ class ShardedDecoder {
 
   // Every parameter from `lookup(name)` (Hugging Face names); each rank keeps its slice.
   // NotFound listing missing tensors; InvalidArgument naming a tensor of the wrong shape.
+  // LoRA adapters the lookup lacks start at their initial values (lora_initial_values).
   absl::Status load(const model::DecoderModel::TensorLookup& lookup);
-  // DecoderModel::init_random(seed)'s values (a critic's score head included).
+  // DecoderModel::init_random(seed)'s values (a critic's score head included); LoRA adapters
+  // at their initial values.
   void init_random(uint64_t seed);
 
   // Differentiable with respect to every unit's shard. Collective.
@@ -117,21 +131,33 @@ class ShardedDecoder {
   // Gathers the full parameters unit by unit and calls `fn` with them (Hugging Face names,
   // converted to `dtype`) in buckets of about `bucket_bytes` (at least one parameter each);
   // each bucket is freed after `fn` returns. Collective: every rank gets every bucket.
-  void for_each_full_bucket(
-      int64_t bucket_bytes, at::ScalarType dtype,
-      const std::function<void(const std::vector<std::pair<std::string, at::Tensor>>&)>& fn);
+  // With LoRA, the model's parameters are the merged W + s B A (no adapter tensors), or with
+  // `adapters_only` the adapters alone.
+  using BucketFn = std::function<void(const std::vector<std::pair<std::string, at::Tensor>>&)>;
+  void for_each_full_bucket(int64_t bucket_bytes, at::ScalarType dtype, const BucketFn& fn,
+                            bool adapters_only = false);
 
+  // Units in order: "embed", "layers.<i>"..., "head", then with LoRA one "layers.<i>.lora" per
+  // adapted layer.
   std::vector<FlatUnit>& units() { return units_; }
   const std::vector<FlatUnit>& units() const { return units_; }
+  // The units that train (all, or with LoRA the adapters'): what optimizers update and
+  // checkpoints hold.
+  std::vector<FlatUnit*> trainable_units();
+  std::vector<const FlatUnit*> trainable_units() const;
+  bool has_adapters() const { return options_.lora.adapters.enabled(); }
   const model::ModelConfig& config() const { return config_; }
   const ShardingOptions& options() const { return options_; }
   comm::Communicator& comm() { return *comm_; }
-  // Bytes of this rank's shards and their gradients.
+  // Bytes of this rank's shards and of the gradients of the trainable ones (float32; frozen
+  // shards have none).
   int64_t local_bytes() const;
 
  private:
   ShardedDecoder(const model::ModelConfig& config, comm::Communicator* comm,
                  const ShardingOptions& options);
+  // The adapters from `lookup` where it has them, else at their initial values.
+  void init_adapters(const model::DecoderModel::TensorLookup* lookup);
 
   model::ModelConfig config_;
   comm::Communicator* comm_;
@@ -141,13 +167,16 @@ class ShardedDecoder {
   // again in the backward pass, and do not report twice), and the totals since take_route_stats.
   model::RouteRecord record_;
   RouteStats route_stats_;
+  int64_t layers_ = 0;              // units_[1 + i] is layer i, units_[1 + layers_] the head
+  std::vector<int64_t> lora_unit_;  // per layer, its adapters' unit in units_ (-1: none)
+  uint64_t forwards_ = 0;           // forward() calls: the dropout masks' seeds
 };
 
 // The units of a decoder (or a critic: `value_head`), in order: "embed" (the embedding),
 // "layers.<i>" (one per transformer block), "head" (final norm, lm_head or score), each with its
-// parameters in DecoderModel's order.
+// parameters in DecoderModel's order; then with `lora` a "layers.<i>.lora" per adapted layer.
 std::vector<std::pair<std::string, std::vector<model::ParamSpec>>> decoder_units(
-    const model::ModelConfig& config, bool value_head);
+    const model::ModelConfig& config, bool value_head, const model::LoraOptions& lora = {});
 
 // Parameter specs of a decoder with a value head: the decoder's, with "score.weight"
 // [1, hidden] instead of lm_head.weight.

@@ -19,8 +19,9 @@
 namespace flywheel::trainer {
 
 // Gathers the full weights of `model` in `dtype`, bucket by bucket (collective); rank 0 gets
-// them as one payload for `version`, the other ranks an empty one. InvalidArgument for a dtype
-// the wire has no name for (F32, BF16 and F16 only).
+// them as one payload for `version`, the other ranks an empty one. A LoRA model publishes its
+// adapters only (the rollout engines hold the frozen base). InvalidArgument for a dtype the wire
+// has no name for (F32, BF16 and F16 only).
 absl::StatusOr<core::PublishedWeights> gather_weights(ShardedDecoder& model, at::ScalarType dtype,
                                                       int64_t version, int64_t bucket_bytes);
 
@@ -44,13 +45,15 @@ class WeightPublisher {
       : options_(options), policy_(policy), targets_(std::move(targets)) {}
 
   // The policy's weights as `version`. Collective over the policy's communicator; errors from
-  // the gather or the store (a version not newer than the last).
+  // the gather or the store (a version not newer than the last). The first publication logs its
+  // bytes beside the whole model's.
   absl::Status publish(int64_t version);
 
  private:
   WeightPublisherOptions options_;
   ShardedDecoder* policy_;
   WeightTargets targets_;
+  bool described_ = false;
 };
 
 }  // namespace flywheel::trainer

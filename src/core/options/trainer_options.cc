@@ -9,6 +9,28 @@ absl::Span<const ChoiceName<LrScheduleKind>> choice_names(LrScheduleKind) {
   return kNames;
 }
 
+void bind_options(FieldBinder& b, LoraTrainingOptions& o) {
+  b.field("rank", &o.rank,
+          FieldInfo("LoRA rank r of the policy's adapters; 0 = off (every parameter trains). On: "
+                    "the base weights are frozen (model.path must hold them), only the adapters "
+                    "are trained, sharded, checkpointed and published to the rollout workers.")
+              .min(0));
+  b.field("alpha", &o.alpha,
+          FieldInfo("LoRA alpha: a projection W becomes W + (alpha / rank) B A.").greater_than(0));
+  b.field("dropout", &o.dropout,
+          FieldInfo("Dropout probability on the adapters' inputs in training (the engines never "
+                    "drop).")
+              .min(0)
+              .max(0.99));
+  b.field("targets", &o.targets,
+          FieldInfo("Projections that get adapters: any of q_proj, k_proj, v_proj, o_proj, "
+                    "gate_proj, up_proj, down_proj (mixture-of-experts models: attention only)."));
+  b.field("merge_in_engine", &o.merge_in_engine,
+          FieldInfo("Rollout engines run the merged W + (alpha / rank) B A, recomputed when a new "
+                    "version arrives (faster decode: see docs/models.md); false adds the "
+                    "adapters' two small projections to every forward."));
+}
+
 void bind_options(FieldBinder& b, TrainerOptions& o) {
   b.field("total_steps", &o.total_steps,
           FieldInfo("Optimizer steps to run; the policy version counts them.").min(1));
@@ -49,6 +71,8 @@ void bind_options(FieldBinder& b, TrainerOptions& o) {
                     "group pushed, filtered or dropped for this many seconds (rollout workers "
                     "that all died or cannot generate); 0 = wait forever.")
               .min(0));
+  b.section("lora", &o.lora,
+            "LoRA: train low-rank adapters of the policy instead of every weight.");
 }
 
 absl::Status TrainerOptions::validate() const {

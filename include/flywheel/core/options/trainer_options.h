@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "flywheel/core/field_binder.h"
@@ -13,6 +14,18 @@ namespace flywheel::core {
 // trainer.lr_schedule: the shape after warmup (trainer/lr_schedule.h).
 enum class LrScheduleKind { kConstant, kLinear, kCosine };
 absl::Span<const ChoiceName<LrScheduleKind>> choice_names(LrScheduleKind);
+
+// trainer.lora: LoRA adapters on the policy (model/lora.h); rank 0 trains every parameter.
+struct LoraTrainingOptions {
+  int64_t rank = 0;
+  double alpha = 16;
+  double dropout = 0;
+  std::vector<std::string> targets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                      "gate_proj", "up_proj", "down_proj"};
+  bool merge_in_engine = true;  // rollout engines merge W + s B A per version (else unmerged)
+};
+
+void bind_options(FieldBinder& b, LoraTrainingOptions& o);
 
 struct TrainerOptions {
   int64_t total_steps = 100;          // optimizer steps (the policy version counts them)
@@ -36,6 +49,7 @@ struct TrainerOptions {
   bool reshard_after_forward = true;     // free gathered units after forward (recompute)
   int64_t max_consecutive_skips = 3;     // non-finite updates in a row before the run stops
   double no_progress_timeout_s = 1800;   // no group arriving this long is an error; 0 = off
+  LoraTrainingOptions lora;
 
   absl::Status validate() const;
 };
