@@ -10,17 +10,9 @@ flywheel=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
-cat > "$work/c.json" <<'JSON'
-{"model_type": "qwen2", "vocab_size": 100, "hidden_size": 64, "intermediate_size": 128,
- "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "eos_token_id": 2,
- "max_position_embeddings": 64}
-JSON
-"$flywheel" init-model --config "$work/c.json" --out "$work/m" --char-tokenizer --seed 1 > /dev/null ||
-  fail "init-model"
-awk -v dir="$work" 'BEGIN { for (i = 0; i < 26; i++) for (j = 0; j < 26; j++) {
-  a = sprintf("%c", 97 + i); b = sprintf("%c", 97 + j)
-  line = sprintf("{\"prompt\": \"%s%s:\", \"response\": \"%s\", \"answer\": \"%s\"}", a, b, b, b)
-  if ((i * 26 + j) * 7919 % 676 < 100) print line > (dir "/eval.jsonl"); else print line > (dir "/train.jsonl") } }'
+source "$(dirname "$0")/copy_task.sh"
+copy_task_model "$flywheel" qwen2 "$work/m" || fail "init-model"
+copy_task_data "$work"
 cat > "$work/sft.yaml" <<YAML
 model: {path: $work/base, max_seq_len: 64}
 tokenizer: {type: char, chat_template: none}
@@ -58,15 +50,7 @@ node -e '
   fail "export --adapter"
 [[ -f "$work/adapter/adapter_config.json" && -f "$work/adapter/adapter_model.safetensors" ]] ||
   fail "no PEFT files"
-node -e '
-  const fs = require("fs");
-  const chars = "\n" + Array.from({length: 95}, (_, i) => String.fromCharCode(32 + i)).join("");
-  const id = c => 4 + chars.indexOf(c);
-  const out = fs.readFileSync(process.argv[1], "utf8").trim().split("\n").map(l => {
-    const r = JSON.parse(l);
-    return JSON.stringify({ids: [...r.prompt + r.response].map(id).concat([2]), n: r.response.length + 1});
-  });
-  fs.writeFileSync(process.argv[2], out.join("\n") + "\n");' "$work/eval.jsonl" "$work/score_in.jsonl"
+copy_task_score_input "$work/eval.jsonl" "$work/score_in.jsonl"
 for model in "$work/run/hf" "$work/adapter" "$work/base"; do
   "$flywheel" score --model "$model" -i "$work/score_in.jsonl" -o "$work/scored_$(basename "$model").jsonl" \
     2> /dev/null || fail "score cannot load $model"

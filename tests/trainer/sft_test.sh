@@ -9,18 +9,9 @@ flywheel=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
-cat > "$work/c.json" <<'JSON'
-{"model_type": "llama", "vocab_size": 100, "hidden_size": 64, "intermediate_size": 128,
- "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "eos_token_id": 2,
- "max_position_embeddings": 64}
-JSON
-"$flywheel" init-model --config "$work/c.json" --out "$work/m" --char-tokenizer --seed 1 > /dev/null ||
-  fail "init-model"
-# 676 letter pairs: 100 held out, 576 to train on.
-awk -v dir="$work" 'BEGIN { for (i = 0; i < 26; i++) for (j = 0; j < 26; j++) {
-  a = sprintf("%c", 97 + i); b = sprintf("%c", 97 + j)
-  line = sprintf("{\"prompt\": \"%s%s:\", \"response\": \"%s\", \"answer\": \"%s\"}", a, b, b, b)
-  if ((i * 26 + j) * 7919 % 676 < 100) print line > (dir "/eval.jsonl"); else print line > (dir "/train.jsonl") } }'
+source "$(dirname "$0")/copy_task.sh"
+copy_task_model "$flywheel" llama "$work/m" || fail "init-model"
+copy_task_data "$work"
 cat > "$work/sft.yaml" <<YAML
 model: {path: $work/m, max_seq_len: 64}
 tokenizer: {type: char, chat_template: none}
@@ -41,15 +32,7 @@ awk -v a="$loss0" -v b="$loss1" 'BEGIN { exit !(b < a / 4) }' || fail "held-out 
 awk -v a="$acc0" -v b="$acc1" 'BEGIN { exit !(a < 0.2 && b > 0.8) }' || fail "accuracy $acc0 -> $acc1"
 [[ -f "$work/run/hf/model.safetensors" && -f "$work/run/hf/char_tokenizer.json" ]] || fail "no export"
 # The exported model, scored by `flywheel score`, gives the learner's held-out loss.
-node -e '
-  const fs = require("fs");
-  const chars = "\n" + Array.from({length: 95}, (_, i) => String.fromCharCode(32 + i)).join("");
-  const id = c => 4 + chars.indexOf(c);
-  const out = fs.readFileSync(process.argv[1], "utf8").trim().split("\n").map(l => {
-    const r = JSON.parse(l);
-    return JSON.stringify({ids: [...r.prompt + r.response].map(id).concat([2]), n: r.response.length + 1});
-  });
-  fs.writeFileSync(process.argv[2], out.join("\n") + "\n");' "$work/eval.jsonl" "$work/score_in.jsonl"
+copy_task_score_input "$work/eval.jsonl" "$work/score_in.jsonl"
 "$flywheel" score --model "$work/run/hf" -i "$work/score_in.jsonl" -o "$work/scored.jsonl" 2> /dev/null ||
   fail "score cannot load the export"
 node -e '
