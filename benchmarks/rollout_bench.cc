@@ -1,8 +1,9 @@
 // rollout_bench: decode throughput of the generation engine at batch 1, 8, 32 and 64, for a
 // small and a ~100M-parameter model and a ~110M-parameter mixture of experts (moe), each beside
 // its roofline on this machine (for moe, the bytes of the experts a step's tokens pick): the memory
-// bandwidth and matmul GFLOP/s the bench measures itself, in the same run. Each tokens/s figure
-// is the best of 3 runs, as the roofline figures are best-ofs.
+// bandwidth and matmul GFLOP/s the bench measures itself, in the same run. Batch 1 also prints the
+// read bandwidth its steps achieve (bytes of a step x steps per second) beside the measured one.
+// Each tokens/s figure is the best of 3 runs, as the roofline figures are best-ofs.
 //
 //   build/benchmarks/rollout_bench [--device cpu|cuda] [--threads N]
 //       [--thread-split auto|kernels|blas|aten|none] [--dtype float32|bfloat16|auto] [--steps S]
@@ -103,6 +104,7 @@ struct Result {
   double tokens_per_s;
   double bound_tokens_per_s;
   const char* limiter;
+  double step_bytes;  // Roofline::step_bytes
 };
 
 constexpr int64_t kPrompt = 16;
@@ -132,7 +134,8 @@ std::unique_ptr<flywheel::rollout::GenerationEngine> decode_engine(
 
 struct Roofline {
   double tokens_per_s;
-  const char* limiter;  // "memory" or "compute"
+  const char* limiter;    // "memory" or "compute"
+  double step_bytes = 0;  // what one decode step reads: weights (experts picked) + KV cache
 };
 
 // Mixture of experts: the fraction of the experts one decode step of `batch` rows reads, measured
@@ -178,7 +181,7 @@ Roofline decode_roofline(const flywheel::model::DecoderModel& model, int64_t bat
   const double memory_time = step_bytes / (bandwidth_gbs * 1e9);
   const double compute_time = step_flops / (peak_gflops * 1e9);
   return {batch / std::max(memory_time, compute_time),
-          memory_time >= compute_time ? "memory" : "compute"};
+          memory_time >= compute_time ? "memory" : "compute", step_bytes};
 }
 
 // Decode tokens/s of `batch` rows over `steps` steps, beside the roofline of a step.
@@ -198,7 +201,7 @@ Result run(std::shared_ptr<flywheel::model::DecoderModel> model, int64_t batch, 
 
   const Roofline roof =
       decode_roofline(*model, batch, kPrompt + 2 + steps / 2.0, bandwidth_gbs, peak_gflops);
-  return {tokens_per_s, roof.tokens_per_s, roof.limiter};
+  return {tokens_per_s, roof.tokens_per_s, roof.limiter, roof.step_bytes};
 }
 
 // The engine's pause for one weight update in the middle of generation (rollout.weight_update:
@@ -610,6 +613,10 @@ int main(int argc, char** argv) {
       if (batch > 1 && batch1 > 0) {
         std::printf("   %.1fx (%.1fx)", r.tokens_per_s / batch1,
                     r.bound_tokens_per_s / batch1_bound);
+      }
+      if (batch == 1) {  // one token per step: the step's bytes at the rate steps run
+        std::printf("   reads %.1f GB/s of the measured %.1f", r.tokens_per_s * r.step_bytes / 1e9,
+                    bandwidth);
       }
       std::printf("\n");
     }
