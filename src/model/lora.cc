@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "flywheel/core/options/trainer_options.h"
+#include "flywheel/model/decoder.h"
 
 namespace flywheel::model {
 namespace {
@@ -88,29 +89,18 @@ absl::Status validate_lora(const ModelConfig& config, const LoraOptions& lora) {
   return absl::OkStatus();
 }
 
-std::vector<ParamSpec> lora_targets(const ModelConfig& c, const LoraOptions& lora) {
+std::vector<ParamSpec> lora_targets(const ModelConfig& config, const LoraOptions& lora) {
   std::vector<ParamSpec> out;
   if (!lora.enabled()) return out;
-  const int64_t h = c.hidden_size;
-  const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
-  auto wanted = [&](const std::string& module) {
-    return std::find(lora.targets.begin(), lora.targets.end(), module) != lora.targets.end();
-  };
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = absl::StrCat("model.layers.", i, ".");
-    const std::vector<std::pair<std::string, std::vector<int64_t>>> projections = {
-        {"self_attn.q_proj", {q, h}},
-        {"self_attn.k_proj", {kv, h}},
-        {"self_attn.v_proj", {kv, h}},
-        {"self_attn.o_proj", {h, q}},
-        {"mlp.gate_proj", {c.intermediate_size, h}},
-        {"mlp.up_proj", {c.intermediate_size, h}},
-        {"mlp.down_proj", {h, c.intermediate_size}}};
-    for (const auto& [module, shape] : projections) {
-      const std::string leaf = module.substr(module.find('.') + 1);
-      if (!wanted(leaf)) continue;
-      if (is_mlp_module(leaf) && c.is_moe_layer(i)) continue;
-      out.push_back({p + module + kWeightSuffix, shape});
+  // The decoder's own projection weights ("model.layers.<i>.{self_attn,mlp}.<module>.weight"),
+  // experts' left out.
+  for (const ParamSpec& spec : decoder_parameter_specs(config)) {
+    const std::string& name = spec.name;
+    if (!ends_with(name, ".weight") || name.find(".experts.") != std::string::npos) continue;
+    const std::string module = module_of(name);
+    const std::string leaf = module.substr(module.rfind('.') + 1);
+    if (std::find(lora.targets.begin(), lora.targets.end(), leaf) != lora.targets.end()) {
+      out.push_back(spec);
     }
   }
   return out;

@@ -34,51 +34,8 @@ absl::Status refuse_set(const Json& config, const std::string& path, const std::
       absl::StrCat(path, ": '", key, "' is set, which flywheel's LoRA does not implement"));
 }
 
-}  // namespace
-
-bool is_peft_adapter(const std::string& dir) {
-  std::error_code ec;
-  return fs::is_regular_file(fs::path(dir) / kPeftConfigFile, ec);
-}
-
-std::string model_config_dir(const std::string& dir) {
-  if (!is_peft_adapter(dir)) return dir;
-  absl::StatusOr<PeftAdapter> adapter = read_peft_adapter(dir);
-  return adapter.ok() ? adapter->base_path : dir;
-}
-
-absl::Status write_peft_adapter(const std::string& dir, const LoraOptions& lora,
-                                const std::string& base_path,
-                                const std::vector<std::pair<std::string, at::Tensor>>& adapters,
-                                double dropout) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& [name, t] : adapters) {
-    tensors.emplace_back(kPrefix + name, t.to(at::kFloat).contiguous());
-  }
-  FLYWHEEL_RETURN_IF_ERROR(write_safetensors((fs::path(dir) / kPeftWeightsFile).string(), tensors));
-  Json targets = Json::array();
-  for (const std::string& t : lora.targets) targets.push_back(Json(t));
-  Json config = Json::object();
-  config.set("peft_type", Json("LORA"));
-  config.set("task_type", Json("CAUSAL_LM"));
-  config.set("base_model_name_or_path", Json(base_path));
-  config.set("r", Json(lora.rank));
-  config.set("lora_alpha", Json(lora.alpha));
-  config.set("lora_dropout", Json(dropout));
-  config.set("target_modules", std::move(targets));
-  config.set("bias", Json("none"));
-  config.set("fan_in_fan_out", Json(false));
-  config.set("use_rslora", Json(false));
-  config.set("use_dora", Json(false));
-  config.set("inference_mode", Json(true));
-  config.set("modules_to_save", Json());
-  return core::write_file_atomically((fs::path(dir) / kPeftConfigFile).string(), config.dump());
-}
-
-absl::StatusOr<PeftAdapter> read_peft_adapter(const std::string& dir) {
+// adapter_config.json of `dir`: the adapter's shape and base (its tensors left unopened).
+absl::StatusOr<PeftAdapter> read_config(const std::string& dir) {
   const std::string path = (fs::path(dir) / kPeftConfigFile).string();
   FLYWHEEL_ASSIGN_OR_RETURN(Json config, core::read_json_file(path));
   const Json* type = config.find("peft_type");
@@ -119,10 +76,62 @@ absl::StatusOr<PeftAdapter> read_peft_adapter(const std::string& dir) {
   }
   adapter.base_path =
       fs::path(base_path).is_absolute() ? base_path : (fs::path(dir) / base_path).string();
+  return adapter;
+}
+
+}  // namespace
+
+bool is_peft_adapter(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(fs::path(dir) / kPeftConfigFile, ec);
+}
+
+std::string model_config_dir(const std::string& dir) {
+  if (!is_peft_adapter(dir)) return dir;
+  absl::StatusOr<PeftAdapter> adapter = read_config(dir);
+  return adapter.ok() ? adapter->base_path : dir;
+}
+
+absl::Status write_peft_adapter(const std::string& dir, const LoraOptions& lora,
+                                const std::string& base_path,
+                                const std::vector<std::pair<std::string, at::Tensor>>& adapters,
+                                double dropout) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& [name, t] : adapters) {
+    tensors.emplace_back(kPrefix + name, t.to(at::kFloat).contiguous());
+  }
+  FLYWHEEL_RETURN_IF_ERROR(write_safetensors((fs::path(dir) / kPeftWeightsFile).string(), tensors));
+  Json targets = Json::array();
+  for (const std::string& t : lora.targets) targets.push_back(Json(t));
+  Json config = Json::object();
+  config.set("peft_type", Json("LORA"));
+  config.set("task_type", Json("CAUSAL_LM"));
+  config.set("base_model_name_or_path", Json(base_path));
+  config.set("r", Json(lora.rank));
+  config.set("lora_alpha", Json(lora.alpha));
+  config.set("lora_dropout", Json(dropout));
+  config.set("target_modules", std::move(targets));
+  config.set("bias", Json("none"));
+  config.set("fan_in_fan_out", Json(false));
+  config.set("use_rslora", Json(false));
+  config.set("use_dora", Json(false));
+  config.set("inference_mode", Json(true));
+  config.set("modules_to_save", Json());
+  return core::write_file_atomically((fs::path(dir) / kPeftConfigFile).string(), config.dump());
+}
+
+absl::StatusOr<PeftAdapter> read_peft_adapter(const std::string& dir) {
+  FLYWHEEL_ASSIGN_OR_RETURN(PeftAdapter adapter, read_config(dir));
   FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> opened,
                             SafetensorsFile::open((fs::path(dir) / kPeftWeightsFile).string()));
   std::shared_ptr<SafetensorsFile> file = std::move(opened);
   adapter.tensors = [file](const std::string& name) -> absl::StatusOr<at::Tensor> {
+    if (!file->contains(kPrefix + name)) {
+      return absl::NotFoundError(absl::StrCat(file->path(), " lacks ", kPrefix, name));
+    }
     return file->tensor(kPrefix + name);
   };
   return adapter;
@@ -136,20 +145,18 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> load_peft_model(const std::string&
   FLYWHEEL_ASSIGN_OR_RETURN(
       ModelConfig config,
       ModelConfig::from_file((fs::path(adapter.base_path) / "config.json").string()));
-  FLYWHEEL_RETURN_IF_ERROR(validate_lora(config, options.lora));
   FLYWHEEL_ASSIGN_OR_RETURN(DecoderModel::TensorLookup base, open_hf_weights(adapter.base_path));
   FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model,
-                            DecoderModel::create(config, options));
-  // Every adapter the config names must be in the file: a missing one is an error, not zero.
-  for (const ParamSpec& spec : lora_parameter_specs(config, options.lora)) {
-    absl::StatusOr<at::Tensor> t = adapter.tensors(spec.name);
-    if (!t.ok()) {
-      return absl::NotFoundError(absl::StrCat(dir, "/", kPeftWeightsFile, " lacks ", kPrefix,
-                                              spec.name, " (adapter_config.json targets it)"));
-    }
-  }
+                            DecoderModel::create(config, options));  // validates options.lora
   auto lookup = [&](const std::string& name) -> absl::StatusOr<at::Tensor> {
-    return is_lora_name(name) ? adapter.tensors(name) : base(name);
+    if (!is_lora_name(name)) return base(name);
+    // load() keeps an adapter a lookup lacks at zero; here every targeted one must be there.
+    absl::StatusOr<at::Tensor> t = adapter.tensors(name);
+    if (!t.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(t.status().message(), " (adapter_config.json targets it)"));
+    }
+    return t;
   };
   absl::Status loaded = model->load(lookup);
   if (!loaded.ok()) return absl::Status(loaded.code(), absl::StrCat(dir, ": ", loaded.message()));

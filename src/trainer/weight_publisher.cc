@@ -49,17 +49,13 @@ absl::Status WeightPublisher::publish(int64_t version) {
       gather_weights(*policy_, options_.dtype, version, options_.bucket_bytes));
   if (!described_ && policy_->comm().rank() == 0) {
     described_ = true;
-    int64_t model_bytes = 0;
-    for (const model::ParamSpec& spec : model::decoder_parameter_specs(policy_->config())) {
-      int64_t numel = 1;
-      for (int64_t d : spec.shape) numel *= d;
-      model_bytes += numel * static_cast<int64_t>(c10::elementSize(options_.dtype));
-    }
+    const double model_bytes = static_cast<double>(policy_->config().num_parameters()) *
+                               static_cast<double>(c10::elementSize(options_.dtype));
     const double bytes = static_cast<double>(weights.payload.size());
     FLYWHEEL_LOG_INFO(
         "weight publication: %.3f MiB per version (%s), the model is %.3f MiB: %.4f of it",
         bytes / (1 << 20), policy_->has_adapters() ? "LoRA adapters only" : "every weight",
-        static_cast<double>(model_bytes) / (1 << 20), bytes / model_bytes);
+        model_bytes / (1 << 20), bytes / model_bytes);
   }
   if (targets_.store != nullptr) {
     FLYWHEEL_RETURN_IF_ERROR(targets_.store->publish(std::move(weights)));
