@@ -101,15 +101,8 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const core::StopS
   if (!learner.ok()) return learner.status();
   FLYWHEEL_RETURN_IF_ERROR(trainer::load_learner_weights(**learner, sources));
   if (rank == 0) {
-    trainer::ShardedDecoder& policy = (*learner)->policy();
-    int64_t trainable = 0;
-    for (const trainer::FlatUnit* unit : policy.trainable_units()) trainable += unit->numel();
-    FLYWHEEL_LOG_INFO(
-        "learner memory per rank (policy): %.2f MiB of parameter shards and gradients, %.2f MiB "
-        "of optimizer state; %d trainable parameters%s",
-        policy.local_bytes() / double(1 << 20),
-        (*learner)->optimizer().local_bytes() / double(1 << 20), trainable,
-        policy.has_adapters() ? " (LoRA adapters; the base is frozen)" : "");
+    FLYWHEEL_LOG_INFO("policy %s",
+                      trainer::memory_summary((*learner)->policy(), (*learner)->optimizer()));
   }
 
   // Resume: the learners' state, then (rank 0) the controller's from the same step directory.
@@ -263,15 +256,10 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const core::StopS
   const int64_t step = result->last_step;
   std::string exported;
   if (c.checkpoint.export_hf && rank == 0) {
-    const std::string step_dir = (fs::path(checkpoints) / absl::StrCat("step_", step)).string();
-    exported = (fs::path(c.logging.run_dir) / "hf").string();
-    FLYWHEEL_RETURN_IF_ERROR(
-        trainer::export_checkpoint(step_dir, "policy", exported, rollout_dtype));
-    if ((*learner)->policy().has_adapters()) {  // LoRA: merged in hf/, the adapter in adapter/
-      const std::string adapter = (fs::path(c.logging.run_dir) / "adapter").string();
-      FLYWHEEL_RETURN_IF_ERROR(trainer::export_adapter(step_dir, "policy", adapter));
-      absl::StrAppend(&exported, " (merged) and ", adapter, " (PEFT adapter)");
-    }
+    FLYWHEEL_ASSIGN_OR_RETURN(
+        exported,
+        trainer::export_run((fs::path(checkpoints) / absl::StrCat("step_", step)).string(),
+                            "policy", c.logging.run_dir, rollout_dtype));
   }
   if (rank == 0) {
     const std::string& by = result->stopped_by;

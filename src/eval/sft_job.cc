@@ -99,6 +99,7 @@ absl::Status SftJob::load_data() {
         "%d learner rank(s), batch %d",
         train_->records.size(), train_->skipped_too_long,
         eval_data_ ? eval_data_->records.size() : 0, world_->size(), c_.sft.batch_size);
+    FLYWHEEL_LOG_INFO("%s", trainer::memory_summary(sft_->model(), sft_->optimizer()));
   }
   return absl::OkStatus();
 }

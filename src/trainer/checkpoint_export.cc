@@ -208,4 +208,17 @@ absl::Status export_checkpoint(const std::string& step_dir, const std::string& m
   return copy_side_files(step_dir, out_dir);
 }
 
+absl::StatusOr<std::string> export_run(const std::string& step_dir, const std::string& model,
+                                       const std::string& run_dir, at::ScalarType dtype) {
+  const std::string hf = (fs::path(run_dir) / "hf").string();
+  FLYWHEEL_RETURN_IF_ERROR(export_checkpoint(step_dir, model, hf, dtype));
+  FLYWHEEL_ASSIGN_OR_RETURN(Json saved,
+                            core::read_json_file((fs::path(step_dir) / kState).string()));
+  const Json* lora = saved.find("lora");
+  if (lora == nullptr || lora->find(model) == nullptr) return hf;
+  const std::string adapter = (fs::path(run_dir) / "adapter").string();
+  FLYWHEEL_RETURN_IF_ERROR(export_adapter(step_dir, model, adapter));
+  return absl::StrCat(hf, " (merged) and ", adapter, " (PEFT adapter)");
+}
+
 }  // namespace flywheel::trainer

@@ -43,11 +43,8 @@ absl::Status DataCheckpoints::save(TrainingState state, comm::Communicator& worl
 
 absl::StatusOr<std::string> DataCheckpoints::export_last(const std::string& model,
                                                          at::ScalarType dtype) const {
-  const std::string out = (std::filesystem::path(config_->logging.run_dir) / "hf").string();
-  FLYWHEEL_RETURN_IF_ERROR(
-      export_checkpoint((std::filesystem::path(dir_) / absl::StrCat("step_", last_saved_)).string(),
-                        model, out, dtype));
-  return out;
+  return export_run((std::filesystem::path(dir_) / absl::StrCat("step_", last_saved_)).string(),
+                    model, config_->logging.run_dir, dtype);
 }
 
 }  // namespace flywheel::trainer

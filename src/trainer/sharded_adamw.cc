@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace flywheel::trainer {
 
@@ -111,6 +112,16 @@ absl::Status ShardedAdamW::load_state(const std::map<std::string, at::Tensor>& s
   }
   steps_ = steps;
   return absl::OkStatus();
+}
+
+std::string memory_summary(const ShardedDecoder& model, const ShardedAdamW& optimizer) {
+  int64_t trainable = 0;
+  for (const FlatUnit* unit : model.trainable_units()) trainable += unit->numel();
+  return absl::StrFormat(
+      "memory per rank: %.2f MiB of parameter shards and gradients, %.2f MiB of optimizer state; "
+      "%d trainable parameters%s",
+      model.local_bytes() / double(1 << 20), optimizer.local_bytes() / double(1 << 20), trainable,
+      model.has_adapters() ? " (LoRA adapters; the base is frozen)" : "");
 }
 
 int64_t ShardedAdamW::local_bytes() const {

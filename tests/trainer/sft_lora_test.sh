@@ -32,7 +32,7 @@ out=$(run --set model.path="$work/m" --set trainer.lora.rank=0 --set trainer.tot
   fail "base sft exited with $?: $out"
 cp -r "$work/run0/hf" "$work/base"
 out=$(run) || fail "sft exited with $?: $out"
-echo "$out" | grep -E "learner memory|flywheel sft:" | sed 's/^/  /'
+echo "$out" | grep -E "memory per rank|flywheel sft:" | sed 's/^/  /'
 summary=$(grep "flywheel sft: 60 steps" <<<"$out") || fail "no summary: $out"
 read -r loss0 loss1 acc0 acc1 < <(sed -E 's/.*loss ([0-9.]+) -> ([0-9.]+), accuracy ([0-9.]+) -> ([0-9.]+).*/\1 \2 \3 \4/' <<<"$summary")
 awk -v a="$loss0" -v b="$loss1" -v c="$acc0" -v d="$acc1" 'BEGIN { exit !(b < 0.9 * a && d > c + 0.3) }' ||
@@ -50,6 +50,11 @@ node -e '
   fail "export --adapter"
 [[ -f "$work/adapter/adapter_config.json" && -f "$work/adapter/adapter_model.safetensors" ]] ||
   fail "no PEFT files"
+# The run itself ended with both: the merged model and the adapter.
+grep -q "exported to $work/run/hf (merged) and $work/run/adapter (PEFT adapter)" <<<"$summary" ||
+  fail "the run did not export its adapter: $summary"
+cmp -s "$work/adapter/adapter_model.safetensors" "$work/run/adapter/adapter_model.safetensors" ||
+  fail "the run's adapter differs from export --adapter's"
 copy_task_score_input "$work/eval.jsonl" "$work/score_in.jsonl"
 for model in "$work/run/hf" "$work/adapter" "$work/base"; do
   "$flywheel" score --model "$model" -i "$work/score_in.jsonl" -o "$work/scored_$(basename "$model").jsonl" \

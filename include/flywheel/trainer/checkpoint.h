@@ -89,6 +89,12 @@ absl::Status export_checkpoint(const std::string& step_dir, const std::string& m
 absl::Status export_adapter(const std::string& step_dir, const std::string& model,
                             const std::string& out_dir);
 
+// The end of a run: model `model` of `step_dir` as `<run_dir>/hf` in `dtype` (export_checkpoint)
+// and, for a model trained with LoRA, its PEFT adapter as `<run_dir>/adapter` too. Returns what
+// was written, for the run's summary line.
+absl::StatusOr<std::string> export_run(const std::string& step_dir, const std::string& model,
+                                       const std::string& run_dir, at::ScalarType dtype);
+
 // An extra file of a step directory (e.g. the controller snapshot); NotFound when absent.
 absl::StatusOr<std::string> read_checkpoint_file(const std::string& step_dir,
                                                  const std::string& name);

@@ -40,7 +40,8 @@ class DataCheckpoints {
   absl::Status save(TrainingState state, comm::Communicator& world, int64_t step,
                     const SftCursor& cursor, int64_t records);
   // Rank 0: exports `model` ("policy", a value model's "critic", a process reward model's "prm") of
-  // the step saved last to <logging.run_dir>/hf in `dtype`; returns that directory.
+  // the step saved last to <logging.run_dir>/hf in `dtype` (and a LoRA model's adapter to
+  // <logging.run_dir>/adapter: export_run); returns what was written.
   absl::StatusOr<std::string> export_last(const std::string& model, at::ScalarType dtype) const;
 
  private:

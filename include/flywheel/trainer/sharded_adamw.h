@@ -72,4 +72,9 @@ class ShardedAdamW {
   int64_t steps_ = 0;
 };
 
+// One line for a run's log: this rank's persistent bytes of `model` (shards and the trainable
+// ones' gradients) and of its optimizer's state, and how many parameters train (with LoRA: the
+// adapters, the base frozen).
+std::string memory_summary(const ShardedDecoder& model, const ShardedAdamW& optimizer);
+
 }  // namespace flywheel::trainer
