@@ -1,9 +1,18 @@
 // The decoder's parameters by Hugging Face name (dense and mixture-of-experts layers), a layer's
-// weights looked up by name, and Hugging Face's random initialisation.
+// weights looked up by name, Hugging Face's random initialisation, and DecoderModel's parameters:
+// creation, loading, initialisation and merged LoRA adapters.
+#include <algorithm>
+#include <map>
+#include <memory>
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "flywheel/core/status_macros.h"
+#include "flywheel/model/cpu/small_gemm.h"
 #include "flywheel/model/decoder.h"
 
 namespace flywheel::model {
@@ -110,6 +119,136 @@ void random_parameters(const std::vector<ParamSpec>& specs, double initializer_r
     }
     sink(spec, values);
   }
+}
+
+DecoderModel::DecoderModel(const ModelConfig& config, const DecoderOptions& options)
+    : config_(config), options_(options) {}
+
+absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelConfig& config,
+                                                                   const DecoderOptions& options) {
+  FLYWHEEL_RETURN_IF_ERROR(config.validate());
+  if (options.dtype != at::kFloat && options.dtype != at::kBFloat16 && options.dtype != at::kHalf) {
+    return absl::InvalidArgumentError(absl::StrCat("unsupported model dtype ",
+                                                   c10::toString(options.dtype),
+                                                   "; supported: float32, bfloat16, float16"));
+  }
+  if (options.dtype == at::kHalf && options.device.is_cpu()) {
+    return absl::InvalidArgumentError("float16 models need a GPU; use float32 or bfloat16 on CPU");
+  }
+  FLYWHEEL_RETURN_IF_ERROR(validate_lora(config, options.lora));
+  std::unique_ptr<DecoderModel> model(new DecoderModel(config, options));
+  const at::TensorOptions tensor_options =
+      at::TensorOptions().dtype(options.dtype).device(options.device);
+  std::map<std::string, at::Tensor> by_name;
+  std::vector<ParamSpec> specs = decoder_parameter_specs(config);
+  for (ParamSpec& spec : lora_parameter_specs(config, options.lora)) specs.push_back(spec);
+  for (const ParamSpec& spec : specs) {
+    at::Tensor p = at::zeros(spec.shape, tensor_options);
+    model->parameters_.emplace_back(spec.name, p);
+    by_name[spec.name] = p;
+  }
+  // Merged adapters: forwards read a merged copy of each adapted projection (and no adapter).
+  const bool merged = options.lora.enabled() && options.lora.merged;
+  for (const ParamSpec& target : lora_targets(config, options.lora)) {
+    if (!merged) break;
+    MergedProjection m{at::empty_like(by_name.at(target.name)), by_name.at(target.name),
+                       by_name.at(lora_a_name(target.name)), by_name.at(lora_b_name(target.name))};
+    by_name.erase(lora_a_name(target.name));
+    by_name.erase(lora_b_name(target.name));
+    by_name[target.name] = m.merged;
+    model->merged_.push_back(std::move(m));
+  }
+  auto find = [&](const std::string& name) {
+    auto it = by_name.find(name);
+    return it == by_name.end() ? at::Tensor() : it->second;
+  };
+  model->embed_ = find("model.embed_tokens.weight");
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    model->layers_.push_back(
+        layer_weights(i, find, options.lora.enabled() ? options.lora.scale() : 0));
+  }
+  model->merge_adapters();
+  model->final_norm_ = find("model.norm.weight");
+  model->lm_head_ = config.tie_word_embeddings ? model->embed_ : find("lm_head.weight");
+  model->inv_freq_ = rope_inverse_frequencies(config).to(options.device);
+  if (options.device.is_cpu() && small_gemm_supports(options.dtype)) {
+    model->pool_ = std::make_shared<WorkerPool>(
+        options.threads > 0 ? options.threads : std::max(1, at::get_num_threads()));
+  }
+  return model;
+}
+
+absl::Status DecoderModel::load(const TensorLookup& lookup) {
+  std::vector<std::string> missing;
+  at::NoGradGuard no_grad;
+  for (auto& [name, parameter] : parameters_) {
+    absl::StatusOr<at::Tensor> source = lookup(name);
+    if (!source.ok()) {
+      if (absl::IsNotFound(source.status())) {
+        // A base model's checkpoint holds no adapters: they keep their values.
+        if (!is_lora_name(name)) missing.push_back(name);
+        continue;
+      }
+      return source.status();
+    }
+    if (source->sizes() != parameter.sizes()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' has shape [", absl::StrJoin(source->sizes(), ", "),
+                       "] but the config needs [", absl::StrJoin(parameter.sizes(), ", "), "]"));
+    }
+    parameter.copy_(*source);
+  }
+  merge_adapters();
+  if (!missing.empty()) {
+    if (missing.size() > 5) {
+      size_t more = missing.size() - 5;
+      missing.resize(5);
+      missing.push_back(absl::StrCat("and ", more, " more"));
+    }
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint lacks tensors: ", absl::StrJoin(missing, ", ")));
+  }
+  return absl::OkStatus();
+}
+
+void DecoderModel::init_random(uint64_t seed) {
+  std::vector<ParamSpec> specs;
+  std::vector<at::Tensor*> targets;
+  at::NoGradGuard no_grad;
+  for (auto& [name, parameter] : parameters_) {
+    if (is_lora_name(name)) {
+      parameter.zero_();
+      continue;
+    }
+    specs.push_back(
+        {name, std::vector<int64_t>(parameter.sizes().begin(), parameter.sizes().end())});
+    targets.push_back(&parameter);
+  }
+  size_t i = 0;
+  random_parameters(specs, config_.initializer_range, seed,
+                    [&](const ParamSpec&, const at::Tensor& values) {
+                      at::NoGradGuard no_grad;
+                      targets[i++]->copy_(values);
+                    });
+  merge_adapters();
+}
+
+void DecoderModel::merge_adapters() {
+  at::NoGradGuard no_grad;
+  const double scale = options_.lora.scale();
+  for (MergedProjection& m : merged_) {
+    if (m.merged.scalar_type() == at::kFloat) {  // one GEMM writing the merged weight in place
+      at::addmm_out(m.merged, m.base, m.b, m.a, /*beta=*/1.0, /*alpha=*/scale);
+    } else {
+      m.merged.copy_(merge_lora(m.base, m.a, m.b, scale));
+    }
+  }
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> DecoderModel::make_cache(int64_t slots,
+                                                                  int64_t max_len) const {
+  return KvCache::create(config_, slots, max_len,
+                         at::TensorOptions().dtype(options_.dtype).device(options_.device));
 }
 
 }  // namespace flywheel::model
