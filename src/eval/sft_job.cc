@@ -35,6 +35,9 @@ absl::StatusOr<std::unique_ptr<SftJob>> SftJob::create(const core::Config& confi
   FLYWHEEL_RETURN_IF_ERROR(trainer::load_or_init(job->sft_->model(),
                                                  model::open_hf_weights(c.model.path), c.model.path,
                                                  static_cast<uint64_t>(c.trainer.seed)));
+  if (world->rank() == 0) {
+    FLYWHEEL_LOG_INFO("%s", trainer::memory_summary(job->sft_->model(), job->sft_->optimizer()));
+  }
 
   FLYWHEEL_ASSIGN_OR_RETURN(job->checkpoints_,
                             trainer::DataCheckpoints::create(c, job->tokenizers_->dir));
@@ -99,7 +102,6 @@ absl::Status SftJob::load_data() {
         "%d learner rank(s), batch %d",
         train_->records.size(), train_->skipped_too_long,
         eval_data_ ? eval_data_->records.size() : 0, world_->size(), c_.sft.batch_size);
-    FLYWHEEL_LOG_INFO("%s", trainer::memory_summary(sft_->model(), sft_->optimizer()));
   }
   return absl::OkStatus();
 }
