@@ -6,6 +6,13 @@
 // Prints seconds per update and GB/s beside raw loopback TCP throughput measured in the same run.
 //
 //   build/benchmarks/weight_sync_bench [--params N] [--bucket-mb M] [--updates U]
+//
+// --delta: instead, versions that each move every weight a little (weight_sync.delta), fetched
+// whole and as deltas, float32 and bfloat16 (weight_sync_delta.cc), with --step F (the
+// relative move, 1e-3), --level L (zstd), --bind HOST (the controller's address) and
+// --worker-prefix CMD (how the worker is started, e.g. `ip netns exec NS`: then the raw TCP
+// throughput printed beside is measured between the two, through the same prefix).
+// benchmarks/weight_sync_netns.sh runs it between two network namespaces over a 1 Gbit/s link.
 #include <arpa/inet.h>
 #include <malloc.h>
 #include <netinet/in.h>
@@ -31,6 +38,7 @@
 #include "flywheel/comm/weight_channel.h"
 #include "flywheel/core/crc32c.h"
 #include "loopback.h"
+#include "weight_sync_delta.h"
 
 namespace {
 
@@ -173,6 +181,63 @@ void print_row(const char* transport, size_t bytes, int tensors, double mb, cons
               100 * gbs / (raw / 1e9));
 }
 
+// --sink HOST:PORT: connects, reads until the sender closes, prints "bytes N seconds S" (from
+// the first byte to the end).
+int sink_main(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::atoi(address.c_str() + colon + 1)));
+  if (inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr) != 1) return 1;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) return 1;
+  std::vector<char> buf(1 << 20);
+  double bytes = 0;
+  Clock::time_point first;
+  ssize_t n;
+  while ((n = read(fd, buf.data(), buf.size())) > 0) {
+    if (bytes == 0) first = Clock::now();
+    bytes += static_cast<double>(n);
+  }
+  close(fd);
+  std::printf("bytes %.0f seconds %.6f\n", bytes, seconds_since(first));
+  return 0;
+}
+
+// Raw TCP bytes/s from `host` to a child started through `prefix` (one connection, 1 MiB
+// writes for `seconds`): the link the delta rows' workers fetch over.
+double link_bytes_per_s(const std::string& host, const std::string& prefix, const std::string& self,
+                        double seconds) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1 ||
+      bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(listener, 1) != 0) {
+    return 0;
+  }
+  socklen_t len = sizeof(addr);
+  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string command = "exec " + prefix + " '" + self + "' --sink " + host + ":" +
+                              std::to_string(ntohs(addr.sin_port));
+  FILE* pipe = popen(command.c_str(), "r");
+  const int fd = accept(listener, nullptr, nullptr);
+  std::vector<char> chunk(1 << 20, 'x');
+  const auto start = Clock::now();
+  while (fd >= 0 && seconds_since(start) < seconds) {
+    if (write(fd, chunk.data(), chunk.size()) < 0) break;
+  }
+  if (fd >= 0) close(fd);
+  close(listener);
+  double bytes = 0, s = 0;
+  char line[256];
+  while (pipe != nullptr && std::fgets(line, sizeof(line), pipe) != nullptr) {
+    std::sscanf(line, "bytes %lf seconds %lf", &bytes, &s);
+  }
+  if (pipe != nullptr) pclose(pipe);
+  return s > 0 ? bytes / s : 0;
+}
+
 std::string self_path() {
   char self[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -190,6 +255,12 @@ int main(int argc, char** argv) {
   if (argc == 5 && !std::strcmp(argv[1], "--mpi")) {
     return mpi_main(std::atoll(argv[2]), std::atoi(argv[3]), std::atof(argv[4]));
   }
+  if (argc == 5 && !std::strcmp(argv[1], "--delta-worker")) {
+    return flywheel::bench::delta_worker_main(argv[2], std::atoi(argv[3]), std::atoi(argv[4]) != 0);
+  }
+  if (argc == 3 && !std::strcmp(argv[1], "--sink")) return sink_main(argv[2]);
+  flywheel::bench::DeltaBenchOptions delta;
+  bool delta_only = false;
   int64_t params = 100'000'000;
   int updates = 5;
   // (bucket MB, tuned malloc in the worker)
@@ -201,10 +272,43 @@ int main(int argc, char** argv) {
       updates = std::atoi(argv[i + 1]);
     } else if (!std::strcmp(argv[i], "--bucket-mb")) {
       cases = {{std::atof(argv[i + 1]), true}, {std::atof(argv[i + 1]), false}};
+    } else if (!std::strcmp(argv[i], "--delta")) {
+      delta_only = true;
+      --i;  // no value
+    } else if (!std::strcmp(argv[i], "--step")) {
+      delta.step = std::atof(argv[i + 1]);
+    } else if (!std::strcmp(argv[i], "--level")) {
+      delta.level = std::atoi(argv[i + 1]);
+    } else if (!std::strcmp(argv[i], "--bind")) {
+      delta.bind_host = argv[i + 1];
+    } else if (!std::strcmp(argv[i], "--worker-prefix")) {
+      delta.worker_prefix = argv[i + 1];
     } else {
-      std::fprintf(stderr, "usage: weight_sync_bench [--params N] [--bucket-mb M] [--updates U]\n");
+      std::fprintf(stderr,
+                   "usage: weight_sync_bench [--params N] [--bucket-mb M] [--updates U] [--delta "
+                   "[--step F] [--level L] [--bind HOST] [--worker-prefix CMD]]\n");
       return 2;
     }
+  }
+  if (delta_only) {
+    delta.params = params;
+    delta.updates = updates;
+    delta.self = self_path();
+    if (delta.worker_prefix.empty()) {
+      delta.raw_bytes_per_s = flywheel::bench::raw_loopback_bytes_per_s(3, 1);
+      delta.raw_label = "raw loopback TCP, one connection (this run):";
+    } else {
+      delta.raw_bytes_per_s = link_bytes_per_s(delta.bind_host, delta.worker_prefix, delta.self, 3);
+      delta.raw_label = "raw TCP from " + delta.bind_host +
+                        " to the worker's side, one "
+                        "connection (this run):";
+    }
+    std::printf(
+        "weight_sync_bench --delta: controller in this process on %s, one rollout worker "
+        "in a child process%s%s, %u cores\n",
+        delta.bind_host.c_str(), delta.worker_prefix.empty() ? "" : " started by ",
+        delta.worker_prefix.c_str(), std::thread::hardware_concurrency());
+    return flywheel::bench::run_delta_bench(delta);
   }
   const int kTensors = 200;
   std::printf(

@@ -22,6 +22,7 @@ packages=(
   libabsl-dev nlohmann-json3-dev libcpp-httplib-dev  # the agents' OpenAI endpoint (docs/agents.md)
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev libcli11-dev libutf8proc-dev
+  libzstd-dev  # delta weight publication (docs/controller.md, "Weights")
   gnuplot-nox clang-format openssl
   python3-grpcio python3-protobuf  # the example remote environment (examples/environments/python)
 )

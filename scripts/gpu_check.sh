@@ -224,7 +224,7 @@ required=(
   "$lib/libprotobuf.so" "$prefix/usr/include/google/protobuf/message.h" "$prefix/usr/bin/protoc"
   "$prefix/usr/bin/mpicxx" "$prefix/usr/bin/mpiexec" "$lib/openmpi/include/mpi.h"
   "$lib/pkgconfig/libpcre2-8.pc" "$lib/pkgconfig/libutf8proc.pc" "$prefix/usr/bin/pkg-config"
-  "$lib/libssl.so" "$lib/libz.so" "$lib/libpcre2-8.so"
+  "$lib/libssl.so" "$lib/libz.so" "$lib/libpcre2-8.so" "$lib/libzstd.so" "$lib/pkgconfig/libzstd.pc"
 )
 missing=()
 for f in "${required[@]}"; do [[ -e "$f" ]] || missing+=("${f#"$prefix"/}"); done

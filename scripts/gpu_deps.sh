@@ -27,7 +27,7 @@ roots=(
   libabsl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev
-  libpcre2-dev libutf8proc-dev
+  libpcre2-dev libutf8proc-dev libzstd-dev
   pkgconf
 )
 

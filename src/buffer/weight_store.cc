@@ -1,6 +1,7 @@
 #include "flywheel/buffer/weight_store.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <set>
 #include <utility>
@@ -11,8 +12,28 @@
 
 namespace flywheel::buffer {
 
-WeightStore::WeightStore(int keep_versions)
-    : keep_versions_(static_cast<size_t>(std::max(keep_versions, 1))) {}
+namespace {
+
+// Fills in `w`'s crc32c and bucket_crc32c: one pass over the buckets, the payload's from theirs.
+void fill_checksums(core::PublishedWeights* w) {
+  const std::string& payload = w->payload;
+  w->bucket_crc32c.clear();
+  w->bucket_crc32c.reserve(payload.size() / w->bucket_bytes + 1);
+  uint32_t crc = 0;
+  for (uint64_t at = 0; at < payload.size(); at += w->bucket_bytes) {
+    const uint64_t n = std::min<uint64_t>(w->bucket_bytes, payload.size() - at);
+    const uint32_t bucket = core::crc32c_extend(0, payload.data() + at, n);
+    w->bucket_crc32c.push_back(bucket);
+    crc = core::crc32c_combine(crc, bucket, n);
+  }
+  w->crc32c = crc;
+}
+
+}  // namespace
+
+WeightStore::WeightStore(int keep_versions, int delta_level)
+    : keep_versions_(static_cast<size_t>(std::max(keep_versions, 1))),
+      delta_level_(std::max(delta_level, 0)) {}
 
 absl::Status WeightStore::publish(core::PublishedWeights weights) {
   if (weights.bucket_bytes < 1) return absl::InvalidArgumentError("bucket_bytes must be >= 1");
@@ -25,19 +46,7 @@ absl::Status WeightStore::publish(core::PublishedWeights weights) {
                                                      latest_version_, ")"));
     }
   }
-  // The checksums are computed outside the lock (~50 ms for 400 MB): one pass over the buckets,
-  // the payload's from theirs.
-  const std::string& payload = weights.payload;
-  weights.bucket_crc32c.clear();
-  weights.bucket_crc32c.reserve(payload.size() / weights.bucket_bytes + 1);
-  uint32_t crc = 0;
-  for (uint64_t at = 0; at < payload.size(); at += weights.bucket_bytes) {
-    const uint64_t n = std::min<uint64_t>(weights.bucket_bytes, payload.size() - at);
-    const uint32_t bucket = core::crc32c_extend(0, payload.data() + at, n);
-    weights.bucket_crc32c.push_back(bucket);
-    crc = core::crc32c_combine(crc, bucket, n);
-  }
-  weights.crc32c = crc;
+  fill_checksums(&weights);  // outside the lock (~50 ms for 400 MB)
   auto shared = std::make_shared<const core::PublishedWeights>(std::move(weights));
   std::shared_ptr<const core::PublishedWeights> dropped;  // freed outside the lock
   absl::MutexLock lock(&mu_);
@@ -65,10 +74,57 @@ std::shared_ptr<const core::PublishedWeights> WeightStore::latest() const {
 
 std::shared_ptr<const core::PublishedWeights> WeightStore::get(int64_t version) const {
   absl::MutexLock lock(&mu_);
+  return held(version);
+}
+
+std::shared_ptr<const core::PublishedWeights> WeightStore::held(int64_t version) const {
   for (const auto& w : held_) {
     if (w->version == version) return w;
   }
   return nullptr;
+}
+
+std::shared_ptr<const core::PublishedWeights> WeightStore::cached_delta(
+    int64_t version, int64_t base_version) const {
+  return delta_.version == version && delta_.base_version == base_version ? delta_.bytes : nullptr;
+}
+
+std::shared_ptr<const core::PublishedWeights> WeightStore::delta(int64_t version,
+                                                                 int64_t base_version,
+                                                                 uint32_t base_crc32c) {
+  if (delta_level_ == 0 || base_version == version) return nullptr;
+  absl::MutexLock encoding(&encode_mu_);  // an asker arriving mid-encoding waits and reuses it
+  std::shared_ptr<const core::PublishedWeights> next, base;
+  {
+    absl::MutexLock lock(&mu_);
+    next = held(version);
+    base = held(base_version);
+    if (next == nullptr || base == nullptr || base->crc32c != base_crc32c) return nullptr;
+    if (auto cached = cached_delta(version, base_version)) return cached;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::string> bytes =
+      encode_weight_delta(*base, *next, delta_level_, &delta_buffers_);
+  if (!bytes.ok()) return nullptr;  // another layout: the asker fetches the version whole
+  auto d = std::make_shared<core::PublishedWeights>();
+  d->version = version;
+  d->bucket_bytes = next->bucket_bytes;
+  d->payload = std::move(*bytes);
+  fill_checksums(d.get());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  absl::MutexLock lock(&mu_);
+  delta_ = {version, base_version, d};
+  ++delta_counters_.encoded;
+  delta_counters_.encode_s += seconds;
+  delta_counters_.bytes += d->payload.size();
+  delta_counters_.full_bytes += next->payload.size();
+  return d;
+}
+
+WeightStore::DeltaCounters WeightStore::delta_counters() const {
+  absl::MutexLock lock(&mu_);
+  return delta_counters_;
 }
 
 int64_t WeightStore::latest_version() const {

@@ -140,6 +140,7 @@ absl::StatusOr<buffer::ControllerClientOptions> controller_client_options(
     FLYWHEEL_ASSIGN_OR_RETURN(std::string pem, core::read_file(server.tls_cert));
     o.tls_root_ca_pem = pem;
   }
+  o.weight_deltas = core::wants_weight_deltas(config.weight_sync, address);
   return o;
 }
 
@@ -163,8 +164,12 @@ absl::StatusOr<std::unique_ptr<ControllerHost>> start_controller(const JobSetup&
     if (released > 0)
       FLYWHEEL_LOG_INFO("re-issuing %d prompts leased before the restart", released);
   }
+  host->weights = std::make_unique<buffer::WeightStore>(
+      /*keep_versions=*/2, c.weight_sync.delta == core::WeightDelta::kOff
+                               ? 0
+                               : static_cast<int>(c.weight_sync.delta_level));
   auto server = buffer::ControllerServer::start(host->core.get(), host->setup.dataset.get(),
-                                                host->setup.server, nullptr, &host->weights);
+                                                host->setup.server, nullptr, host->weights.get());
   if (!server.ok()) return server.status();
   host->server = std::move(*server);
   host->address = dial_address(c.buffer.server.bind_address, host->server->port());
@@ -177,10 +182,16 @@ void ControllerHost::stepped(
   for (const auto& [name, value] : core->counters().entries()) {
     log("buffer/" + name, static_cast<double>(value), step);
   }
-  const buffer::WeightStore::AckCounters acks = weights.ack_counters();
+  const buffer::WeightStore::AckCounters acks = weights->ack_counters();
   log("weight_sync/acks", static_cast<double>(acks.acks), step);
   log("weight_sync/checksum_mismatches", static_cast<double>(acks.mismatches), step);
   log("weight_sync/acks_rejected", static_cast<double>(acks.rejected), step);
+  const buffer::WeightStore::DeltaCounters deltas = weights->delta_counters();
+  if (deltas.encoded > 0) {  // weight_sync.delta: what the deltas weigh against whole versions
+    log("weight_sync/deltas_encoded", static_cast<double>(deltas.encoded), step);
+    log("weight_sync/delta_ratio", static_cast<double>(deltas.bytes) / deltas.full_bytes, step);
+    log("weight_sync/delta_encode_s", deltas.encode_s / deltas.encoded, step);
+  }
 }
 
 std::string ControllerHost::lost_summary() const {

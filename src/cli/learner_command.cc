@@ -144,7 +144,7 @@ absl::Status train(const JobSetup* job, comm::MpiRuntime& mpi, const core::StopS
   }
   trainer::WeightTargets targets;
   if (host) {
-    targets.store = &host->weights;
+    targets.store = host->weights.get();
     targets.channel = weight_group.channel.get();
     targets.published = [controller = host->core.get()](int64_t v) {
       controller->set_weights_version(v);

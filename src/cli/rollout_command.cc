@@ -271,6 +271,15 @@ absl::Status run(const RolloutArgs& args, bool* serving) {
         worker_id, channel_source->received(),
         core::choice_name(core::weight_transport(c.weight_sync)), channel_source->damaged());
   }
+  const buffer::ControllerClient::WeightFetchCounters fetches = (*client)->weight_fetch_counters();
+  if (fetches.full + fetches.deltas > 0) {
+    std::cerr << absl::StrFormat(
+        "flywheel rollout %s: weights over gRPC: %d versions whole (%.4f s each), %d as deltas "
+        "(%.4f s each; %d deltas failed and were fetched whole), %.3f MiB received\n",
+        worker_id, fetches.full, fetches.full_s / std::max<int64_t>(fetches.full, 1),
+        fetches.deltas, fetches.delta_s / std::max<int64_t>(fetches.deltas, 1),
+        fetches.delta_failures, fetches.bytes / 1048576.0);
+  }
   std::cerr << absl::StrFormat(
       "flywheel rollout %s: %d groups pushed (%d accepted, %d rejected), %d leases released, "
       "%d tokens in %.1f s (%.0f tokens/s), %d weight updates (%.1f ms staging each)\n",

@@ -51,8 +51,9 @@ core::PublishedWeights flat_weights(int64_t version, size_t bytes, uint64_t buck
 
 // A controller on loopback TCP that serves `store`.
 struct WeightsFixture {
-  explicit WeightsFixture(ControllerServerOptions server_options = {}, int keep_versions = 2)
-      : store(keep_versions) {
+  explicit WeightsFixture(ControllerServerOptions server_options = {}, int keep_versions = 2,
+                          int delta_level = 0)
+      : store(keep_versions, delta_level) {
     core = std::move(*ControllerCore::create(core_options(8)));
     data = dataset(8);
     auto started = ControllerServer::start(core.get(), data.get(), server_options, nullptr, &store);
@@ -239,6 +240,151 @@ TEST(WeightSyncTest, AVersionDroppedMidTransferIsReplacedByTheNewest) {
   ASSERT_TRUE(fetched->has_value());
   EXPECT_EQ((*fetched)->version, 3);
   EXPECT_EQ((*fetched)->payload, f.store.latest()->payload);
+}
+
+// `w` as the next version: the low byte of every other element of each tensor changed, as a
+// small optimizer step changes weights.
+core::PublishedWeights stepped(const core::PublishedWeights& w, int64_t version) {
+  core::PublishedWeights next = w;
+  next.version = version;
+  for (const core::WeightTensor& t : next.tensors) {
+    const int width = core::dtype_bytes(t.dtype);
+    for (uint64_t at = t.offset; at < t.offset + t.size; at += 2 * width) {
+      next.payload[at] = static_cast<char>(next.payload[at] + 1 + (at / 8) % 5);
+    }
+  }
+  return next;
+}
+
+TEST(WeightSyncTest, TheNextVersionArrivesAsADeltaEqualToTheWhole) {
+  WeightsFixture f({}, /*keep_versions=*/2, /*delta_level=*/3);
+  const core::PublishedWeights v1 = small_weights(1);
+  ASSERT_TRUE(f.store.publish(v1).ok());
+  auto client = f.client();
+  core::PublishedWeights held;
+  ASSERT_TRUE(*client->fetch_weights_into(-1, 10, &held));
+  ASSERT_TRUE(f.store.publish(stepped(v1, 2)).ok());
+  auto got = client->fetch_weights_into(1, 10, &held);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(*got);
+  const auto published = f.store.latest();
+  EXPECT_EQ(held.version, 2);
+  EXPECT_EQ(held.payload, published->payload);
+  EXPECT_EQ(held.crc32c, published->crc32c);
+  EXPECT_EQ(held.bucket_crc32c, published->bucket_crc32c);
+  EXPECT_EQ(held.tensors.size(), 3u);
+  const ControllerClient::WeightFetchCounters counters = client->weight_fetch_counters();
+  EXPECT_EQ(counters.full, 1);
+  EXPECT_EQ(counters.deltas, 1);
+  EXPECT_EQ(counters.delta_failures, 0);
+  const WeightStore::DeltaCounters deltas = f.store.delta_counters();
+  EXPECT_EQ(deltas.encoded, 1);
+  EXPECT_EQ(deltas.full_bytes, published->payload.size());
+  EXPECT_LT(deltas.bytes, published->payload.size() / 2);  // mostly equal bytes
+  EXPECT_EQ(counters.bytes, v1.payload.size() + deltas.bytes);
+  // A second worker holding version 1 gets the delta already encoded.
+  auto other = f.client();
+  core::PublishedWeights other_held = *f.store.get(1);  // as fetched: with its checksums
+  ASSERT_TRUE(*other->fetch_weights_into(1, 10, &other_held));
+  EXPECT_EQ(other_held.payload, published->payload);
+  EXPECT_EQ(other->weight_fetch_counters().deltas, 1);
+  EXPECT_EQ(f.store.delta_counters().encoded, 1);
+  // Each version is a delta of the last from here on.
+  for (int64_t v = 3; v <= 5; ++v) {
+    ASSERT_TRUE(f.store.publish(stepped(*f.store.latest(), v)).ok());
+    ASSERT_TRUE(*client->fetch_weights_into(v - 1, 10, &held));
+    EXPECT_EQ(held.payload, f.store.latest()->payload) << v;
+  }
+  EXPECT_EQ(client->weight_fetch_counters().deltas, 4);
+  EXPECT_EQ(f.store.delta_counters().encoded, 4);
+}
+
+TEST(WeightSyncTest, ADeltaOnTheWrongBaseFailsItsChecksumAndIsFetchedWhole) {
+  WeightsFixture f({}, 2, 1);
+  const core::PublishedWeights v1 = small_weights(1);
+  ASSERT_TRUE(f.store.publish(v1).ok());
+  auto client = f.client();
+  core::PublishedWeights held;
+  ASSERT_TRUE(*client->fetch_weights_into(-1, 10, &held));
+  held.payload[4321] ^= 0x10;  // damaged in memory, its checksums not updated
+  ASSERT_TRUE(f.store.publish(stepped(v1, 2)).ok());
+  auto got = client->fetch_weights_into(1, 10, &held);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(*got);
+  EXPECT_EQ(held.payload, f.store.latest()->payload);
+  EXPECT_EQ(held.crc32c, f.store.latest()->crc32c);
+  const ControllerClient::WeightFetchCounters counters = client->weight_fetch_counters();
+  EXPECT_EQ(counters.deltas, 0);
+  EXPECT_EQ(counters.delta_failures, 1);
+  EXPECT_EQ(counters.full, 2);
+}
+
+TEST(WeightSyncTest, ACorruptedDeltaBucketIsRequestedAgain) {
+  WeightsFixture f({}, 2, 1);
+  const core::PublishedWeights v1 = small_weights(1, /*bucket_bytes=*/64);
+  ASSERT_TRUE(f.store.publish(v1).ok());
+  std::atomic<int> corrupted{0};
+  ControllerClientOptions o;
+  std::atomic<bool> armed{false};
+  o.corrupt_bucket_for_test = [&](uint64_t offset, char* data, size_t) {
+    if (armed.load() && offset == 64 && corrupted++ == 0) data[3] ^= 1;
+  };
+  auto client = f.client(o);
+  core::PublishedWeights held;
+  ASSERT_TRUE(*client->fetch_weights_into(-1, 10, &held));
+  ASSERT_TRUE(f.store.publish(stepped(v1, 2)).ok());
+  armed = true;
+  ASSERT_GT(f.store.delta(2, 1, held.crc32c)->payload.size(), 128u);  // more than 2 buckets
+  ASSERT_TRUE(*client->fetch_weights_into(1, 10, &held));
+  EXPECT_EQ(held.payload, f.store.latest()->payload);
+  EXPECT_EQ(corrupted.load(), 2);  // bucket 1 of the delta, then its good copy
+  EXPECT_EQ(client->weight_fetch_counters().deltas, 1);
+}
+
+TEST(WeightSyncTest, VersionsWithoutADeltaComeWhole) {
+  // Deltas off at the controller, or at the worker.
+  for (const auto& [level, ask] : {std::pair{0, true}, std::pair{1, false}}) {
+    WeightsFixture f({}, 2, level);
+    const core::PublishedWeights v1 = small_weights(1);
+    ASSERT_TRUE(f.store.publish(v1).ok());
+    ControllerClientOptions o;
+    o.weight_deltas = ask;
+    auto client = f.client(o);
+    core::PublishedWeights held;
+    ASSERT_TRUE(*client->fetch_weights_into(-1, 10, &held));
+    ASSERT_TRUE(f.store.publish(stepped(v1, 2)).ok());
+    ASSERT_TRUE(*client->fetch_weights_into(1, 10, &held));
+    EXPECT_EQ(held.payload, f.store.latest()->payload);
+    EXPECT_EQ(client->weight_fetch_counters().full, 2) << level;
+    EXPECT_EQ(f.store.delta_counters().encoded, 0);
+  }
+  WeightsFixture f({}, 2, 1);
+  const core::PublishedWeights v1 = small_weights(1);
+  ASSERT_TRUE(f.store.publish(v1).ok());
+  auto client = f.client();
+  core::PublishedWeights held;
+  ASSERT_TRUE(*client->fetch_weights_into(-1, 10, &held));
+  // The version held is no longer in the store (two newer ones are).
+  ASSERT_TRUE(f.store.publish(stepped(v1, 2)).ok());
+  ASSERT_TRUE(f.store.publish(stepped(v1, 3)).ok());
+  ASSERT_TRUE(*client->fetch_weights_into(1, 10, &held));
+  EXPECT_EQ(held.version, 3);
+  EXPECT_EQ(held.payload, f.store.latest()->payload);
+  // Another layout.
+  core::PublishedWeights reshaped = stepped(*f.store.latest(), 4);
+  reshaped.tensors[0].shape = {100, 10};
+  ASSERT_TRUE(f.store.publish(reshaped).ok());
+  ASSERT_TRUE(*client->fetch_weights_into(3, 10, &held));
+  EXPECT_EQ(held.payload, f.store.latest()->payload);
+  EXPECT_EQ(held.tensors[0].shape, (std::vector<int64_t>{100, 10}));
+  // The caller knows another version than the one held: no delta from it.
+  ASSERT_TRUE(f.store.publish(stepped(reshaped, 5)).ok());
+  ASSERT_TRUE(*client->fetch_weights_into(2, 10, &held));
+  EXPECT_EQ(held.payload, f.store.latest()->payload);
+  const ControllerClient::WeightFetchCounters counters = client->weight_fetch_counters();
+  EXPECT_EQ(counters.full, 4);
+  EXPECT_EQ(counters.deltas, 0);
+  EXPECT_EQ(counters.delta_failures, 0);
 }
 
 TEST(WeightSyncTest, BucketsFitTheSmallerMessageLimit) {

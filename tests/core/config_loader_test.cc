@@ -72,6 +72,28 @@ TEST_F(ConfigLoaderTest, AppliesValuesAndKeepsDefaultsForTheRest) {
   EXPECT_EQ(loaded->origins.at("trainer.lr"), path + ":2:7");
 }
 
+TEST_F(ConfigLoaderTest, WeightDeltasAreAskedForOverTheNetworkUnlessSaid) {
+  std::string path = write("d.yaml", "weight_sync:\n  delta: on\n  delta_level: 3\n");
+  absl::StatusOr<LoadedConfig> loaded = load_config_file(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->config.weight_sync.delta, WeightDelta::kOn);
+  EXPECT_EQ(loaded->config.weight_sync.delta_level, 3);
+  EXPECT_TRUE(wants_weight_deltas(loaded->config.weight_sync, "127.0.0.1:5000"));
+  EXPECT_THAT(error_of(write("e.yaml", "weight_sync:\n  delta: sometimes\n")),
+              ::testing::HasSubstr("auto, on, off"));
+  EXPECT_THAT(error_of(write("f.yaml", "weight_sync:\n  delta_level: 20\n")),
+              ::testing::HasSubstr("delta_level"));
+  WeightSyncOptions o;  // auto
+  for (const char* local : {"127.0.0.1:5000", "localhost:80", "[::1]:9", "unix:/tmp/c.sock"}) {
+    EXPECT_FALSE(wants_weight_deltas(o, local)) << local;
+  }
+  for (const char* remote : {"10.213.7.1:5000", "node-a:7000", "[fe80::1]:9"}) {
+    EXPECT_TRUE(wants_weight_deltas(o, remote)) << remote;
+  }
+  o.delta = WeightDelta::kOff;
+  EXPECT_FALSE(wants_weight_deltas(o, "10.213.7.1:5000"));
+}
+
 TEST_F(ConfigLoaderTest, AcceptsAutoDtypeAndAThreadSplit) {
   std::string path = write("a.yaml",
                            "model:\n  dtype: auto\ncluster:\n  threads_per_process: 2\n"

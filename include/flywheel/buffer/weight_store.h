@@ -12,15 +12,17 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "flywheel/buffer/weight_delta.h"
 #include "flywheel/core/published_weights.h"
 
 namespace flywheel::buffer {
 
-// Holds the newest published versions of the policy's full weights for rollout workers.
-// Thread-safe.
+// Holds the newest published versions of the policy's full weights for rollout workers, and
+// the delta from the version before to the newest (weight_delta.h). Thread-safe.
 class WeightStore {
  public:
-  explicit WeightStore(int keep_versions = 2);
+  // delta_level: zstd level of deltas (weight_sync.delta_level), 0 = no deltas.
+  explicit WeightStore(int keep_versions = 2, int delta_level = 0);
 
   // Validates (core::validate_tensors(), bucket_bytes >= 1, version newer than the latest) ->
   // InvalidArgument naming the tensor; computes crc32c and bucket_crc32c; makes it the latest.
@@ -32,6 +34,23 @@ class WeightStore {
   // Null when `version` is not held.
   std::shared_ptr<const core::PublishedWeights> get(int64_t version) const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t latest_version() const ABSL_LOCKS_EXCLUDED(mu_);  // -1 when none published
+
+  // The delta from `base_version` to `version` (weight_delta.h) as a PublishedWeights holding
+  // the compressed bytes as its payload (with their crc32c and bucket checksums, `version`'s
+  // bucket size, no tensors). Null when deltas are off, either version is not held, the base's
+  // crc32c is not `base_crc32c` (the asker holds other bytes), or the layouts differ. Encoded
+  // on the first request (the others wait for it) and kept for the next askers: one delta, the
+  // newest asked for.
+  std::shared_ptr<const core::PublishedWeights> delta(int64_t version, int64_t base_version,
+                                                      uint32_t base_crc32c)
+      ABSL_LOCKS_EXCLUDED(mu_, encode_mu_);
+  struct DeltaCounters {
+    int64_t encoded = 0;      // deltas encoded
+    double encode_s = 0;      // seconds spent encoding them
+    uint64_t bytes = 0;       // their compressed bytes
+    uint64_t full_bytes = 0;  // the bytes of the versions they encode
+  };
+  DeltaCounters delta_counters() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // A worker's acknowledgement that it applied `version` and that its weights hash to `crc32c`.
   // FailedPrecondition (and nothing recorded) when `version` was never published (or is newer
@@ -51,7 +70,16 @@ class WeightStore {
   static constexpr size_t kRememberedVersions = 64;
 
  private:
+  std::shared_ptr<const core::PublishedWeights> held(int64_t version) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<const core::PublishedWeights> cached_delta(int64_t version,
+                                                             int64_t base_version) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const size_t keep_versions_;
+  const int delta_level_;
+  absl::Mutex encode_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // one delta encoded at a time
+  DeltaBuffers delta_buffers_ ABSL_GUARDED_BY(encode_mu_);
   mutable absl::Mutex mu_;
   // Held versions, oldest first.
   std::vector<std::shared_ptr<const core::PublishedWeights>> held_ ABSL_GUARDED_BY(mu_);
@@ -59,6 +87,12 @@ class WeightStore {
   int64_t latest_version_ ABSL_GUARDED_BY(mu_) = -1;
   AckCounters counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> worker_versions_ ABSL_GUARDED_BY(mu_);
+  struct CachedDelta {
+    int64_t version = -1, base_version = -1;
+    std::shared_ptr<const core::PublishedWeights> bytes;
+  };
+  CachedDelta delta_ ABSL_GUARDED_BY(mu_);
+  DeltaCounters delta_counters_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace flywheel::buffer

@@ -288,6 +288,10 @@ class ControllerServer::Service final : public CallbackBase {
         counters["weight_ack_mismatches"] = acks.mismatches;
         counters["weight_acks_rejected"] = acks.rejected;
         counters["weights_version"] = weights_->latest_version();
+        const WeightStore::DeltaCounters deltas = weights_->delta_counters();
+        counters["weight_deltas_encoded"] = deltas.encoded;
+        counters["weight_delta_bytes"] = static_cast<int64_t>(deltas.bytes);
+        counters["weight_delta_full_bytes"] = static_cast<int64_t>(deltas.full_bytes);
       }
     }
     return finish(ctx, s);
@@ -312,6 +316,14 @@ class ControllerServer::Service final : public CallbackBase {
       reply->set_total_bytes(w->payload.size());
       reply->set_bucket_bytes(bucket_bytes_for(*w, req->max_bucket_bytes()));
       reply->set_crc32c(w->crc32c);
+      if (req->delta()) {
+        if (auto d = weights_->delta(w->version, req->delta_from(), req->delta_from_crc32c())) {
+          reply->set_delta(true);
+          reply->set_delta_from(req->delta_from());
+          reply->set_delta_bytes(d->payload.size());
+          reply->set_delta_crc32c(d->crc32c);
+        }
+      }
     }
     return finish(ctx, s);
   }
@@ -328,6 +340,15 @@ class ControllerServer::Service final : public CallbackBase {
     }
     std::shared_ptr<const core::PublishedWeights> w;
     if (s.ok()) s = find_weights(req, &w);
+    if (s.ok() && req.delta()) {  // the delta's bytes instead of the payload's
+      const int64_t version = w->version;
+      w = weights_->delta(version, req.delta_from(), req.delta_from_crc32c());
+      if (w == nullptr) {
+        s = grpc::Status(
+            grpc::StatusCode::NOT_FOUND,
+            absl::StrCat("no delta from weights version ", req.delta_from(), " to ", version));
+      }
+    }
     if (s.ok()) {
       const uint64_t total = w->payload.size();
       if (req.offset() > total || req.length() > total - req.offset()) {

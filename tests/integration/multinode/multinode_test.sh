@@ -202,6 +202,14 @@ run_grpc() {
   local checked
   checked=$(check_run grpc "$steps") || fail "the gRPC run's checks"
   echo "grpc: $checked"
+  # Workers on other nodes than the controller's take versions as deltas of the one they hold
+  # (weight_sync.delta auto), each checked against the version's checksum.
+  for w in b1 c3; do
+    grep -Eq "weights over gRPC: .* [1-9][0-9]* as deltas .*; 0 deltas failed" \
+      "$work/worker-$w.log" ||
+      fail "worker $w: no weight deltas, or failed ones: $(grep 'weights over gRPC' "$work/worker-$w.log")"
+    grep -h "weights over gRPC" "$work/worker-$w.log" | cut -c 1-200
+  done
   # nodeB's worker lost the controller with its link and found it again on its own; leases it
   # held expired meanwhile and were trained elsewhere (checked above: nothing lost or twice).
   local b1

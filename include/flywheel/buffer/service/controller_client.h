@@ -19,8 +19,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "flywheel/buffer/trajectory.h"
+#include "flywheel/buffer/weight_delta.h"
 #include "flywheel/buffer/weight_store.h"
 #include "flywheel/v1/controller.pb.h"
 
@@ -46,6 +48,9 @@ struct ControllerClientOptions {
   double reconnect_timeout_s = 0;
   double backoff_initial_s = 0.05;
   double backoff_max_s = 2;
+  // fetch_weights_into() asks for the delta from the version it holds (weight_sync.delta): the
+  // controller sends it when it has one, else the version whole.
+  bool weight_deltas = true;
   // Test only: fetch_weights() calls it on every received bucket's bytes (at `offset` in the
   // payload) before checking them, e.g. to corrupt them or to be slow.
   std::function<void(uint64_t offset, char* data, size_t size)> corrupt_bucket_for_test;
@@ -84,6 +89,7 @@ class ControllerClient {
   // (NOT_FOUND), starts over with the then-newest version. A broken stream (UNAVAILABLE) resumes
   // where it broke. `timeout_s` bounds the whole transfer (DeadlineExceeded), never a hang.
   // The result's crc32c and bucket_crc32c are the verified checksums.
+  // Calls are serialized.
   absl::StatusOr<std::optional<core::PublishedWeights>> fetch_weights(int64_t newer_than,
                                                                       double timeout_s);
   // fetch_weights() into `*weights`, reusing its payload's memory: true when it now holds the
@@ -91,8 +97,21 @@ class ControllerClient {
   // error `*weights` holds a partial transfer. Worth it for a worker that fetches every version:
   // first-touching a fresh 400 MB costs 25 ms of page faults on bare metal and over a second on
   // some VMs (this benchmark's, docs/controller.md "Weights").
+  // When `*weights` holds version `newer_than` intact (fetched by this call before), asks for
+  // the delta from it (options().weight_deltas): applied in place, then the whole payload's
+  // crc32c checked against the manifest's; a delta that fails (bad bytes, the wrong base) is
+  // counted, logged and the version fetched whole instead.
   absl::StatusOr<bool> fetch_weights_into(int64_t newer_than, double timeout_s,
                                           core::PublishedWeights* weights);
+  struct WeightFetchCounters {
+    int64_t full = 0;            // versions fetched whole
+    int64_t deltas = 0;          // versions built from a delta
+    int64_t delta_failures = 0;  // deltas that failed and were fetched whole
+    uint64_t bytes = 0;          // payload and delta bytes received (resent buckets not counted)
+    double full_s = 0;           // seconds in the calls that fetched a version whole
+    double delta_s = 0;          // ... and in those that built one from a delta
+  };
+  WeightFetchCounters weight_fetch_counters() const;
   // Tells the controller this worker applied `version`, whose payload hashes to `crc32c`:
   // DataLoss when that differs from the published crc32c, FailedPrecondition when the version
   // was never published.
@@ -137,6 +156,10 @@ class ControllerClient {
   std::atomic<int64_t> restart_seen_by_{-1};
   // steady_clock seconds of the first failed heartbeat of the current run of failures; 0: none.
   std::atomic<double> silent_since_{0};
+  mutable absl::Mutex fetch_mu_;                           // one weight fetch at a time
+  std::string delta_bytes_ ABSL_GUARDED_BY(fetch_mu_);     // reused: a received delta
+  DeltaBuffers delta_buffers_ ABSL_GUARDED_BY(fetch_mu_);  // reused: it decompressed
+  WeightFetchCounters fetch_counters_ ABSL_GUARDED_BY(fetch_mu_);
   absl::Notification stop_;
   std::thread heartbeat_thread_;
 };

@@ -1,0 +1,30 @@
+// weight_sync_bench --delta: versions published one after another, each an optimizer-like step
+// of the last, fetched by a rollout worker in a child process whole and as deltas
+// (weight_sync.delta), float32 and bfloat16. See weight_sync_delta.cc.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace flywheel::bench {
+
+struct DeltaBenchOptions {
+  int64_t params = 100'000'000;
+  int updates = 5;     // versions after the first
+  double step = 1e-3;  // each weight moves by about this fraction of itself
+  int level = 1;       // zstd level
+  std::string bind_host = "127.0.0.1";
+  std::string worker_prefix;   // prepended to the worker's command (ip netns exec ...)
+  std::string self;            // this binary
+  double raw_bytes_per_s = 0;  // the link's raw TCP throughput, measured by the caller
+  std::string raw_label;
+};
+
+// Runs the delta rows and prints them; nonzero when a step fails.
+int run_delta_bench(const DeltaBenchOptions& options);
+
+// The worker: fetches `versions` versions as they are published (deltas asked for when
+// `deltas`), acknowledging each; prints "seconds S bytes B delta D" per version.
+int delta_worker_main(const std::string& address, int versions, bool deltas);
+
+}  // namespace flywheel::bench
