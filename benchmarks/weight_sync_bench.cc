@@ -9,7 +9,8 @@
 //
 // --delta: instead, versions that each move every weight a little (weight_sync.delta), fetched
 // whole and as deltas, float32 and bfloat16 (weight_sync_delta.cc), with --step F (the
-// relative move, 1e-3), --level L (zstd), --bind HOST (the controller's address) and
+// relative move, 1e-3), --level L (zstd), --threads T (the controller's encoding threads),
+// --bind HOST (the controller's address) and
 // --worker-prefix CMD (how the worker is started, e.g. `ip netns exec NS`: then the raw TCP
 // throughput printed beside is measured between the two, through the same prefix).
 // benchmarks/weight_sync_netns.sh runs it between two network namespaces over a 1 Gbit/s link.
@@ -279,6 +280,8 @@ int main(int argc, char** argv) {
       delta.step = std::atof(argv[i + 1]);
     } else if (!std::strcmp(argv[i], "--level")) {
       delta.level = std::atoi(argv[i + 1]);
+    } else if (!std::strcmp(argv[i], "--threads")) {
+      delta.threads = std::atoi(argv[i + 1]);
     } else if (!std::strcmp(argv[i], "--bind")) {
       delta.bind_host = argv[i + 1];
     } else if (!std::strcmp(argv[i], "--worker-prefix")) {
@@ -286,7 +289,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: weight_sync_bench [--params N] [--bucket-mb M] [--updates U] [--delta "
-                   "[--step F] [--level L] [--bind HOST] [--worker-prefix CMD]]\n");
+                   "[--step F] [--level L] [--threads T] [--bind HOST] [--worker-prefix CMD]]\n");
       return 2;
     }
   }

@@ -166,10 +166,11 @@ int delta_worker_main(const std::string& address, int versions, bool deltas) {
 
 int run_delta_bench(const DeltaBenchOptions& o) {
   std::printf(
-      "\ndelta publication (weight_sync.delta, zstd level %d): %d versions after the first, each "
+      "\ndelta publication (weight_sync.delta, zstd level %d, %d encoding thread(s)): %d versions "
+      "after the first, each "
       "weight times (1 + %g u), u of unit variance (about an optimizer step); the worker fetches "
       "each as it is published, whole or as a delta of the one it holds; %s %.3f GB/s\n",
-      o.level, o.updates, o.step, o.raw_label.c_str(), o.raw_bytes_per_s / 1e9);
+      o.level, o.threads, o.updates, o.step, o.raw_label.c_str(), o.raw_bytes_per_s / 1e9);
   std::printf("%-6s %-6s %-9s %-14s %-10s %-10s %-10s %-9s %-10s\n", "dtype", "fetch", "payload",
               "MB/version", "of whole", "s/version", "(median)", "encode s", "link use");
   const std::vector<float> initial = initial_master(o.params);
@@ -181,7 +182,7 @@ int run_delta_bench(const DeltaBenchOptions& o) {
       co.limits.vocab_size = 10;
       auto controller = std::move(*ControllerCore::create(co));
       auto data = std::move(*PromptDataset::from_lines({"{\"prompt\": \"p\"}"}, "bench"));
-      WeightStore store(2, deltas ? o.level : 0);
+      WeightStore store(2, {deltas ? o.level : 0, o.threads});
       ControllerServerOptions so;
       so.bind_address = o.bind_host + ":0";
       auto server = ControllerServer::start(controller.get(), data.get(), so, nullptr, &store);

@@ -13,6 +13,7 @@ struct DeltaBenchOptions {
   int updates = 5;     // versions after the first
   double step = 1e-3;  // each weight moves by about this fraction of itself
   int level = 1;       // zstd level
+  int threads = 1;     // the controller's encoding threads
   std::string bind_host = "127.0.0.1";
   std::string worker_prefix;   // prepended to the worker's command (ip netns exec ...)
   std::string self;            // this binary

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <thread>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
@@ -68,7 +70,8 @@ bool same_layout(const std::vector<core::WeightTensor>& a,
 }
 
 absl::StatusOr<std::string> encode_weight_delta(const core::PublishedWeights& base,
-                                                const core::PublishedWeights& next, int level,
+                                                const core::PublishedWeights& next,
+                                                const DeltaCodecOptions& options,
                                                 DeltaBuffers* buffers) {
   if (!same_layout(base.tensors, next.tensors) || base.payload.size() != next.payload.size()) {
     return absl::InvalidArgumentError(absl::StrCat("version ", next.version,
@@ -81,20 +84,52 @@ absl::StatusOr<std::string> encode_weight_delta(const core::PublishedWeights& ba
   const auto* a = reinterpret_cast<const unsigned char*>(base.payload.data());
   const auto* b = reinterpret_cast<const unsigned char*>(next.payload.data());
   auto* out = reinterpret_cast<unsigned char*>(planes.data());
+  struct Piece {
+    uint64_t at, size;
+    int width;
+  };
+  std::vector<Piece> pieces;
   for_each_piece(next.tensors, next.payload.size(), [&](uint64_t at, uint64_t size, int width) {
-    switch (width) {
-      case 4:
-        return split_planes<4>(a + at, b + at, size / 4, out + at);
-      case 2:
-        return split_planes<2>(a + at, b + at, size / 2, out + at);
-      default:
-        return split_planes<1>(a + at, b + at, size, out + at);
-    }
+    pieces.push_back({at, size, width});
   });
+  const auto split = [&](size_t from, size_t to) {
+    for (size_t k = from; k < to; ++k) {
+      const Piece& p = pieces[k];
+      switch (p.width) {
+        case 4:
+          split_planes<4>(a + p.at, b + p.at, p.size / 4, out + p.at);
+          break;
+        case 2:
+          split_planes<2>(a + p.at, b + p.at, p.size / 2, out + p.at);
+          break;
+        default:
+          split_planes<1>(a + p.at, b + p.at, p.size, out + p.at);
+      }
+    }
+  };
+  // Threads take runs of pieces of about equal bytes.
+  const int threads = std::max(1, std::min<int>(options.threads, static_cast<int>(pieces.size())));
+  std::vector<std::thread> workers;
+  size_t from = 0;
+  for (int t = 1; t < threads; ++t) {
+    const uint64_t until = next.payload.size() * t / threads;
+    size_t to = from;
+    while (to < pieces.size() && pieces[to].at < until) ++to;
+    workers.emplace_back(split, from, to);
+    from = to;
+  }
+  split(from, pieces.size());
+  for (std::thread& w : workers) w.join();
   std::string& compressed = buffers->compressed;
   compressed.resize(ZSTD_compressBound(planes.size()));
-  const size_t n = ZSTD_compress(compressed.data(), compressed.size(), planes.data(), planes.size(),
-                                 std::clamp(level, 1, ZSTD_maxCLevel()));
+  std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> context(ZSTD_createCCtx(), ZSTD_freeCCtx);
+  ZSTD_CCtx_setParameter(context.get(), ZSTD_c_compressionLevel,
+                         std::clamp(options.level, 1, ZSTD_maxCLevel()));
+  if (options.threads > 1) {  // an error (a libzstd built without threads) leaves it at 1
+    ZSTD_CCtx_setParameter(context.get(), ZSTD_c_nbWorkers, options.threads);
+  }
+  const size_t n = ZSTD_compress2(context.get(), compressed.data(), compressed.size(),
+                                  planes.data(), planes.size());
   if (ZSTD_isError(n)) {
     return absl::InternalError(absl::StrCat("zstd: ", ZSTD_getErrorName(n)));
   }

@@ -31,9 +31,8 @@ void fill_checksums(core::PublishedWeights* w) {
 
 }  // namespace
 
-WeightStore::WeightStore(int keep_versions, int delta_level)
-    : keep_versions_(static_cast<size_t>(std::max(keep_versions, 1))),
-      delta_level_(std::max(delta_level, 0)) {}
+WeightStore::WeightStore(int keep_versions, DeltaCodecOptions deltas)
+    : keep_versions_(static_cast<size_t>(std::max(keep_versions, 1))), deltas_(deltas) {}
 
 absl::Status WeightStore::publish(core::PublishedWeights weights) {
   if (weights.bucket_bytes < 1) return absl::InvalidArgumentError("bucket_bytes must be >= 1");
@@ -92,7 +91,7 @@ std::shared_ptr<const core::PublishedWeights> WeightStore::cached_delta(
 std::shared_ptr<const core::PublishedWeights> WeightStore::delta(int64_t version,
                                                                  int64_t base_version,
                                                                  uint32_t base_crc32c) {
-  if (delta_level_ == 0 || base_version == version) return nullptr;
+  if (deltas_.level <= 0 || base_version == version) return nullptr;
   absl::MutexLock encoding(&encode_mu_);  // an asker arriving mid-encoding waits and reuses it
   std::shared_ptr<const core::PublishedWeights> next, base;
   {
@@ -103,8 +102,7 @@ std::shared_ptr<const core::PublishedWeights> WeightStore::delta(int64_t version
     if (auto cached = cached_delta(version, base_version)) return cached;
   }
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<std::string> bytes =
-      encode_weight_delta(*base, *next, delta_level_, &delta_buffers_);
+  absl::StatusOr<std::string> bytes = encode_weight_delta(*base, *next, deltas_, &delta_buffers_);
   if (!bytes.ok()) return nullptr;  // another layout: the asker fetches the version whole
   auto d = std::make_shared<core::PublishedWeights>();
   d->version = version;

@@ -164,10 +164,12 @@ absl::StatusOr<std::unique_ptr<ControllerHost>> start_controller(const JobSetup&
     if (released > 0)
       FLYWHEEL_LOG_INFO("re-issuing %d prompts leased before the restart", released);
   }
+  const core::WeightSyncOptions& sync = c.weight_sync;
   host->weights = std::make_unique<buffer::WeightStore>(
-      /*keep_versions=*/2, c.weight_sync.delta == core::WeightDelta::kOff
-                               ? 0
-                               : static_cast<int>(c.weight_sync.delta_level));
+      /*keep_versions=*/2,
+      buffer::DeltaCodecOptions{
+          sync.delta == core::WeightDelta::kOff ? 0 : static_cast<int>(sync.delta_level),
+          static_cast<int>(sync.delta_threads)});
   auto server = buffer::ControllerServer::start(host->core.get(), host->setup.dataset.get(),
                                                 host->setup.server, nullptr, host->weights.get());
   if (!server.ok()) return server.status();

@@ -48,7 +48,7 @@ absl::StatusOr<buffer::ControllerClientOptions> controller_client_options(
 struct ControllerHost {
   ControllerSetup setup;
   std::unique_ptr<buffer::ControllerCore> core;
-  std::unique_ptr<buffer::WeightStore> weights;  // deltas at weight_sync.delta_level
+  std::unique_ptr<buffer::WeightStore> weights;  // deltas as weight_sync says
   std::unique_ptr<buffer::ControllerServer> server;
   std::string address;  // what workers dial (a wildcard bind address becomes the host's name)
 

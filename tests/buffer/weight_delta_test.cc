@@ -50,13 +50,21 @@ TEST(WeightDeltaTest, RoundTripIsExactOverEveryDtypeAndTheBytesBetweenTensors) {
   const core::PublishedWeights base = mixed(1);
   core::PublishedWeights next = mixed(2);  // every byte may differ, the gaps included
   next.tensors = base.tensors;
-  auto delta = encode_weight_delta(base, next, 3, &buffers);
+  auto delta = encode_weight_delta(base, next, {3, 1}, &buffers);
   ASSERT_TRUE(delta.ok()) << delta.status();
   std::string payload = base.payload;
   ASSERT_TRUE(apply_weight_delta(*delta, base.tensors, &payload, &buffers).ok());
   EXPECT_EQ(payload, next.payload);
+  // Threads split the pieces (and zstd's input): the same result.
+  for (int threads : {2, 3, 8}) {
+    auto threaded = encode_weight_delta(base, next, {3, threads}, &buffers);
+    ASSERT_TRUE(threaded.ok()) << threaded.status();
+    payload = base.payload;
+    ASSERT_TRUE(apply_weight_delta(*threaded, base.tensors, &payload, &buffers).ok());
+    EXPECT_EQ(payload, next.payload) << threads;
+  }
   // Equal versions: a delta of zeros.
-  auto none = encode_weight_delta(base, base, 1, &buffers);
+  auto none = encode_weight_delta(base, base, {1, 1}, &buffers);
   ASSERT_TRUE(none.ok());
   EXPECT_LT(none->size(), 100u);
   payload = base.payload;
@@ -75,17 +83,22 @@ TEST(WeightDeltaTest, SmallUpdatesCompressFarBelowTheVersion) {
   std::normal_distribution<float> normal(0, 1e-3f);
   for (float& x : v) x *= 1 + normal(rng);
   next.payload.assign(reinterpret_cast<const char*>(v.data()), v.size() * 4);
-  auto delta = encode_weight_delta(base, next, 1, &buffers);
+  auto delta = encode_weight_delta(base, next, {1, 1}, &buffers);
   ASSERT_TRUE(delta.ok());
   EXPECT_LT(delta->size(), base.payload.size() * 7 / 10) << delta->size();
   std::string payload = base.payload;
   ASSERT_TRUE(apply_weight_delta(*delta, base.tensors, &payload, &buffers).ok());
   EXPECT_EQ(payload, next.payload);
+  auto threaded = encode_weight_delta(base, next, {1, 2}, &buffers);  // one tensor, 2 threads
+  ASSERT_TRUE(threaded.ok());
+  payload = base.payload;
+  ASSERT_TRUE(apply_weight_delta(*threaded, base.tensors, &payload, &buffers).ok());
+  EXPECT_EQ(payload, next.payload);
   // The same XOR without the byte planes compresses worse: they are what makes it small.
   core::PublishedWeights bytes_base = base, bytes_next = next;
   bytes_base.tensors.clear();  // no tensors: the payload is plain bytes, one plane
   bytes_next.tensors.clear();
-  auto unplaned = encode_weight_delta(bytes_base, bytes_next, 1, &buffers);
+  auto unplaned = encode_weight_delta(bytes_base, bytes_next, {1, 1}, &buffers);
   ASSERT_TRUE(unplaned.ok());
   EXPECT_GT(unplaned->size(), delta->size() * 11 / 10)
       << unplaned->size() << " vs " << delta->size();
@@ -96,13 +109,13 @@ TEST(WeightDeltaTest, AnotherLayoutHasNoDelta) {
   const core::PublishedWeights base = mixed(1);
   core::PublishedWeights next = mixed(2);
   next.tensors[1].shape = {1000, 3};
-  auto delta = encode_weight_delta(base, next, 1, &buffers);
+  auto delta = encode_weight_delta(base, next, {1, 1}, &buffers);
   EXPECT_EQ(delta.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(delta.status().message()), HasSubstr("another layout"));
   EXPECT_FALSE(same_layout(base.tensors, next.tensors));
   next = mixed(2);
   next.payload.pop_back();
-  EXPECT_FALSE(encode_weight_delta(base, next, 1, &buffers).ok());
+  EXPECT_FALSE(encode_weight_delta(base, next, {1, 1}, &buffers).ok());
 }
 
 TEST(WeightDeltaTest, ABadDeltaIsDataLossAndLeavesThePayloadAlone) {
@@ -110,7 +123,7 @@ TEST(WeightDeltaTest, ABadDeltaIsDataLossAndLeavesThePayloadAlone) {
   const core::PublishedWeights base = mixed(1);
   core::PublishedWeights next = mixed(2);
   next.tensors = base.tensors;
-  auto delta = encode_weight_delta(base, next, 1, &buffers);
+  auto delta = encode_weight_delta(base, next, {1, 1}, &buffers);
   ASSERT_TRUE(delta.ok());
   for (const std::string& bad :
        {delta->substr(0, delta->size() / 2), std::string("not zstd at all"), std::string()}) {

@@ -53,7 +53,7 @@ core::PublishedWeights flat_weights(int64_t version, size_t bytes, uint64_t buck
 struct WeightsFixture {
   explicit WeightsFixture(ControllerServerOptions server_options = {}, int keep_versions = 2,
                           int delta_level = 0)
-      : store(keep_versions, delta_level) {
+      : store(keep_versions, {delta_level, 1}) {
     core = std::move(*ControllerCore::create(core_options(8)));
     data = dataset(8);
     auto started = ControllerServer::start(core.get(), data.get(), server_options, nullptr, &store);

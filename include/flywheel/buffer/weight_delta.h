@@ -28,10 +28,16 @@ struct DeltaBuffers {
   std::string compressed;  // zstd's output, before it is copied out at its size
 };
 
+struct DeltaCodecOptions {
+  int level = 1;    // zstd level, 1-19 (WeightStore: 0 = no deltas)
+  int threads = 1;  // threads of the XOR / byte-plane pass and of zstd's compression
+};
+
 // The delta that turns `base`'s payload into `next`'s (same layout and payload size, else
-// InvalidArgument), compressed at zstd `level` (1-19).
+// InvalidArgument). With more threads the compressed bytes may differ; they decode the same.
 absl::StatusOr<std::string> encode_weight_delta(const core::PublishedWeights& base,
-                                                const core::PublishedWeights& next, int level,
+                                                const core::PublishedWeights& next,
+                                                const DeltaCodecOptions& options,
                                                 DeltaBuffers* buffers);
 
 // Applies `delta` to `payload` (the base version's bytes, laid out by `tensors`) in place.

@@ -21,8 +21,8 @@ namespace flywheel::buffer {
 // the delta from the version before to the newest (weight_delta.h). Thread-safe.
 class WeightStore {
  public:
-  // delta_level: zstd level of deltas (weight_sync.delta_level), 0 = no deltas.
-  explicit WeightStore(int keep_versions = 2, int delta_level = 0);
+  // deltas: how deltas are encoded (weight_sync.delta_level, delta_threads); level 0: none.
+  explicit WeightStore(int keep_versions = 2, DeltaCodecOptions deltas = {0, 1});
 
   // Validates (core::validate_tensors(), bucket_bytes >= 1, version newer than the latest) ->
   // InvalidArgument naming the tensor; computes crc32c and bucket_crc32c; makes it the latest.
@@ -77,7 +77,7 @@ class WeightStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t keep_versions_;
-  const int delta_level_;
+  const DeltaCodecOptions deltas_;
   absl::Mutex encode_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // one delta encoded at a time
   DeltaBuffers delta_buffers_ ABSL_GUARDED_BY(encode_mu_);
   mutable absl::Mutex mu_;

@@ -49,6 +49,12 @@ void bind_options(FieldBinder& b, WeightSyncOptions& o) {
                     "deltas little and cost the controller seconds on large models).")
               .min(1)
               .max(19));
+  b.field("delta_threads", &o.delta_threads,
+          FieldInfo("Threads the controller (learner rank 0) encodes each delta with: the XOR "
+                    "and byte-plane pass and zstd. Its cores are the learner's; more threads "
+                    "shorten the encoding that delays the first worker's fetch of a version.")
+              .min(1)
+              .max(64));
 }
 
 bool wants_weight_deltas(const WeightSyncOptions& o, const std::string& controller_address) {

@@ -23,6 +23,7 @@ struct WeightSyncOptions {
   double timeout_s = 300.0;
   WeightDelta delta = WeightDelta::kAuto;  // grpc: zstd-compressed XOR deltas of the last
   int64_t delta_level = 1;                 // zstd level of the deltas
+  int64_t delta_threads = 1;               // threads that encode them
 };
 
 void bind_options(FieldBinder& b, WeightSyncOptions& o);
