@@ -256,13 +256,23 @@ core::PublishedWeights stepped(const core::PublishedWeights& w, int64_t version)
   return next;
 }
 
+// A worker that fetched `v1`, published to `f`'s store, into `*held` (whole).
+std::unique_ptr<ControllerClient> holding(WeightsFixture& f, const core::PublishedWeights& v1,
+                                          core::PublishedWeights* held,
+                                          ControllerClientOptions o = {}) {
+  EXPECT_TRUE(f.store.publish(v1).ok());
+  auto client = f.client(std::move(o));
+  auto fetched = client->fetch_weights_into(-1, 10, held);
+  EXPECT_TRUE(fetched.ok() && *fetched) << fetched.status();
+  EXPECT_EQ(held->version, v1.version);
+  return client;
+}
+
 TEST(WeightSyncTest, TheNextVersionArrivesAsADeltaEqualToTheWhole) {
   WeightsFixture f({}, /*keep_versions=*/2, /*delta_level=*/3);
   const core::PublishedWeights v1 = small_weights(1);
-  ASSERT_TRUE(f.store.publish(v1).ok());
-  auto client = f.client();
   core::PublishedWeights held;
-  ASSERT_TRUE(*client->fetch_weights_into(-1, 10, &held));
+  auto client = holding(f, v1, &held);
   ASSERT_TRUE(f.store.publish(stepped(v1, 2)).ok());
   auto got = client->fetch_weights_into(1, 10, &held);
   ASSERT_TRUE(got.ok()) << got.status();
@@ -302,10 +312,8 @@ TEST(WeightSyncTest, TheNextVersionArrivesAsADeltaEqualToTheWhole) {
 TEST(WeightSyncTest, ADeltaOnTheWrongBaseFailsItsChecksumAndIsFetchedWhole) {
   WeightsFixture f({}, 2, 1);
   const core::PublishedWeights v1 = small_weights(1);
-  ASSERT_TRUE(f.store.publish(v1).ok());
-  auto client = f.client();
   core::PublishedWeights held;
-  ASSERT_TRUE(*client->fetch_weights_into(-1, 10, &held));
+  auto client = holding(f, v1, &held);
   held.payload[4321] ^= 0x10;  // damaged in memory, its checksums not updated
   ASSERT_TRUE(f.store.publish(stepped(v1, 2)).ok());
   auto got = client->fetch_weights_into(1, 10, &held);
@@ -346,12 +354,10 @@ TEST(WeightSyncTest, VersionsWithoutADeltaComeWhole) {
   for (const auto& [level, ask] : {std::pair{0, true}, std::pair{1, false}}) {
     WeightsFixture f({}, 2, level);
     const core::PublishedWeights v1 = small_weights(1);
-    ASSERT_TRUE(f.store.publish(v1).ok());
     ControllerClientOptions o;
     o.weight_deltas = ask;
-    auto client = f.client(o);
     core::PublishedWeights held;
-    ASSERT_TRUE(*client->fetch_weights_into(-1, 10, &held));
+    auto client = holding(f, v1, &held, o);
     ASSERT_TRUE(f.store.publish(stepped(v1, 2)).ok());
     ASSERT_TRUE(*client->fetch_weights_into(1, 10, &held));
     EXPECT_EQ(held.payload, f.store.latest()->payload);
@@ -360,10 +366,8 @@ TEST(WeightSyncTest, VersionsWithoutADeltaComeWhole) {
   }
   WeightsFixture f({}, 2, 1);
   const core::PublishedWeights v1 = small_weights(1);
-  ASSERT_TRUE(f.store.publish(v1).ok());
-  auto client = f.client();
   core::PublishedWeights held;
-  ASSERT_TRUE(*client->fetch_weights_into(-1, 10, &held));
+  auto client = holding(f, v1, &held);
   // The version held is no longer in the store (two newer ones are).
   ASSERT_TRUE(f.store.publish(stepped(v1, 2)).ok());
   ASSERT_TRUE(f.store.publish(stepped(v1, 3)).ok());
