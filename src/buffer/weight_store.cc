@@ -84,22 +84,31 @@ std::shared_ptr<const core::PublishedWeights> WeightStore::held(int64_t version)
 }
 
 std::shared_ptr<const core::PublishedWeights> WeightStore::cached_delta(
-    int64_t version, int64_t base_version) const {
-  return delta_.version == version && delta_.base_version == base_version ? delta_.bytes : nullptr;
+    int64_t version, int64_t base_version, uint32_t base_crc32c) const {
+  return delta_.version == version && delta_.base_version == base_version &&
+                 delta_.base_crc32c == base_crc32c
+             ? delta_.bytes
+             : nullptr;
 }
 
 std::shared_ptr<const core::PublishedWeights> WeightStore::delta(int64_t version,
                                                                  int64_t base_version,
                                                                  uint32_t base_crc32c) {
   if (deltas_.level <= 0 || base_version == version) return nullptr;
+  {
+    // Served from the cache without waiting for an encoding in progress (StreamWeights asks
+    // again for every stream and re-requested bucket).
+    absl::MutexLock lock(&mu_);
+    if (auto cached = cached_delta(version, base_version, base_crc32c)) return cached;
+  }
   absl::MutexLock encoding(&encode_mu_);  // an asker arriving mid-encoding waits and reuses it
   std::shared_ptr<const core::PublishedWeights> next, base;
   {
     absl::MutexLock lock(&mu_);
+    if (auto cached = cached_delta(version, base_version, base_crc32c)) return cached;
     next = held(version);
     base = held(base_version);
     if (next == nullptr || base == nullptr || base->crc32c != base_crc32c) return nullptr;
-    if (auto cached = cached_delta(version, base_version)) return cached;
   }
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::string> bytes = encode_weight_delta(*base, *next, deltas_, &delta_buffers_);
@@ -112,7 +121,7 @@ std::shared_ptr<const core::PublishedWeights> WeightStore::delta(int64_t version
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   absl::MutexLock lock(&mu_);
-  delta_ = {version, base_version, d};
+  delta_ = {version, base_version, base_crc32c, d};
   ++delta_counters_.encoded;
   delta_counters_.encode_s += seconds;
   delta_counters_.bytes += d->payload.size();

@@ -37,10 +37,10 @@ class WeightStore {
 
   // The delta from `base_version` to `version` (weight_delta.h) as a PublishedWeights holding
   // the compressed bytes as its payload (with their crc32c and bucket checksums, `version`'s
-  // bucket size, no tensors). Null when deltas are off, either version is not held, the base's
-  // crc32c is not `base_crc32c` (the asker holds other bytes), or the layouts differ. Encoded
-  // on the first request (the others wait for it) and kept for the next askers: one delta, the
-  // newest asked for.
+  // bucket size, no tensors). Null when deltas are off, the base's crc32c is not `base_crc32c`
+  // (the asker holds other bytes), the layouts differ, or the delta is not kept and either
+  // version is no longer held. Encoded on the first request (askers of it meanwhile wait) and
+  // kept for the next askers, who get it without waiting: one delta, the newest asked for.
   std::shared_ptr<const core::PublishedWeights> delta(int64_t version, int64_t base_version,
                                                       uint32_t base_crc32c)
       ABSL_LOCKS_EXCLUDED(mu_, encode_mu_);
@@ -72,8 +72,8 @@ class WeightStore {
  private:
   std::shared_ptr<const core::PublishedWeights> held(int64_t version) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::shared_ptr<const core::PublishedWeights> cached_delta(int64_t version,
-                                                             int64_t base_version) const
+  std::shared_ptr<const core::PublishedWeights> cached_delta(int64_t version, int64_t base_version,
+                                                             uint32_t base_crc32c) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t keep_versions_;
@@ -89,6 +89,7 @@ class WeightStore {
   std::map<std::string, int64_t> worker_versions_ ABSL_GUARDED_BY(mu_);
   struct CachedDelta {
     int64_t version = -1, base_version = -1;
+    uint32_t base_crc32c = 0;
     std::shared_ptr<const core::PublishedWeights> bytes;
   };
   CachedDelta delta_ ABSL_GUARDED_BY(mu_);
