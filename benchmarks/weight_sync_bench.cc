@@ -321,15 +321,14 @@ int main(int argc, char** argv) {
   const double raw = flywheel::bench::raw_loopback_bytes_per_s(3, 1);
   std::printf("raw loopback TCP, one connection, median of 3 (this run): %.2f GB/s\n", raw / 1e9);
 
-  ControllerOptions co;
-  co.num_prompts = 1;
-  co.limits.group_size = 1;
-  co.limits.vocab_size = 10;
-  auto core = std::move(*ControllerCore::create(co));
-  auto data = std::move(*PromptDataset::from_lines({"{\"prompt\": \"p\"}"}, "bench"));
   WeightStore store(2);
-  auto server = std::move(*ControllerServer::start(core.get(), data.get(), {}, nullptr, &store));
-  const std::string address = "127.0.0.1:" + std::to_string(server->port());
+  absl::StatusOr<flywheel::bench::WeightServer> server =
+      flywheel::bench::serve_weights(&store, "127.0.0.1:0");
+  if (!server.ok()) {
+    std::fprintf(stderr, "server: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  const std::string address = "127.0.0.1:" + std::to_string(server->server->port());
 
   std::printf("\n%-9s %-10s %-8s %-8s %-8s %-12s %-10s %-10s %-7s %-7s\n", "transport", "payload",
               "tensors", "bucket", "malloc", "publish (s)", "s/update", "(median)", "GB/s",

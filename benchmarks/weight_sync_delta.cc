@@ -15,6 +15,7 @@
 #include "flywheel/buffer/service/controller_client.h"
 #include "flywheel/buffer/service/controller_server.h"
 #include "flywheel/buffer/weight_store.h"
+#include "flywheel/core/status_macros.h"
 
 namespace flywheel::bench {
 namespace {
@@ -124,6 +125,21 @@ bool wait_ack(const WeightStore& store, int64_t version) {
 
 }  // namespace
 
+absl::StatusOr<WeightServer> serve_weights(WeightStore* store, const std::string& bind_address) {
+  ControllerOptions co;
+  co.num_prompts = 1;
+  co.limits.group_size = 1;
+  co.limits.vocab_size = 10;
+  WeightServer w;
+  FLYWHEEL_ASSIGN_OR_RETURN(w.core, ControllerCore::create(co));
+  FLYWHEEL_ASSIGN_OR_RETURN(w.data, PromptDataset::from_lines({"{\"prompt\": \"p\"}"}, "bench"));
+  ControllerServerOptions so;
+  so.bind_address = bind_address;
+  FLYWHEEL_ASSIGN_OR_RETURN(
+      w.server, ControllerServer::start(w.core.get(), w.data.get(), so, nullptr, store));
+  return w;
+}
+
 int delta_worker_main(const std::string& address, int versions, bool deltas) {
   ControllerClientOptions o;
   o.address = address;
@@ -176,21 +192,13 @@ int run_delta_bench(const DeltaBenchOptions& o) {
   const std::vector<float> initial = initial_master(o.params);
   for (const bool bf16 : {false, true}) {
     for (const bool deltas : {false, true}) {
-      ControllerOptions co;
-      co.num_prompts = 1;
-      co.limits.group_size = 1;
-      co.limits.vocab_size = 10;
-      auto controller = std::move(*ControllerCore::create(co));
-      auto data = std::move(*PromptDataset::from_lines({"{\"prompt\": \"p\"}"}, "bench"));
       WeightStore store(2, {deltas ? o.level : 0, o.threads});
-      ControllerServerOptions so;
-      so.bind_address = o.bind_host + ":0";
-      auto server = ControllerServer::start(controller.get(), data.get(), so, nullptr, &store);
+      absl::StatusOr<WeightServer> server = serve_weights(&store, o.bind_host + ":0");
       if (!server.ok()) {
         std::fprintf(stderr, "server: %s\n", server.status().ToString().c_str());
         return 1;
       }
-      const std::string address = o.bind_host + ":" + std::to_string((*server)->port());
+      const std::string address = o.bind_host + ":" + std::to_string(server->server->port());
       std::vector<float> master = initial;
       if (!store.publish(publication(master, 0, bf16)).ok()) return 1;
       const std::string command = "exec " + o.worker_prefix + " '" + o.self + "' --delta-worker " +

@@ -4,7 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include "absl/status/statusor.h"
+#include "flywheel/buffer/controller_core.h"
+#include "flywheel/buffer/prompt_dataset.h"
+#include "flywheel/buffer/service/controller_server.h"
+#include "flywheel/buffer/weight_store.h"
 
 namespace flywheel::bench {
 
@@ -20,6 +27,15 @@ struct DeltaBenchOptions {
   double raw_bytes_per_s = 0;  // the link's raw TCP throughput, measured by the caller
   std::string raw_label;
 };
+
+// A controller that serves `store`'s weights (and one prompt) on `bind_address` (HOST:PORT).
+struct WeightServer {
+  std::unique_ptr<buffer::ControllerCore> core;
+  std::unique_ptr<buffer::PromptDataset> data;
+  std::unique_ptr<buffer::ControllerServer> server;
+};
+absl::StatusOr<WeightServer> serve_weights(buffer::WeightStore* store,
+                                           const std::string& bind_address);
 
 // Runs the delta rows and prints them; nonzero when a step fails.
 int run_delta_bench(const DeltaBenchOptions& options);
