@@ -4,6 +4,12 @@
 //
 //   build/benchmarks/learner_bench [--steps 3] [--tokens 512] [--threads 1]
 //       [--thread-split none|auto|blas|aten] [--dtypes float32,bfloat16] [--ranks 1,2]
+//   build/benchmarks/learner_bench --prompt 1024 --response 128 --group 8 [--steps 1]
+//
+// With --prompt, the shared-prefix rows instead (trainer.shared_prefix): one rank trains a group
+// of --group samples of one --prompt-token prompt and --response tokens each, unshared and
+// shared, and prints tokens/s of both (every sample's prompt and response tokens counted, the
+// same numerator for both) and their ratio.
 //
 // --threads T runs T threads per rank; --thread-split none sets ATen to T and leaves BLAS at
 // OPENBLAS_NUM_THREADS=T (what `flywheel train` gives its learners), the others apply that
@@ -45,16 +51,66 @@ double flops_per_token(const flywheel::model::ModelConfig& c) {
   return 6.0 * c.num_parameters() + attention;
 }
 
-// --worker: trains under MPI and prints "RESULT <tokens/s of all ranks>" on rank 0.
-int worker(int argc, char** argv, const std::string& dtype, bool reshard, int steps, int64_t tokens,
-           int threads, const std::string& split) {
+// One measured configuration: what run_worker passes to the --worker process.
+struct WorkerArgs {
+  std::string dtype = "float32";
+  bool reshard = true;
+  int steps = 3;
+  int64_t tokens = 512;  // per rank per step; micro_batch_tokens in the shared-prefix rows
+  int threads = 1;
+  std::string split = "none";
+  // Shared-prefix rows (--prompt > 0): one group of `group` samples of a `prompt`-token prompt
+  // and `response` tokens each, trained with trainer.shared_prefix `shared`.
+  int64_t prompt = 0, response = 0, group = 0;
+  bool shared = false;
+
+  std::string flags() const {
+    return " --dtype " + dtype + " --reshard " + (reshard ? "1" : "0") + " --steps " +
+           std::to_string(steps) + " --tokens " + std::to_string(tokens) + " --threads " +
+           std::to_string(threads) + " --thread-split " + split + " --prompt " +
+           std::to_string(prompt) + " --response " + std::to_string(response) + " --group " +
+           std::to_string(group) + " --shared " + (shared ? "1" : "0");
+  }
+};
+
+// The examples of one rank's step: sequences of a 1-token prompt and kSequence - 1 tokens, or
+// with args.prompt one group sharing its prompt.
+std::vector<flywheel::trainer::SftExample> bench_examples(const WorkerArgs& args) {
+  std::vector<flywheel::trainer::SftExample> examples;
+  if (args.prompt > 0) {
+    std::vector<int32_t> prompt;
+    for (int64_t t = 0; t < args.prompt; ++t)
+      prompt.push_back(static_cast<int32_t>(t * 13 % 32000));
+    for (int64_t g = 0; g < args.group; ++g) {
+      flywheel::trainer::SftExample e;
+      e.prompt = prompt;
+      for (int64_t t = 0; t < args.response; ++t) {
+        e.response.push_back(static_cast<int32_t>((g * 131 + t * 7) % 32000));
+      }
+      examples.push_back(std::move(e));
+    }
+    return examples;
+  }
+  examples.resize(args.tokens / kSequence);
+  for (size_t i = 0; i < examples.size(); ++i) {
+    examples[i].prompt = {static_cast<int32_t>(i % 1000)};
+    for (int64_t t = 0; t < kSequence; ++t) {
+      examples[i].response.push_back(static_cast<int32_t>((i * 31 + t * 7) % 32000));
+    }
+  }
+  return examples;
+}
+
+// --worker: trains under MPI and prints "RESULT <tokens/s of all ranks>" on rank 0 (tokens of
+// prompts and responses, each sample's own).
+int worker(int argc, char** argv, const WorkerArgs& args) {
   flywheel::model::ThreadLayoutOptions layout;
-  layout.threads = threads;
-  layout.dtype = dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
-  if (flywheel::model::parse_thread_split(split, &layout.split)) {
+  layout.threads = args.threads;
+  layout.dtype = args.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+  if (flywheel::model::parse_thread_split(args.split, &layout.split)) {
     flywheel::model::apply_thread_layout(layout);
   } else {
-    at::set_num_threads(threads);
+    at::set_num_threads(args.threads);
   }
   flywheel::model::use_huge_pages_for_large_cpu_tensors();
   auto runtime = flywheel::comm::MpiRuntime::init(&argc, &argv);
@@ -65,48 +121,42 @@ int worker(int argc, char** argv, const std::string& dtype, bool reshard, int st
   auto world = flywheel::comm::MpiCommunicator::world(**runtime, world_options);
   if (!world.ok()) return 1;
   flywheel::trainer::SftOptions options;
-  options.micro_batch_tokens = tokens;
+  options.micro_batch_tokens = args.tokens;
+  options.shared_prefix = args.shared;
   options.lr.lr = 1e-5;
-  options.sharding.param_dtype = dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
-  options.sharding.reshard_after_forward = reshard;
+  options.sharding.param_dtype = layout.dtype;
+  options.sharding.reshard_after_forward = args.reshard;
   auto sft = flywheel::trainer::SftTrainer::create(options, bench_config(), world->get());
   if (!sft.ok()) {
     std::fprintf(stderr, "%s\n", std::string(sft.status().message()).c_str());
     return 1;
   }
   (*sft)->model().init_random(1);
-  // Each rank trains on `tokens` tokens per step: sequences of a 1-token prompt and the rest.
-  std::vector<flywheel::trainer::SftExample> examples(tokens / kSequence);
-  for (size_t i = 0; i < examples.size(); ++i) {
-    examples[i].prompt = {static_cast<int32_t>(i % 1000)};
-    for (int64_t t = 0; t < kSequence; ++t) {
-      examples[i].response.push_back(static_cast<int32_t>((i * 31 + t * 7) % 32000));
-    }
-  }
+  const std::vector<flywheel::trainer::SftExample> examples = bench_examples(args);
   std::vector<const flywheel::trainer::SftExample*> mine;
-  for (const auto& e : examples) mine.push_back(&e);
+  int64_t tokens = 0;
+  for (const auto& e : examples) {
+    mine.push_back(&e);
+    tokens += static_cast<int64_t>(e.prompt.size() + e.response.size());
+  }
   if (!(*sft)->step(mine).ok()) return 1;  // warm-up
   (*world)->barrier();
   auto start = Clock::now();
-  for (int s = 0; s < steps; ++s) {
+  for (int s = 0; s < args.steps; ++s) {
     if (!(*sft)->step(mine).ok()) return 1;
   }
   (*world)->barrier();
   const double elapsed = seconds_since(start);
   if ((*world)->rank() == 0) {
-    std::printf("RESULT %.3f\n", steps * tokens * (*world)->size() / elapsed);
+    std::printf("RESULT %.3f\n", args.steps * tokens * (*world)->size() / elapsed);
   }
   return 0;
 }
 
 // Runs the worker under mpiexec; its tokens/s, or 0 on failure.
-double run_worker(const char* self, int ranks, const std::string& dtype, bool reshard, int steps,
-                  int64_t tokens, int threads, const std::string& split) {
+double run_worker(const char* self, int ranks, const WorkerArgs& args) {
   const std::string command = std::string("mpiexec -np ") + std::to_string(ranks) +
-                              " --oversubscribe " + self + " --worker --dtype " + dtype +
-                              " --reshard " + (reshard ? "1" : "0") + " --steps " +
-                              std::to_string(steps) + " --tokens " + std::to_string(tokens) +
-                              " --threads " + std::to_string(threads) + " --thread-split " + split;
+                              " --oversubscribe " + self + " --worker" + args.flags();
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return 0;
   char line[256];
@@ -118,63 +168,102 @@ double run_worker(const char* self, int ranks, const std::string& dtype, bool re
   return result;
 }
 
+// The shared-prefix rows: one rank, each dtype, unshared then shared.
+void shared_prefix_rows(const char* self, const WorkerArgs& base, const std::string& dtypes) {
+  std::printf(
+      "shared-prefix rows: 1 rank, a group of %lld samples of a %lld-token prompt and %lld "
+      "response tokens each, micro_batch_tokens %lld (%lld positions per step unshared, %lld "
+      "shared), %d timed step(s)\n",
+      static_cast<long long>(base.group), static_cast<long long>(base.prompt),
+      static_cast<long long>(base.response), static_cast<long long>(base.tokens),
+      static_cast<long long>(base.group * (base.prompt + base.response - 1)),
+      static_cast<long long>(base.prompt - 1 + base.group * base.response), base.steps);
+  for (const std::string d : {"float32", "bfloat16"}) {
+    if (!flywheel::bench::listed(dtypes, d)) continue;
+    WorkerArgs args = base;
+    args.dtype = d;
+    args.shared = false;
+    const double unshared = run_worker(self, 1, args);
+    args.shared = true;
+    const double shared = run_worker(self, 1, args);
+    std::printf(
+        "%-8s prompt %lld / response %lld / group %lld: unshared %7.1f tokens/s, shared %7.1f "
+        "tokens/s = %.2fx\n",
+        d.c_str(), static_cast<long long>(base.prompt), static_cast<long long>(base.response),
+        static_cast<long long>(base.group), unshared, shared, unshared > 0 ? shared / unshared : 0);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dtype = "float32";
-  bool is_worker = false, reshard = true;
-  int steps = 3;
-  int64_t tokens = 512;
-  int threads = 1;
-  std::string split = "none", dtypes = "float32,bfloat16", rank_list = "1,2";
+  bool is_worker = false;
+  WorkerArgs args;
+  std::string dtypes = "float32,bfloat16", rank_list = "1,2";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--worker")) is_worker = true;
     if (i + 1 >= argc) continue;
-    if (!std::strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
-    if (!std::strcmp(argv[i], "--reshard")) reshard = std::atoi(argv[i + 1]) != 0;
-    if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoll(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--threads")) threads = std::max(1, std::atoi(argv[i + 1]));
-    if (!std::strcmp(argv[i], "--thread-split")) split = argv[i + 1];
+    if (!std::strcmp(argv[i], "--dtype")) args.dtype = argv[i + 1];
+    if (!std::strcmp(argv[i], "--reshard")) args.reshard = std::atoi(argv[i + 1]) != 0;
+    if (!std::strcmp(argv[i], "--steps")) args.steps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--tokens")) args.tokens = std::atoll(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--threads")) args.threads = std::max(1, std::atoi(argv[i + 1]));
+    if (!std::strcmp(argv[i], "--thread-split")) args.split = argv[i + 1];
     if (!std::strcmp(argv[i], "--dtypes")) dtypes = argv[i + 1];
     if (!std::strcmp(argv[i], "--ranks")) rank_list = argv[i + 1];
+    if (!std::strcmp(argv[i], "--prompt")) args.prompt = std::atoll(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--response")) args.response = std::atoll(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--group")) args.group = std::atoll(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--shared")) args.shared = std::atoi(argv[i + 1]) != 0;
   }
-  if (is_worker) return worker(argc, argv, dtype, reshard, steps, tokens, threads, split);
+  if (is_worker) return worker(argc, argv, args);
 
-  setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
-  setenv("OPENBLAS_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  setenv("OMP_NUM_THREADS", std::to_string(args.threads).c_str(), 1);
+  setenv("OPENBLAS_NUM_THREADS", std::to_string(args.threads).c_str(), 1);
   if (getuid() == 0) {  // OpenMPI refuses root without these
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  }
+  if (args.prompt > 0) {
+    args.response = std::max<int64_t>(args.response, 1);
+    args.group = std::max<int64_t>(args.group, 1);
+    // The whole tree in one micro-batch; unshared, one sequence per micro-batch or more.
+    args.tokens = std::max(args.tokens, args.prompt - 1 + args.group * args.response);
+    shared_prefix_rows(argv[0], args, dtypes);
+    return 0;
   }
   const flywheel::model::ModelConfig config = bench_config();
   std::printf(
       "learner_bench: %.1fM-parameter Qwen2-shaped model, %lld tokens per rank per step "
       "(sequences of %lld), %d timed steps, %d thread(s) per rank, --thread-split %s\n",
-      config.num_parameters() / 1e6, static_cast<long long>(tokens),
-      static_cast<long long>(kSequence), steps, threads, split.c_str());
+      config.num_parameters() / 1e6, static_cast<long long>(args.tokens),
+      static_cast<long long>(kSequence), args.steps, args.threads, args.split.c_str());
   for (const std::string d : {"float32", "bfloat16"}) {
     if (!flywheel::bench::listed(dtypes, d)) continue;
     flywheel::model::ThreadLayoutOptions layout;  // the peak under the ranks' own layout
-    layout.threads = threads;
+    layout.threads = args.threads;
     layout.dtype = d == "float32" ? at::kFloat : at::kBFloat16;
-    if (flywheel::model::parse_thread_split(split, &layout.split)) {
+    if (flywheel::model::parse_thread_split(args.split, &layout.split)) {
       flywheel::model::apply_thread_layout(layout);
     } else {
-      at::set_num_threads(threads);
+      at::set_num_threads(args.threads);
     }
     const double peak = flywheel::bench::matmul_gflops(d == "float32" ? at::kFloat : at::kBFloat16);
     double one = 0;
     for (int ranks : {1, 2}) {
       if (!flywheel::bench::listed(rank_list, std::to_string(ranks))) continue;
       for (bool r : {true, false}) {
-        const double tps = run_worker(argv[0], ranks, d, r, steps, tokens, threads, split);
+        WorkerArgs run = args;
+        run.dtype = d;
+        run.reshard = r;
+        const double tps = run_worker(argv[0], ranks, run);
         const double gflops = tps * flops_per_token(config) / 1e9 / ranks;  // per rank (core)
         if (ranks == 1 && r) one = tps;
         std::printf(
             "%-8s %d rank(s) reshard_after_forward=%d: %7.1f tokens/s, %6.1f GFLOP/s per rank = "
             "%5.1f%% of the %s matmul peak (%.1f GFLOP/s, %d thread(s))%s\n",
-            d.c_str(), ranks, r, tps, gflops, 100 * gflops / peak, d.c_str(), peak, threads,
+            d.c_str(), ranks, r, tps, gflops, 100 * gflops / peak, d.c_str(), peak, args.threads,
             ranks == 2 && r && one > 0
                 ? (std::string(", ") + std::to_string(tps / one).substr(0, 4) + "x 1 rank").c_str()
                 : "");

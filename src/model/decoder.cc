@@ -416,6 +416,10 @@ at::Tensor training_mask(const ForwardBatch& batch, at::Device device) {
   if (!batch.segment_ids.defined()) return causal.unsqueeze(0).expand({B, T, T});
   at::Tensor seg = batch.segment_ids.to(device);
   at::Tensor same = seg.unsqueeze(2).eq(seg.unsqueeze(1)) & seg.unsqueeze(1).ne(0);
+  if (batch.prefix_ids.defined()) {  // and the shared prefix each token reads
+    at::Tensor prefix = batch.prefix_ids.to(device).unsqueeze(2);
+    same = same | (prefix.eq(seg.unsqueeze(1)) & prefix.ne(0));
+  }
   at::Tensor self = at::eye(T, at::TensorOptions().dtype(at::kBool).device(device));
   return (same & causal) | self;
 }

@@ -94,9 +94,10 @@ absl::StatusOr<at::Tensor> DpoTrainer::response_logps(
   if (widest[1].item<int64_t>() != 0) {
     return absl::InvalidArgumentError("another rank's preference pairs are invalid");
   }
-  FLYWHEEL_ASSIGN_OR_RETURN(BalancedMicroBatches packed,
-                            pack_balanced(tokens, ids, options_.optimizer.micro_batch_tokens,
-                                          widest[0].item<int64_t>(), *comm_));
+  FLYWHEEL_ASSIGN_OR_RETURN(
+      BalancedMicroBatches packed,
+      pack_balanced(tokens, ids, options_.optimizer.pack_options(widest[0].item<int64_t>()),
+                    *comm_));
   at::Tensor sums = at::zeros({static_cast<int64_t>(2 * examples.size())}, at::kDouble);
   std::unique_ptr<at::NoGradGuard> no_grad;
   if (weights == nullptr) no_grad = std::make_unique<at::NoGradGuard>();

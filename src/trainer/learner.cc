@@ -17,31 +17,6 @@
 
 namespace flywheel::trainer {
 
-LearnerOptions LearnerOptions::from_config(const core::Config& c) {
-  const core::TrainerOptions& t = c.trainer;
-  const core::AlgorithmOptions& a = c.algorithm;
-  LearnerOptions o;
-  static_cast<OptimizerOptions&>(o) = OptimizerOptions::from_config(t, c.model.path);
-  o.ppo_epochs = t.ppo_epochs;
-  o.mini_batches = t.mini_batches;
-  o.critic_lr = t.critic_lr;
-  o.temperature = c.rollout.temperature > 0 ? c.rollout.temperature : 1.0;
-  o.kl_coef = a.kl_coef;
-  o.kl_in_reward = a.kl_in_reward;
-  o.adaptive_kl = a.kl_controller == core::KlController::kAdaptive;
-  o.kl_target = a.kl_target;
-  o.kl_horizon = a.kl_horizon;
-  o.entropy_coef = a.entropy_coef;
-  o.value_clip = a.value_clip;
-  o.critic = a.advantage_estimator == "gae";
-  o.overlong_buffer_len = a.overlong_buffer_len;
-  o.turn_discount = c.environment.turn_discount;
-  o.overlong_penalty_factor = a.overlong_penalty_factor;
-  o.max_response_tokens = c.rollout.max_new_tokens;
-  o.router_replay = a.router_replay == "r3";
-  return o;
-}
-
 // The step's sequences: the whole batch (every rank the same) and this rank's rows.
 struct Learner::Batch {
   int64_t max_response = 0;
@@ -63,14 +38,13 @@ namespace {
 // The micro-batches of `rows` (local rows; `mine` maps them to sequences of the batch).
 absl::StatusOr<BalancedMicroBatches> pack_rows(
     const std::vector<const buffer::Trajectory*>& sequences, const std::vector<int64_t>& mine,
-    const std::vector<int64_t>& rows, int64_t max_tokens, int64_t max_response,
-    comm::Communicator& comm) {
+    const std::vector<int64_t>& rows, const PackOptions& options, comm::Communicator& comm) {
   std::vector<SequenceTokens> tokens;
   for (int64_t row : rows) {
     const buffer::Trajectory* t = sequences[mine[row]];
     tokens.push_back({&t->prompt_ids, &t->response_ids, t});
   }
-  return pack_balanced(tokens, rows, max_tokens, max_response, comm);
+  return pack_balanced(tokens, rows, options, comm);
 }
 
 // [S_local, R] -> [S, R] over every rank (rows of other ranks' sequences filled in), in batch
@@ -157,6 +131,8 @@ absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const LearnerOptions& o
     routed.routes = options.router_replay ? RouteUse::kReplay : RouteUse::kCompare;
   }
   routed.load_balancing = true;  // when the config asks for it (the critic's too)
+  // The load-balancing loss counts every sample's prompt tokens.
+  if (wants_load_balancing(model_config)) learner->options_.shared_prefix = false;
   auto policy = ShardedDecoder::create(model_config, comm, routed);
   if (!policy.ok()) return policy.status();
   learner->policy_ = std::move(*policy);
@@ -209,7 +185,7 @@ at::Tensor Learner::infer(ShardedDecoder& model, const Batch& batch, bool values
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
   // Packing succeeded for these rows in step() already.
   BalancedMicroBatches packed = *pack_rows(batch.sequences, batch.mine, all,
-                                           options_.micro_batch_tokens, batch.max_response, *comm_);
+                                           options_.pack_options(batch.max_response), *comm_);
   at::Tensor out = at::zeros({static_cast<int64_t>(batch.mine.size()), batch.max_response});
   HeadOptions head;
   head.temperature = options_.temperature;
@@ -246,9 +222,15 @@ absl::Status Learner::update(const Batch& batch, bool critic, Metrics* metrics) 
                               counts[2].item<double>()};
       FLYWHEEL_ASSIGN_OR_RETURN(BalancedMicroBatches packed,
                                 pack_rows(batch.sequences, batch.mine, rows,
-                                          options_.micro_batch_tokens, batch.max_response, *comm_));
+                                          options_.pack_options(batch.max_response), *comm_));
       double loss_sum = 0;
       sums.add_mean(prefix + "micro_batches", static_cast<double>(packed.micro_batches.size()), 1);
+      double positions = 0, unshared = 0;
+      for (const MicroBatch& mb : packed.micro_batches) {
+        positions += static_cast<double>(mb.tokens);
+        unshared += static_cast<double>(mb.unshared_tokens);
+      }
+      sums.add_mean(prefix + "positions_saved", 1 - positions / std::max(unshared, 1.0), 1);
       for (const MicroBatch& mb : packed.micro_batches) {
         TokenOutputs out = model.forward(mb.batch, head);
         at::Tensor loss;
@@ -459,7 +441,7 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
     for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
     FLYWHEEL_ASSIGN_OR_RETURN(
         BalancedMicroBatches packed,
-        pack_rows(batch.sequences, batch.mine, all, options_.micro_batch_tokens, R, *comm_));
+        pack_rows(batch.sequences, batch.mine, all, options_.pack_options(R), *comm_));
   }
 
   // 1. Proximal, reference and critic passes.

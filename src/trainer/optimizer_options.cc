@@ -8,11 +8,20 @@ OptimizerOptions OptimizerOptions::from_config(const core::TrainerOptions& t,
                                                const std::string& model_path) {
   OptimizerOptions o;
   o.micro_batch_tokens = t.micro_batch_tokens;
+  o.shared_prefix = t.shared_prefix;
   o.lr = {t.lr, t.lr_schedule, t.warmup_steps, t.total_steps, t.min_lr_ratio};
   o.adamw = {t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};
   o.grad_clip = t.grad_clip;
   o.max_consecutive_skips = t.max_consecutive_skips;
   o.sharding = ShardingOptions::from_config(t, model_path);
+  return o;
+}
+
+PackOptions OptimizerOptions::pack_options(int64_t max_response) const {
+  PackOptions o;
+  o.max_tokens = micro_batch_tokens;
+  o.max_response = max_response;
+  o.shared_prefix = shared_prefix;
   return o;
 }
 

@@ -71,7 +71,7 @@ absl::StatusOr<at::Tensor> ProcessRewardTrainer::pass(
   const double all_steps = std::max(1.0, total[0].item<double>());
   FLYWHEEL_ASSIGN_OR_RETURN(
       BalancedMicroBatches packed,
-      pack_balanced(tokens, ids, options_.micro_batch_tokens, shared[0].item<int64_t>(), *comm_));
+      pack_balanced(tokens, ids, options_.pack_options(shared[0].item<int64_t>()), *comm_));
   at::Tensor sums = at::zeros({kSums}, at::kDouble);
   std::unique_ptr<at::NoGradGuard> no_grad;
   if (!train) no_grad = std::make_unique<at::NoGradGuard>();

@@ -17,6 +17,8 @@ absl::StatusOr<std::unique_ptr<SftTrainer>> SftTrainer::create(const SftOptions&
     return absl::InvalidArgumentError("micro_batch_tokens must be >= 1");
   }
   std::unique_ptr<SftTrainer> sft(new SftTrainer(options, comm));
+  // The load-balancing loss counts every sample's prompt tokens.
+  if (wants_load_balancing(config)) sft->options_.shared_prefix = false;
   ShardingOptions sharding = options.sharding;
   sharding.value_head = false;
   sharding.load_balancing = true;  // when the config asks for it
@@ -45,7 +47,7 @@ absl::StatusOr<std::pair<double, double>> SftTrainer::run(
     ids.push_back(static_cast<int64_t>(i));
   }
   FLYWHEEL_ASSIGN_OR_RETURN(BalancedMicroBatches packed,
-                            pack_balanced(tokens, ids, options_.micro_batch_tokens, R, *comm_));
+                            pack_balanced(tokens, ids, options_.pack_options(R), *comm_));
   std::unique_ptr<at::NoGradGuard> no_grad;
   if (!train) no_grad = std::make_unique<at::NoGradGuard>();
   double logprob_sum = 0, count = 0;

@@ -222,6 +222,7 @@ TokenOutputs ShardedDecoder::forward(const PackedBatch& batch, const HeadOptions
   fb.tokens = batch.tokens;
   fb.positions = batch.positions;
   fb.segment_ids = batch.segment_ids;
+  fb.prefix_ids = batch.prefix_ids;
   const bool routed = options_.routes != RouteUse::kIgnore && batch.routes.defined();
   if (routed) {
     fb.routes = batch.routes;

@@ -133,6 +133,41 @@ TEST(LearnerTest, LossAndUpdateDoNotDependOnMicroBatchesOrRanksForEveryAggregati
   }
 }
 
+TEST(LearnerTest, SharedPrefixesGiveTheUnsharedLossesAndUpdates) {
+  auto world = flywheel::testing::world_communicator();
+  LearnerOptions options = small_options();
+  options.ppo_epochs = 2;
+  options.mini_batches = 2;
+  for (int ranks : {1, 4}) {
+    if (ranks > world->size()) continue;
+    options.shared_prefix = false;
+    RunResult plain = train(*world, ranks, options, algos::AggMode::kTokenMean, /*steps=*/3);
+    options.shared_prefix = true;
+    RunResult shared = train(*world, ranks, options, algos::AggMode::kTokenMean, /*steps=*/3);
+    if (world->rank() != 0) continue;
+    SCOPED_TRACE(absl::StrCat(ranks, " rank(s)"));
+    ASSERT_EQ(plain.steps.size(), 3u);
+    ASSERT_EQ(shared.steps.size(), 3u);
+    double metric_diff = 0;
+    for (int s = 0; s < 3; ++s) {
+      EXPECT_EQ(plain.steps[s].at("actor/positions_saved"), 0);
+      // Groups of 4 samples of a 2-6 token prompt: a third or more of the positions.
+      EXPECT_GT(shared.steps[s].at("actor/positions_saved"), 0.1);
+      for (const char* key : {"actor/pg_loss", "actor/grad_norm", "actor/entropy",
+                              "actor/pg_clipfrac", "rollout_corr/logprob_abs_diff_max"}) {
+        metric_diff =
+            std::max(metric_diff, std::abs(plain.steps[s].at(key) - shared.steps[s].at(key)));
+      }
+    }
+    const double param_diff = max_param_diff(plain, shared);
+    std::printf(
+        "  %d rank(s): positions saved %.3f, max |metric diff| %.3g, max |param diff| %.3g\n",
+        ranks, shared.steps[0].at("actor/positions_saved"), metric_diff, param_diff);
+    EXPECT_LE(metric_diff, 1e-5);
+    EXPECT_LE(param_diff, 1e-5);
+  }
+}
+
 TEST(LearnerTest, ParametersGradientsAndOptimizerStateScaleAsOneOverRanks) {
   auto world = flywheel::testing::world_communicator();
   std::map<int, int64_t> bytes;

@@ -48,6 +48,10 @@ struct ForwardBatch {
   // tokens of its own segment; 0 marks padding (attends only to itself). Undefined: one segment
   // per row, no padding.
   at::Tensor segment_ids;
+  // Without a cache, optional (shared-prefix packing): per token, the segment id of a shared
+  // prefix it also attends to, causally (0: none). A prefix's tokens precede the segments that
+  // read it in the row. Undefined: none.
+  at::Tensor prefix_ids;
   // With a cache: row b's first lengths[b] tokens are written to slot slots[b] at their
   // positions, and attend to every position of that slot up to their own (earlier prefill or
   // decode steps included). Tokens past lengths[b] are padding and are not written.

@@ -6,6 +6,15 @@
 // P - 1 + j predicts response token j. unpack() turns per-position outputs of a micro-batch
 // ([1, T]) into per-response-token matrices [sequences, max_response] in the order of
 // MicroBatch::sequences, the layout the losses and estimators work in.
+//
+// Shared prefixes (PackOptions::shared_prefix): sequences with the same prompt (a GRPO group,
+// a DPO pair) are packed as one tree: the prompt's first P - 1 tokens once (one segment), then
+// per sequence a branch of its own, the prompt's last token and the response's first R - 1
+// tokens at positions P - 1 ..., whose tokens read the shared tokens and their own branch
+// (PackedBatch::prefix_ids). A group of n sequences takes P - 1 + sum R positions instead of
+// n (P - 1) + sum R, and the prompt's forward and backward run once; the gradient through it
+// sums every branch's. Results equal the unshared packing's up to rounding. A group that does
+// not fit one micro-batch is split into trees that do.
 #pragma once
 
 #include <cstdint>
@@ -34,13 +43,21 @@ struct MicroBatch {
   at::Tensor index;                // [S, max_response] int64: row position of each response token
   at::Tensor valid;                // [S, max_response] bool: j < that sequence's response length
   int64_t tokens = 0;              // T
+  int64_t unshared_tokens = 0;     // T without shared prefixes (sum of P + R - 1)
+};
+
+struct PackOptions {
+  int64_t max_tokens = 8192;  // positions per micro-batch (trainer.micro_batch_tokens)
+  int64_t max_response = 1;   // >= every response length: the width of index / valid
+  // Sequences with equal prompts (of >= 2 tokens) share them (see above); sequences with
+  // mixture-of-experts routes never do (their routes are per sequence).
+  bool shared_prefix = false;
 };
 
 // InvalidArgument naming the sequence when one does not fit in `max_tokens` (never truncated)
-// or has an empty prompt or response. `max_response` (>= every response length) sets the
-// width of index / valid.
+// or has an empty prompt or response.
 absl::StatusOr<std::vector<MicroBatch>> pack_micro_batches(
-    const std::vector<SequenceTokens>& sequences, int64_t max_tokens, int64_t max_response);
+    const std::vector<SequenceTokens>& sequences, const PackOptions& options);
 
 // A micro-batch of no sequence (one padding token), run by a rank with fewer micro-batches than
 // the others so that every rank makes the same collective calls.
@@ -58,7 +75,7 @@ struct BalancedMicroBatches {
 };
 absl::StatusOr<BalancedMicroBatches> pack_balanced(const std::vector<SequenceTokens>& sequences,
                                                    const std::vector<int64_t>& ids,
-                                                   int64_t max_tokens, int64_t max_response,
+                                                   const PackOptions& options,
                                                    comm::Communicator& comm);
 
 // Per-position values of a micro-batch's row ([1, T] or [T]) as [S, max_response], zero where

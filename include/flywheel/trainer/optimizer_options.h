@@ -11,6 +11,7 @@
 
 #include "flywheel/core/options/trainer_options.h"
 #include "flywheel/trainer/lr_schedule.h"
+#include "flywheel/trainer/micro_batch.h"
 #include "flywheel/trainer/sharded_adamw.h"
 #include "flywheel/trainer/sharded_decoder.h"
 
@@ -18,11 +19,16 @@ namespace flywheel::trainer {
 
 struct OptimizerOptions {
   int64_t micro_batch_tokens = 8192;
+  bool shared_prefix = true;  // trainer.shared_prefix (PackOptions::shared_prefix)
   LrScheduleOptions lr;
   AdamWOptions adamw;
   double grad_clip = 1.0;  // 0 = off
   int64_t max_consecutive_skips = 3;
   ShardingOptions sharding;
+
+  // How micro-batches of responses up to `max_response` tokens are packed. Trainers turn
+  // shared_prefix off under the load-balancing loss (it counts every sample's prompt tokens).
+  PackOptions pack_options(int64_t max_response) const;
 
   // `model_path`: model.path, the frozen base weights of trainer.lora.
   static OptimizerOptions from_config(const core::TrainerOptions& trainer,

@@ -78,6 +78,9 @@ struct PackedBatch {
   at::Tensor positions;    // [B, T] int64, restarting at 0 for every sequence
   at::Tensor segment_ids;  // [B, T] int64: 1, 2, ... per sequence of a row; 0 = padding
   at::Tensor targets;      // [B, T] int64: the token predicted at each position (any id if unused)
+  // [B, T] int64, optional: the segment of a shared prompt each token also reads (0: none;
+  // model::ForwardBatch::prefix_ids). Undefined: no shared prompt.
+  at::Tensor prefix_ids;
   // Mixture of experts, optional: [B, T, moe_layers, k] int64, the experts the rollout engine
   // routed each input token to (-1: none), replayed or compared (ShardingOptions::routes).
   at::Tensor routes;

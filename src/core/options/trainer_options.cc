@@ -41,6 +41,12 @@ void bind_options(FieldBinder& b, TrainerOptions& o) {
           FieldInfo("Optimizer updates per epoch (the batch is split evenly).").min(1));
   b.field("micro_batch_tokens", &o.micro_batch_tokens,
           FieldInfo("Token budget of one forward/backward chunk (gradient accumulation).").min(1));
+  b.field("shared_prefix", &o.shared_prefix,
+          FieldInfo("Samples of one prompt in a micro-batch share the prompt's forward and "
+                    "backward: its tokens are computed once and every sample's response reads "
+                    "their keys and values (equal results to rounding; off: each sample "
+                    "recomputes its prompt). Mixture-of-experts trajectories (their routes are per "
+                    "sample) and models trained with the load-balancing loss do not share."));
   b.field("lr", &o.lr, FieldInfo("Peak learning rate of the policy.").greater_than(0));
   b.choice("lr_schedule", &o.lr_schedule, FieldInfo("Schedule after warmup."));
   b.field("warmup_steps", &o.warmup_steps, FieldInfo("Linear warmup steps.").min(0));

@@ -33,6 +33,7 @@ struct TrainerOptions {
   int64_t ppo_epochs = 1;             // passes over each step's batch
   int64_t mini_batches = 1;           // optimizer updates per epoch
   int64_t micro_batch_tokens = 8192;  // tokens per forward/backward chunk
+  bool shared_prefix = true;          // samples of one prompt share its forward (micro_batch.h)
   double lr = 1e-6;
   LrScheduleKind lr_schedule = LrScheduleKind::kConstant;
   int64_t warmup_steps = 0;
