@@ -5,11 +5,13 @@
 //   build/benchmarks/learner_bench [--steps 3] [--tokens 512] [--threads 1]
 //       [--thread-split none|auto|blas|aten] [--dtypes float32,bfloat16] [--ranks 1,2]
 //   build/benchmarks/learner_bench --prompt 1024 --response 128 --group 8 [--steps 1]
+//   build/benchmarks/learner_bench --profile 1 [--dtypes ...] [--steps 3] [--reshard 1]
 //
 // With --prompt, the shared-prefix rows instead (trainer.shared_prefix): one rank trains a group
 // of --group samples of one --prompt-token prompt and --response tokens each, unshared and
 // shared, and prints tokens/s of both (every sample's prompt and response tokens counted, the
-// same numerator for both) and their ratio.
+// same numerator for both) and their ratio. With --profile 1, one rank per dtype and where its
+// steps' time goes (op_profile.h: forward / backward by kind, optimizer, collectives, the rest).
 //
 // --threads T runs T threads per rank; --thread-split none sets ATen to T and leaves BLAS at
 // OPENBLAS_NUM_THREADS=T (what `flywheel train` gives its learners), the others apply that
@@ -23,6 +25,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,6 +35,7 @@
 #include "flywheel/model/cpu/cpu_allocator.h"
 #include "flywheel/model/cpu/thread_layout.h"
 #include "flywheel/trainer/sft_trainer.h"
+#include "op_profile.h"
 
 namespace {
 
@@ -63,13 +68,15 @@ struct WorkerArgs {
   // and `response` tokens each, trained with trainer.shared_prefix `shared`.
   int64_t prompt = 0, response = 0, group = 0;
   bool shared = false;
+  bool profile = false;  // rank 0 prints an OpProfile table of the timed steps
 
   std::string flags() const {
     return " --dtype " + dtype + " --reshard " + (reshard ? "1" : "0") + " --steps " +
            std::to_string(steps) + " --tokens " + std::to_string(tokens) + " --threads " +
            std::to_string(threads) + " --thread-split " + split + " --prompt " +
            std::to_string(prompt) + " --response " + std::to_string(response) + " --group " +
-           std::to_string(group) + " --shared " + (shared ? "1" : "0");
+           std::to_string(group) + " --shared " + (shared ? "1" : "0") + " --profile " +
+           (profile ? "1" : "0");
   }
 };
 
@@ -141,6 +148,8 @@ int worker(int argc, char** argv, const WorkerArgs& args) {
   }
   if (!(*sft)->step(mine).ok()) return 1;  // warm-up
   (*world)->barrier();
+  std::unique_ptr<flywheel::bench::OpProfile> profile;
+  if (args.profile) profile = std::make_unique<flywheel::bench::OpProfile>();
   auto start = Clock::now();
   for (int s = 0; s < args.steps; ++s) {
     if (!(*sft)->step(mine).ok()) return 1;
@@ -149,23 +158,53 @@ int worker(int argc, char** argv, const WorkerArgs& args) {
   const double elapsed = seconds_since(start);
   if ((*world)->rank() == 0) {
     std::printf("RESULT %.3f\n", args.steps * tokens * (*world)->size() / elapsed);
+    if (profile != nullptr) {
+      std::istringstream table(profile->table());
+      for (std::string line; std::getline(table, line);) std::printf("PROFILE %s\n", line.c_str());
+    }
   }
   return 0;
 }
 
-// Runs the worker under mpiexec; its tokens/s, or 0 on failure.
-double run_worker(const char* self, int ranks, const WorkerArgs& args) {
+// Runs the worker under mpiexec; its tokens/s, or 0 on failure. `profile`: the worker's
+// OpProfile table lines (args.profile).
+double run_worker(const char* self, int ranks, const WorkerArgs& args,
+                  std::vector<std::string>* profile = nullptr) {
   const std::string command = std::string("mpiexec -np ") + std::to_string(ranks) +
                               " --oversubscribe " + self + " --worker" + args.flags();
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return 0;
-  char line[256];
+  char line[512];
   double result = 0;
   while (fgets(line, sizeof(line), pipe) != nullptr) {
     if (std::strncmp(line, "RESULT ", 7) == 0) result = std::atof(line + 7);
+    if (profile != nullptr && std::strncmp(line, "PROFILE ", 8) == 0) profile->push_back(line + 8);
   }
   pclose(pipe);
   return result;
+}
+
+// --profile: one rank per dtype, where its step's time goes (OpProfile), beside the peak.
+void profile_rows(const char* self, const WorkerArgs& base, const std::string& dtypes) {
+  const flywheel::model::ModelConfig config = bench_config();
+  for (const std::string d : {"float32", "bfloat16"}) {
+    if (!flywheel::bench::listed(dtypes, d)) continue;
+    const double peak = flywheel::bench::libtorch_matmul_gflops(
+        d == "float32" ? at::kFloat : at::kBFloat16, base.threads);
+    WorkerArgs args = base;
+    args.dtype = d;
+    args.profile = true;
+    std::vector<std::string> table;
+    const double tps = run_worker(self, 1, args, &table);
+    const double gflops = tps * flops_per_token(config) / 1e9;
+    std::printf(
+        "\n%s, 1 rank, reshard_after_forward=%d, %d thread(s): %.1f tokens/s, %.1f GFLOP/s = "
+        "%.1f%% of the %s matmul peak (%.1f GFLOP/s); where the %d profiled step(s) went:\n\n",
+        d.c_str(), args.reshard, args.threads, tps, gflops, 100 * gflops / peak, d.c_str(), peak,
+        args.steps);
+    for (const std::string& line : table) std::printf("%s", line.c_str());
+    std::fflush(stdout);
+  }
 }
 
 // The shared-prefix rows: one rank, each dtype, unshared then shared.
@@ -216,6 +255,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--response")) args.response = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--group")) args.group = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--shared")) args.shared = std::atoi(argv[i + 1]) != 0;
+    if (!std::strcmp(argv[i], "--profile")) args.profile = std::atoi(argv[i + 1]) != 0;
   }
   if (is_worker) return worker(argc, argv, args);
 
@@ -224,6 +264,10 @@ int main(int argc, char** argv) {
   if (getuid() == 0) {  // OpenMPI refuses root without these
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  }
+  if (args.profile) {
+    profile_rows(argv[0], args, dtypes);
+    return 0;
   }
   if (args.prompt > 0) {
     args.response = std::max<int64_t>(args.response, 1);
@@ -241,15 +285,19 @@ int main(int argc, char** argv) {
       static_cast<long long>(kSequence), args.steps, args.threads, args.split.c_str());
   for (const std::string d : {"float32", "bfloat16"}) {
     if (!flywheel::bench::listed(dtypes, d)) continue;
-    flywheel::model::ThreadLayoutOptions layout;  // the peak under the ranks' own layout
+    // The peak under the ranks' own layout; with --thread-split none (OpenBLAS at
+    // OPENBLAS_NUM_THREADS, which this process sets too late for its own OpenBLAS) LibTorch's
+    // peak on --threads threads.
+    flywheel::model::ThreadLayoutOptions layout;
     layout.threads = args.threads;
     layout.dtype = d == "float32" ? at::kFloat : at::kBFloat16;
+    double peak = 0;
     if (flywheel::model::parse_thread_split(args.split, &layout.split)) {
       flywheel::model::apply_thread_layout(layout);
+      peak = flywheel::bench::matmul_gflops(layout.dtype);
     } else {
-      at::set_num_threads(args.threads);
+      peak = flywheel::bench::libtorch_matmul_gflops(layout.dtype, args.threads);
     }
-    const double peak = flywheel::bench::matmul_gflops(d == "float32" ? at::kFloat : at::kBFloat16);
     double one = 0;
     for (int ranks : {1, 2}) {
       if (!flywheel::bench::listed(rank_list, std::to_string(ranks))) continue;

@@ -1,6 +1,7 @@
 #include "flywheel/model/logprobs.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 namespace flywheel::model {
@@ -126,6 +127,7 @@ class ChunkedLogprobs : public torch::autograd::Function<ChunkedLogprobs> {
 
 TokenLogprobs token_logprobs(const at::Tensor& hidden, const at::Tensor& weight,
                              const at::Tensor& targets, const TokenLogprobOptions& options) {
+  RECORD_USER_SCOPE("flywheel::head");  // profilers' phase (learner_bench --profile)
   TORCH_CHECK(options.temperature > 0, "temperature must be > 0");
   TORCH_CHECK(options.chunk_size > 0, "chunk_size must be > 0");
   TORCH_CHECK(hidden.size(-1) == weight.size(1), "hidden size ", hidden.size(-1),

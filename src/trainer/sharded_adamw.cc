@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -66,6 +67,7 @@ void ShardedAdamW::step(double lr, double grad_scale) {
 
 ShardedAdamW::Update ShardedAdamW::finish_update(double local_loss, double lr,
                                                  double max_grad_norm) {
+  RECORD_USER_SCOPE("flywheel::optimizer");  // profilers' phase (learner_bench --profile)
   Update update;
   at::Tensor total = at::full({1}, local_loss, at::kDouble);
   comm_->all_reduce_host(total, comm::ReduceOp::kSum);

@@ -1,6 +1,7 @@
 #include "unit_autograd.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -12,7 +13,9 @@ using torch::autograd::variable_list;
 
 // all-gather of the shard, cast to the compute dtype first (half the bytes for bfloat16).
 at::Tensor gather(const FlatUnit& unit, const GatherSpec& spec) {
+  RECORD_USER_SCOPE("flywheel::collective");  // profilers' phase (learner_bench --profile)
   at::Tensor shard = unit.shard().detach().to(spec.param_dtype).contiguous();
+  if (spec.comm->size() == 1) return shard;  // the whole unit already (no copy in float32)
   at::Tensor full = at::empty({unit.padded_numel()}, shard.options());
   spec.comm->all_gather(shard, full);
   return full;
@@ -24,6 +27,7 @@ at::Tensor gather(const FlatUnit& unit, const GatherSpec& spec) {
 // backward of a view allocates and adds a zero tensor of the whole buffer per parameter.
 at::Tensor scatter_grad(const FlatUnit& unit, const std::vector<at::Tensor>& grads,
                         const GatherSpec& spec) {
+  RECORD_USER_SCOPE("flywheel::collective");
   at::Tensor full = at::zeros({unit.padded_numel()},
                               unit.shard().options().dtype(spec.reduce_dtype).requires_grad(false));
   for (size_t i = 0; i < grads.size(); ++i) {
@@ -31,6 +35,7 @@ at::Tensor scatter_grad(const FlatUnit& unit, const std::vector<at::Tensor>& gra
     const FlatParam& p = unit.params()[i];
     full.narrow(0, p.offset, p.numel).copy_(grads[i].reshape({-1}));
   }
+  if (spec.comm->size() == 1) return full.to(at::kFloat);  // nothing to sum over
   at::Tensor shard = at::empty({unit.shard_numel()}, full.options());
   spec.comm->reduce_scatter(full, shard, comm::ReduceOp::kSum);
   return shard.to(at::kFloat);
