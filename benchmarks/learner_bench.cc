@@ -6,6 +6,7 @@
 //       [--thread-split none|auto|blas|aten] [--dtypes float32,bfloat16] [--ranks 1,2]
 //   build/benchmarks/learner_bench --prompt 1024 --response 128 --group 8 [--steps 1]
 //   build/benchmarks/learner_bench --profile 1 [--dtypes ...] [--steps 3] [--reshard 1]
+//       [--prompt P --response R --group G --shared 0|1]
 //
 // With --prompt, the shared-prefix rows instead (trainer.shared_prefix): one rank trains a group
 // of --group samples of one --prompt-token prompt and --response tokens each, unshared and
@@ -265,15 +266,17 @@ int main(int argc, char** argv) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   }
-  if (args.profile) {
-    profile_rows(argv[0], args, dtypes);
-    return 0;
-  }
   if (args.prompt > 0) {
     args.response = std::max<int64_t>(args.response, 1);
     args.group = std::max<int64_t>(args.group, 1);
     // The whole tree in one micro-batch; unshared, one sequence per micro-batch or more.
     args.tokens = std::max(args.tokens, args.prompt - 1 + args.group * args.response);
+  }
+  if (args.profile) {  // with --prompt: that group, shared as --shared says
+    profile_rows(argv[0], args, dtypes);
+    return 0;
+  }
+  if (args.prompt > 0) {
     shared_prefix_rows(argv[0], args, dtypes);
     return 0;
   }

@@ -192,6 +192,10 @@ one_worker() {
   # 600 steps: under ctest -j2 a 300-step run ended (29 s) before any of the 11 tries below
   # caught worker a holding leases.
   local run=worker steps=600
+  # Each try stops worker a for 2 s, which would expire an AcquireWork it has in flight under
+  # the 2 s deadline of the other scenarios (and end the worker: a missed deadline is an error),
+  # so here the deadline is longer than a stop. write_config reads this local.
+  local rpc_deadline_s=10
   write_config "$run" "$steps" > /dev/null
   start_learners "$run"
   start_worker "$run" a

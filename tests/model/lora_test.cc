@@ -111,8 +111,8 @@ TEST(LoraTest, AdapterNamesAndShapesFollowPeft) {
 }
 
 // Merged and unmerged adapters both run the model with W + scale * B A, with and without a
-// cache, in float32 (<= 1e-5) and bfloat16 (the kernels' paths: within twice the error of the
-// merged-by-hand weights themselves run in bfloat16, against float32).
+// cache, in float32 (<= 1e-5) and bfloat16 (within twice (merged) or three times (unmerged) the
+// error of the merged-by-hand weights themselves run in bfloat16, against float32).
 TEST(LoraTest, MergedAndUnmergedEqualTheWeightsMergedByHand) {
   for (const char* family : {"qwen2", "qwen3", "llama", "qwen3_moe"}) {
     const ModelConfig config = testing::tiny_config(family);
@@ -137,10 +137,14 @@ TEST(LoraTest, MergedAndUnmergedEqualTheWeightsMergedByHand) {
         auto error = [](const at::Tensor& got, const at::Tensor& w) {
           return (got.to(at::kFloat) - w).abs().max().item<double>();
         };
-        const double tol = dtype == at::kFloat ? 1e-5 : 2 * error(ref->forward(b), want);
+        // bfloat16: within `times` the error of the merged-by-hand weights; unmerged adapters
+        // round their own product (x A^T B^T) once more, which on LibTorch's bfloat16 path (CPUs
+        // without AVX512-BF16, where flywheel's kernels do not run) measured up to 2.4x.
+        const double times = merged ? 2 : 3;
+        const double tol = dtype == at::kFloat ? 1e-5 : times * error(ref->forward(b), want);
         EXPECT_LE(error(adapted->forward(b), want), tol);
         EXPECT_LE(error(cached_forward(*adapted, b), want_cached),
-                  dtype == at::kFloat ? 1e-5 : 2 * error(cached_forward(*ref, b), want_cached));
+                  dtype == at::kFloat ? 1e-5 : times * error(cached_forward(*ref, b), want_cached));
         // The adapters moved the model: a test of nothing would pass above too.
         EXPECT_GT((base->forward(b) - want).abs().max().item<double>(), 1e-2);
       }
