@@ -197,7 +197,14 @@ void profile_rows(const char* self, const WorkerArgs& base, const std::string& d
     args.profile = true;
     std::vector<std::string> table;
     const double tps = run_worker(self, 1, args, &table);
-    const double gflops = tps * flops_per_token(config) / 1e9;
+    // With --prompt, tokens/s counts every sample's prompt: FLOP/s count the positions computed.
+    double computed = 1;
+    if (args.prompt > 0) {
+      const double P = static_cast<double>(args.prompt), R = static_cast<double>(args.response),
+                   G = static_cast<double>(args.group);
+      computed = (args.shared ? P - 1 + G * R : G * (P + R - 1)) / (G * (P + R));
+    }
+    const double gflops = tps * computed * flops_per_token(config) / 1e9;
     std::printf(
         "\n%s, 1 rank, reshard_after_forward=%d, %d thread(s): %.1f tokens/s, %.1f GFLOP/s = "
         "%.1f%% of the %s matmul peak (%.1f GFLOP/s); where the %d profiled step(s) went:\n\n",
