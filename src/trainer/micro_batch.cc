@@ -63,7 +63,7 @@ std::vector<PackUnit> pack_units(const std::vector<SequenceTokens>& sequences,
       groups.push_back({i});
       continue;
     }
-    auto [it, fresh] = group_of.emplace(prompt, groups.size());
+    auto [it, fresh] = group_of.try_emplace(prompt, groups.size());  // copies new prompts only
     if (fresh) groups.emplace_back();
     groups[it->second].push_back(i);
   }
@@ -107,6 +107,7 @@ class RowWriter {
     const std::vector<int32_t>& prompt = *sequences[unit.members[0]].prompt;
     int64_t prefix_segment = 0;
     if (unit.prefix > 0) {  // the prompt but its last token, once
+      shared_ = true;
       prefix_segment = ++segment_;
       for (int64_t k = 0; k < unit.prefix; ++k) {
         put(prompt[k], prompt[k + 1], k, prefix_segment, 0);
@@ -135,7 +136,7 @@ class RowWriter {
   }
 
   // The micro-batch; prefix ids only where a unit shares its prompt.
-  MicroBatch finish(bool shared) {
+  MicroBatch finish() {
     MicroBatch mb;
     const int64_t T = offset_, S = static_cast<int64_t>(sequences_.size());
     mb.tokens = T;
@@ -145,7 +146,7 @@ class RowWriter {
     mb.batch.targets = at::tensor(targets_, at::kLong).view({1, T});
     mb.batch.positions = at::tensor(positions_, at::kLong).view({1, T});
     mb.batch.segment_ids = at::tensor(segments_, at::kLong).view({1, T});
-    if (shared) mb.batch.prefix_ids = at::tensor(prefixes_, at::kLong).view({1, T});
+    if (shared_) mb.batch.prefix_ids = at::tensor(prefixes_, at::kLong).view({1, T});
     mb.index = at::tensor(index_, at::kLong).view({S, max_response_});
     mb.valid = at::tensor(valid_, at::kByte).view({S, max_response_}).to(at::kBool);
     return mb;
@@ -167,6 +168,7 @@ class RowWriter {
   std::vector<uint8_t> valid_;
   std::vector<int64_t> sequences_;
   int64_t offset_ = 0, segment_ = 0, unshared_ = 0;
+  bool shared_ = false;
 };
 
 }  // namespace
@@ -213,13 +215,9 @@ absl::StatusOr<std::vector<MicroBatch>> pack_micro_batches(
   std::vector<MicroBatch> out;
   for (size_t b = 0; b < bins.size(); ++b) {
     RowWriter row(used[b], max_response);
-    bool shared = false;
-    for (int64_t u : bins[b]) {
-      row.add(sequences, units[u]);
-      shared = shared || units[u].prefix > 0;
-    }
-    MicroBatch mb = row.finish(shared);
-    if (!shared) {
+    for (int64_t u : bins[b]) row.add(sequences, units[u]);
+    MicroBatch mb = row.finish();
+    if (!mb.batch.prefix_ids.defined()) {  // routed sequences never share
       std::vector<int64_t> members;
       for (int64_t u : bins[b]) members.push_back(units[u].members[0]);
       mb.batch.routes = packed_routes(sequences, members, mb.tokens);

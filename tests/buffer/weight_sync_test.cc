@@ -268,6 +268,15 @@ std::unique_ptr<ControllerClient> holding(WeightsFixture& f, const core::Publish
   return client;
 }
 
+// The versions `client` fetched whole, as deltas, and the deltas that failed (fetched whole).
+void expect_fetches(const ControllerClient& client, int64_t full, int64_t deltas,
+                    int64_t failures) {
+  const ControllerClient::WeightFetchCounters counters = client.weight_fetch_counters();
+  EXPECT_EQ(counters.full, full);
+  EXPECT_EQ(counters.deltas, deltas);
+  EXPECT_EQ(counters.delta_failures, failures);
+}
+
 TEST(WeightSyncTest, TheNextVersionArrivesAsADeltaEqualToTheWhole) {
   WeightsFixture f({}, /*keep_versions=*/2, /*delta_level=*/3);
   const core::PublishedWeights v1 = small_weights(1);
@@ -283,15 +292,12 @@ TEST(WeightSyncTest, TheNextVersionArrivesAsADeltaEqualToTheWhole) {
   EXPECT_EQ(held.crc32c, published->crc32c);
   EXPECT_EQ(held.bucket_crc32c, published->bucket_crc32c);
   EXPECT_EQ(held.tensors.size(), 3u);
-  const ControllerClient::WeightFetchCounters counters = client->weight_fetch_counters();
-  EXPECT_EQ(counters.full, 1);
-  EXPECT_EQ(counters.deltas, 1);
-  EXPECT_EQ(counters.delta_failures, 0);
+  expect_fetches(*client, /*full=*/1, /*deltas=*/1, /*failures=*/0);
   const WeightStore::DeltaCounters deltas = f.store.delta_counters();
   EXPECT_EQ(deltas.encoded, 1);
   EXPECT_EQ(deltas.full_bytes, published->payload.size());
   EXPECT_LT(deltas.bytes, published->payload.size() / 2);  // mostly equal bytes
-  EXPECT_EQ(counters.bytes, v1.payload.size() + deltas.bytes);
+  EXPECT_EQ(client->weight_fetch_counters().bytes, v1.payload.size() + deltas.bytes);
   // A second worker holding version 1 gets the delta already encoded.
   auto other = f.client();
   core::PublishedWeights other_held = *f.store.get(1);  // as fetched: with its checksums
@@ -321,10 +327,7 @@ TEST(WeightSyncTest, ADeltaOnTheWrongBaseFailsItsChecksumAndIsFetchedWhole) {
   ASSERT_TRUE(*got);
   EXPECT_EQ(held.payload, f.store.latest()->payload);
   EXPECT_EQ(held.crc32c, f.store.latest()->crc32c);
-  const ControllerClient::WeightFetchCounters counters = client->weight_fetch_counters();
-  EXPECT_EQ(counters.deltas, 0);
-  EXPECT_EQ(counters.delta_failures, 1);
-  EXPECT_EQ(counters.full, 2);
+  expect_fetches(*client, /*full=*/2, /*deltas=*/0, /*failures=*/1);
 }
 
 TEST(WeightSyncTest, ACorruptedDeltaBucketIsRequestedAgain) {
@@ -385,10 +388,7 @@ TEST(WeightSyncTest, VersionsWithoutADeltaComeWhole) {
   ASSERT_TRUE(f.store.publish(stepped(reshaped, 5)).ok());
   ASSERT_TRUE(*client->fetch_weights_into(2, 10, &held));
   EXPECT_EQ(held.payload, f.store.latest()->payload);
-  const ControllerClient::WeightFetchCounters counters = client->weight_fetch_counters();
-  EXPECT_EQ(counters.full, 4);
-  EXPECT_EQ(counters.deltas, 0);
-  EXPECT_EQ(counters.delta_failures, 0);
+  expect_fetches(*client, /*full=*/4, /*deltas=*/0, /*failures=*/0);
 }
 
 TEST(WeightSyncTest, BucketsFitTheSmallerMessageLimit) {
