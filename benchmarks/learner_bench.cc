@@ -7,6 +7,11 @@
 //   build/benchmarks/learner_bench --prompt 1024 --response 128 --group 8 [--steps 1]
 //   build/benchmarks/learner_bench --profile 1 [--dtypes ...] [--steps 3] [--reshard 1]
 //       [--prompt P --response R --group G --shared 0|1]
+//   build/benchmarks/learner_bench --proximal 1 [--dtypes ...] [--tokens 2048] [--prompt ...]
+//
+// With --proximal 1, the RL learner's proximal pass instead (a forward without gradients over
+// the step's packed micro-batches, log-probs of every position): LibTorch's kernels against the
+// rollout engine's (trainer.exact_logprobs), one rank, tokens/s of each.
 //
 // With --prompt, the shared-prefix rows instead (trainer.shared_prefix): one rank trains a group
 // of --group samples of one --prompt-token prompt and --response tokens each, unshared and
@@ -34,7 +39,9 @@
 #include "bench_util.h"
 #include "flywheel/comm/mpi_communicator.h"
 #include "flywheel/model/cpu/cpu_allocator.h"
+#include "flywheel/model/cpu/small_gemm.h"
 #include "flywheel/model/cpu/thread_layout.h"
+#include "flywheel/trainer/micro_batch.h"
 #include "flywheel/trainer/sft_trainer.h"
 #include "op_profile.h"
 
@@ -70,6 +77,8 @@ struct WorkerArgs {
   int64_t prompt = 0, response = 0, group = 0;
   bool shared = false;
   bool profile = false;  // rank 0 prints an OpProfile table of the timed steps
+  // --proximal: time the no-grad log-prob pass, in the engine's kernels (`engine`) or LibTorch's.
+  bool proximal = false, engine = false;
 
   std::string flags() const {
     return " --dtype " + dtype + " --reshard " + (reshard ? "1" : "0") + " --steps " +
@@ -77,7 +86,8 @@ struct WorkerArgs {
            std::to_string(threads) + " --thread-split " + split + " --prompt " +
            std::to_string(prompt) + " --response " + std::to_string(response) + " --group " +
            std::to_string(group) + " --shared " + (shared ? "1" : "0") + " --profile " +
-           (profile ? "1" : "0");
+           (profile ? "1" : "0") + " --proximal " + (proximal ? "1" : "0") + " --engine " +
+           (engine ? "1" : "0");
   }
 };
 
@@ -107,6 +117,38 @@ std::vector<flywheel::trainer::SftExample> bench_examples(const WorkerArgs& args
     }
   }
   return examples;
+}
+
+// --proximal: times the no-grad log-prob pass over `examples`' micro-batches; prints "RESULT
+// <tokens/s>" (every example's prompt and response tokens).
+int proximal_pass(flywheel::comm::Communicator& world, flywheel::trainer::ShardedDecoder& model,
+                  const std::vector<flywheel::trainer::SftExample>& examples,
+                  const WorkerArgs& args) {
+  std::vector<flywheel::trainer::SequenceTokens> sequences;
+  flywheel::trainer::PackOptions pack;
+  pack.max_tokens = args.tokens;
+  pack.shared_prefix = args.shared;
+  int64_t tokens = 0;
+  for (const auto& e : examples) {
+    sequences.push_back({&e.prompt, &e.response});
+    pack.max_response = std::max<int64_t>(pack.max_response, e.response.size());
+    tokens += static_cast<int64_t>(e.prompt.size() + e.response.size());
+  }
+  auto batches = flywheel::trainer::pack_micro_batches(sequences, pack);
+  if (!batches.ok()) return 1;
+  flywheel::trainer::HeadOptions head;
+  head.engine_kernels = args.engine;
+  at::NoGradGuard no_grad;
+  auto pass = [&] {
+    for (const auto& mb : *batches) model.forward(mb.batch, head);
+  };
+  pass();  // warm-up
+  world.barrier();
+  auto start = Clock::now();
+  for (int s = 0; s < args.steps; ++s) pass();
+  const double elapsed = seconds_since(start);
+  if (world.rank() == 0) std::printf("RESULT %.3f\n", args.steps * tokens / elapsed);
+  return 0;
 }
 
 // --worker: trains under MPI and prints "RESULT <tokens/s of all ranks>" on rank 0 (tokens of
@@ -147,6 +189,7 @@ int worker(int argc, char** argv, const WorkerArgs& args) {
     mine.push_back(&e);
     tokens += static_cast<int64_t>(e.prompt.size() + e.response.size());
   }
+  if (args.proximal) return proximal_pass(**world, (*sft)->model(), examples, args);
   if (!(*sft)->step(mine).ok()) return 1;  // warm-up
   (*world)->barrier();
   std::unique_ptr<flywheel::bench::OpProfile> profile;
@@ -215,6 +258,33 @@ void profile_rows(const char* self, const WorkerArgs& base, const std::string& d
   }
 }
 
+// --proximal rows: one rank, each dtype, LibTorch's kernels then the engine's.
+void proximal_rows(const char* self, const WorkerArgs& base, const std::string& dtypes) {
+  std::printf(
+      "proximal pass (no gradients, log-probs of every position), 1 rank, %d thread(s), "
+      "micro_batch_tokens %lld, %d timed pass(es)\n",
+      base.threads, static_cast<long long>(base.tokens), base.steps);
+  for (const std::string d : {"float32", "bfloat16"}) {
+    if (!flywheel::bench::listed(dtypes, d)) continue;
+    const at::ScalarType dtype = d == "float32" ? at::kFloat : at::kBFloat16;
+    WorkerArgs args = base;
+    args.dtype = d;
+    args.proximal = true;
+    args.engine = false;
+    const double libtorch = run_worker(self, 1, args);
+    if (!flywheel::model::small_gemm_supports(dtype)) {
+      std::printf("%-8s LibTorch %7.1f tokens/s; the engine's kernels do not run %s on this CPU\n",
+                  d.c_str(), libtorch, d.c_str());
+      continue;
+    }
+    args.engine = true;
+    const double engine = run_worker(self, 1, args);
+    std::printf("%-8s LibTorch %7.1f tokens/s, engine kernels %7.1f tokens/s = %.2fx\n", d.c_str(),
+                libtorch, engine, libtorch > 0 ? engine / libtorch : 0);
+    std::fflush(stdout);
+  }
+}
+
 // The shared-prefix rows: one rank, each dtype, unshared then shared.
 void shared_prefix_rows(const char* self, const WorkerArgs& base, const std::string& dtypes) {
   std::printf(
@@ -264,6 +334,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--group")) args.group = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--shared")) args.shared = std::atoi(argv[i + 1]) != 0;
     if (!std::strcmp(argv[i], "--profile")) args.profile = std::atoi(argv[i + 1]) != 0;
+    if (!std::strcmp(argv[i], "--proximal")) args.proximal = std::atoi(argv[i + 1]) != 0;
+    if (!std::strcmp(argv[i], "--engine")) args.engine = std::atoi(argv[i + 1]) != 0;
   }
   if (is_worker) return worker(argc, argv, args);
 
@@ -278,6 +350,10 @@ int main(int argc, char** argv) {
     args.group = std::max<int64_t>(args.group, 1);
     // The whole tree in one micro-batch; unshared, one sequence per micro-batch or more.
     args.tokens = std::max(args.tokens, args.prompt - 1 + args.group * args.response);
+  }
+  if (args.proximal) {  // with --prompt: that group, shared as --shared says
+    proximal_rows(argv[0], args, dtypes);
+    return 0;
   }
   if (args.profile) {  // with --prompt: that group, shared as --shared says
     profile_rows(argv[0], args, dtypes);

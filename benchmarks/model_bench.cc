@@ -3,6 +3,9 @@
 // of the machine's matmul peak is visible.
 //
 //   build/benchmarks/model_bench [--threads N] [--dtype float32|bfloat16]
+//
+// Rows: forwards without a cache (the learner's no-grad passes), then the engine's prefill of one
+// prompt into a cache slot.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -75,6 +78,31 @@ int main(int argc, char** argv) {
     batch.positions = at::arange(s.seq, at::kLong).expand({s.batch, s.seq}).contiguous();
     double t = best_time(s.reps, [&] { (*model)->logits((*model)->forward(batch)); });
     double gflops = forward_flops(config, s.batch, s.seq) / t / 1e9;
+    std::printf("%6lld %6lld %12.3f %12.1f %12.1f %9.1f%%\n", static_cast<long long>(s.batch),
+                static_cast<long long>(s.seq), t, s.batch * s.seq / t, gflops, 100 * gflops / peak);
+  }
+  // The engine's prefill: one prompt into a cache slot (on the CPU kernels every token's
+  // attention runs in decode_attention's kernel: docs/rollout.md "Equal log-probs").
+  std::printf("\nprefill into a cache (the engine's path), logits of the last token only:\n");
+  std::printf("%6s %6s %12s %12s %12s %10s\n", "batch", "seq", "prefill_s", "tokens/s", "GFLOP/s",
+              "of_matmul");
+  for (Shape s : {Shape{1, 128, 5}, Shape{1, 1024, 2}, Shape{1, 4096, 1}}) {
+    auto cache = (*model)->make_cache(s.batch, s.seq);
+    if (!cache.ok()) return 1;
+    flywheel::model::ForwardBatch batch;
+    batch.tokens = at::randint(config.vocab_size, {s.batch, s.seq}, at::kLong);
+    batch.positions = at::arange(s.seq, at::kLong).expand({s.batch, s.seq}).contiguous();
+    for (int64_t b = 0; b < s.batch; ++b) {
+      batch.slots.push_back(b);
+      batch.lengths.push_back(s.seq);
+    }
+    double t = best_time(s.reps, [&] {
+      (*model)->logits((*model)->forward(batch, cache->get()).select(1, s.seq - 1));
+    });
+    // The head runs on one token per row: its FLOPs are left out of the count.
+    const double flops = forward_flops(config, s.batch, s.seq) -
+                         2.0 * config.hidden_size * config.vocab_size * s.batch * (s.seq - 1);
+    const double gflops = flops / t / 1e9;
     std::printf("%6lld %6lld %12.3f %12.1f %12.1f %9.1f%%\n", static_cast<long long>(s.batch),
                 static_cast<long long>(s.seq), t, s.batch * s.seq / t, gflops, 100 * gflops / peak);
   }

@@ -34,32 +34,6 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return weight * h.to(x.scalar_type());
 }
 
-at::Tensor rope_inverse_frequencies(const ModelConfig& config) {
-  const int64_t half = config.head_dim / 2;
-  std::vector<float> inv(half);
-  for (int64_t i = 0; i < half; ++i) {
-    // Same float32 arithmetic order as transformers: base ** (arange(0, dim, 2) / dim).
-    float exponent = static_cast<float>(2 * i) / static_cast<float>(config.head_dim);
-    inv[i] = 1.0f / std::pow(static_cast<float>(config.rope_theta), exponent);
-  }
-  if (config.has_llama3_rope_scaling) {
-    const auto& s = config.rope_scaling;
-    const double low_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
-    const double high_wavelen = s.original_max_position_embeddings / s.high_freq_factor;
-    for (int64_t i = 0; i < half; ++i) {
-      const double wavelen = 2 * M_PI / inv[i];
-      if (wavelen > low_wavelen) {
-        inv[i] = static_cast<float>(inv[i] / s.factor);
-      } else if (wavelen >= high_wavelen) {  // medium band: smooth interpolation
-        const double smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) /
-                              (s.high_freq_factor - s.low_freq_factor);
-        inv[i] = static_cast<float>((1 - smooth) * inv[i] / s.factor + smooth * inv[i]);
-      }
-    }
-  }
-  return at::tensor(inv, at::kFloat);
-}
-
 namespace {
 
 // Rotate-half RoPE: dimension i pairs with i + head_dim / 2.
@@ -127,8 +101,8 @@ struct CacheIndex {
   at::Tensor slots;                         // slot of each row
   int64_t first_slot = -1;  // >= 0 when the rows' slots are first_slot, first_slot + 1, ...
   bool all_valid = false;   // no padding: every (row, step) is written
-  // One token per row (a decode step): each row's slot, and the keys it reads (its position + 1;
-  // 0 for a padding row), for decode_attention.
+  // Per token (b * T + t) of a contiguous cache: its row's slot, and the keys it reads (its
+  // position + 1; 0 for padding), for decode_attention.
   std::vector<int64_t> host_slots, decode_lengths;
 };
 
@@ -145,7 +119,8 @@ struct LayerContext {
   bool replay = true;               // false: routes are only compared
   RouteRecord* record = nullptr;    // where mixture-of-experts layers report their routing
   RouterOutputs* router = nullptr;  // where a mixture-of-experts layer puts its router's outputs
-  double lora_dropout = 0;          // SequenceContext::lora_dropout and dropout_seed
+  const KeySlots* key_slots = nullptr;  // without a cache: attention in the engine's kernel
+  double lora_dropout = 0;              // SequenceContext::lora_dropout and dropout_seed
   uint64_t dropout_seed = 0;
 };
 
@@ -206,9 +181,11 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
 
   // keys / values: [B, kvh, L, hd].
   at::Tensor keys = k.permute({0, 2, 1, 3}), values = v.permute({0, 2, 1, 3});
-  const bool in_place = cache != nullptr && pool != nullptr && T == 1 &&
-                        !where->decode_lengths.empty() && q.device().is_cpu() &&
-                        small_gemm_supports(q.scalar_type()) &&
+  // On the CPU kernels every token, of a prefill or a decode step, reads its slot where it is in
+  // decode_attention: a token's attention then depends on its own keys alone, not on the tokens
+  // beside it (the learner's proximal pass computes it the same way: SequenceContext::key_slots).
+  const bool in_place = cache != nullptr && pool != nullptr && !where->decode_lengths.empty() &&
+                        q.device().is_cpu() && small_gemm_supports(q.scalar_type()) &&
                         cache->keys(index).scalar_type() == q.scalar_type();
   if (cache != nullptr) {
     // Write the valid tokens into their slots, then read each row's slot up to L positions.
@@ -224,9 +201,9 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
                        new_k.to(cache_k.scalar_type()));
     cache_v.index_put_({where->write_slots, Slice(), where->write_positions},
                        new_v.to(cache_v.scalar_type()));
-    if (in_place) {  // decode on the CPU kernels: read the cache where it is
+    if (in_place) {
       DecodeAttentionInputs inputs;
-      inputs.q = q.reshape({B, -1, hd}).contiguous();
+      inputs.q = q.reshape({B * T, -1, hd}).contiguous();
       inputs.keys = cache_k;
       inputs.values = cache_v;
       inputs.slots = where->host_slots;
@@ -242,6 +219,28 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
       keys = cache_k.index_select(0, where->slots).narrow(2, 0, L);
       values = cache_v.index_select(0, where->slots).narrow(2, 0, L);
     }
+  }
+  if (cache == nullptr && context.key_slots != nullptr && q.device().is_cpu() &&
+      small_gemm_supports(q.scalar_type())) {
+    // The engine's kernel: each sequence's keys and values gathered into a slot, in order.
+    TORCH_CHECK(!at::GradMode::is_enabled(), "key_slots attention has no gradient");
+    const KeySlots& plan = *context.key_slots;
+    auto slots_of = [&](const at::Tensor& t) {
+      return t.reshape({B * T, kvh, hd})
+          .index_select(0, plan.gather)
+          .view({plan.slots, plan.max_len, kvh, hd})
+          .permute({0, 2, 1, 3})
+          .contiguous();
+    };
+    DecodeAttentionInputs inputs;
+    inputs.q = q.reshape({B * T, -1, hd}).contiguous();
+    inputs.keys = slots_of(k);
+    inputs.values = slots_of(v);
+    inputs.slots = plan.token_slot;
+    inputs.lengths = plan.token_length;
+    inputs.scale = 1.0 / std::sqrt(double(hd));
+    at::Tensor out = decode_attention(inputs, {GemmIsa::kAuto, pool}).view({B, T, -1});
+    return adapted(out, layer.o, layer.o_bias, layer, Projection::kO, context);
   }
   const int64_t L = keys.size(2);
   // Grouped-query attention without repeating K/V: the `groups` query heads that share kv head
@@ -404,14 +403,6 @@ at::Tensor layer_forward(const ModelConfig& config, const DecoderLayerWeights& l
   return h + swiglu(m, layer, context);
 }
 
-// RoPE tables in the compute dtype (computed in float32, as transformers does).
-std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions,
-                                              const at::Tensor& inv_freq, at::ScalarType dtype) {
-  at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [B, T, hd/2]
-  at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(2);             // [B, T, 1, hd]
-  return {emb.cos().to(dtype), emb.sin().to(dtype)};
-}
-
 // mask[b, t, j]: query (b, t) may read key j, without a cache.
 at::Tensor training_mask(const ForwardBatch& batch, at::Device device) {
   const int64_t B = batch.tokens.size(0), T = batch.tokens.size(1);
@@ -452,6 +443,9 @@ at::Tensor decoder_layer(const ModelConfig& config, const DecoderLayerWeights& w
   layer_context.router = router;
   layer_context.lora_dropout = context.lora_dropout;
   layer_context.dropout_seed = context.dropout_seed;
+  layer_context.pool = context.pool;
+  layer_context.fused_rows = fused_rows_serve(x, context.cos, context.pool);
+  layer_context.key_slots = context.key_slots.get();
   return layer_forward(config, weights, 0, x, layer_context);
 }
 
@@ -526,10 +520,13 @@ at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* 
   index.write_positions = on_device(write_positions);
   index.slots = on_device(batch.slots);
   index.first_slot = is_contiguous_range(batch.slots) ? batch.slots[0] : -1;
-  if (T == 1 && cache->keys(0).is_contiguous()) {
-    index.host_slots = batch.slots;
-    for (int64_t b = 0; b < B; ++b)
-      index.decode_lengths.push_back(batch.lengths[b] > 0 ? pos[b] + 1 : 0);
+  if (cache->keys(0).is_contiguous()) {
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t t = 0; t < T; ++t) {
+        index.host_slots.push_back(batch.slots[b]);
+        index.decode_lengths.push_back(t < batch.lengths[b] ? pos[b * T + t] + 1 : 0);
+      }
+    }
   }
 
   LayerContext layer_context{cos, sin, mask, &index, cache, pool_.get()};

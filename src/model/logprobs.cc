@@ -4,6 +4,9 @@
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "flywheel/model/cpu/decode_rows.h"
+#include "flywheel/model/cpu/small_gemm.h"
+
 namespace flywheel::model {
 namespace {
 
@@ -142,6 +145,33 @@ TokenLogprobs token_logprobs(const at::Tensor& hidden, const at::Tensor& weight,
   result.logprobs = out[0].view(targets.sizes());
   if (options.with_entropy) result.entropy = out[1].view(targets.sizes());
   return result;
+}
+
+at::Tensor engine_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight,
+                                 const at::Tensor& targets, const TokenLogprobOptions& options,
+                                 WorkerPool* pool) {
+  RECORD_USER_SCOPE("flywheel::head");
+  TORCH_CHECK(options.temperature > 0 && options.chunk_size > 0,
+              "engine_token_logprobs: temperature and chunk_size must be > 0");
+  TORCH_CHECK(hidden.sizes().slice(0, hidden.dim() - 1) == targets.sizes(),
+              "targets must have the shape of hidden without its last dimension");
+  at::NoGradGuard no_grad;
+  const at::Tensor flat = hidden.reshape({-1, hidden.size(-1)}).contiguous();
+  const at::Tensor flat_targets = targets.reshape({-1}).to(at::kLong);
+  // The engine divides by each row's temperature as a float32 tensor (step_rows.cc).
+  const at::Tensor temperature =
+      at::scalar_tensor(static_cast<float>(options.temperature), at::kFloat);
+  at::Tensor out = at::empty({flat.size(0)}, flat.options().dtype(at::kFloat));
+  for (int64_t start = 0; start < flat.size(0); start += options.chunk_size) {
+    const int64_t len = std::min(options.chunk_size, flat.size(0) - start);
+    at::Tensor z =
+        small_linear(flat.narrow(0, start, len), weight, {}, {GemmIsa::kAuto, pool, at::kFloat});
+    if (options.temperature != 1.0) z.div_(temperature);
+    const at::Tensor lse = logsumexp_rows(z, pool);
+    out.narrow(0, start, len)
+        .copy_(z.gather(1, flat_targets.narrow(0, start, len).unsqueeze(1)).squeeze(1) - lse);
+  }
+  return out.view(targets.sizes());
 }
 
 at::Tensor greedy_tokens(const at::Tensor& hidden, const at::Tensor& weight, int64_t chunk_size) {

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <limits>
 
+#include "flywheel/model/cpu/decode_rows.h"
+
 namespace flywheel::rollout {
 namespace {
 
@@ -28,7 +30,10 @@ ScaledRows scale_rows(const at::Tensor& logits, const std::vector<double>& tempe
     const at::Tensor rows = logits.narrow(0, begin, end - begin);
     at::Tensor part = out.scaled.narrow(0, begin, end - begin);
     at::div_out(part, rows, out.scale.narrow(0, begin, end - begin));
-    at::Tensor norm = at::logsumexp(part, -1, /*keepdim=*/true);
+    // On the CPU in the row kernel the learner's proximal log-probs also take (decode_rows.h).
+    at::Tensor norm = part.device().is_cpu() && part.scalar_type() == at::kFloat
+                          ? model::logsumexp_rows(part, nullptr).view({-1, 1})
+                          : at::logsumexp(part, -1, /*keepdim=*/true);
     out.norm.narrow(0, begin, end - begin).copy_(norm);
     // A row is finite when its log-sum-exp is (no NaN, no +inf) and its minimum is above -inf:
     // one reduction instead of a pass that writes a mask of the whole row.

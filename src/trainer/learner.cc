@@ -1,7 +1,6 @@
 #include "flywheel/trainer/learner.h"
 
 #include <cmath>
-#include <filesystem>
 
 #include <ATen/ATen.h>
 
@@ -9,9 +8,8 @@
 #include "flywheel/algos/actor_loss.h"
 #include "flywheel/algos/dapo.h"
 #include "flywheel/algos/turn_credit.h"
-#include "flywheel/core/plugin_registry.h"
 #include "flywheel/core/status_macros.h"
-#include "flywheel/model/hf_checkpoint.h"
+#include "flywheel/model/cpu/small_gemm.h"
 #include "flywheel/trainer/metric_sums.h"
 #include "flywheel/trainer/micro_batch.h"
 
@@ -27,8 +25,11 @@ struct Learner::Batch {
   std::vector<int64_t> mine;  // this rank's sequences (local rows)
   std::vector<std::vector<int64_t>> mini;  // local rows of each mini-batch
   // Per-token tensors of the local rows [S_local, R].
-  at::Tensor local_mask, behaviour, old_logprobs, ref_logprobs, values, advantages, returns,
-      is_weights;
+  // equal_version: 1 where the token and every earlier one of its response were sampled at the
+  // learner's current version: the keys and values it read in the engine were that version's
+  // too (a weight update mid-sequence leaves the earlier tokens' in the engine's cache).
+  at::Tensor local_mask, behaviour, equal_version, old_logprobs, ref_logprobs, values, advantages,
+      returns, is_weights;
   // Whole-batch tensors [S, R]: advantages; proximal and reference log-probs (KL in the reward).
   at::Tensor all_advantages, old_all, ref_all;
 };
@@ -81,94 +82,6 @@ Learner::Learner(const LearnerOptions& options, algos::Algorithm algorithm,
                  comm::Communicator* comm)
     : options_(options), algorithm_(std::move(algorithm)), comm_(comm) {}
 
-absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const core::Config& config,
-                                                         const model::ModelConfig& model_config,
-                                                         comm::Communicator* comm,
-                                                         core::PluginRegistry& registry) {
-  LearnerOptions options = LearnerOptions::from_config(config);
-  FLYWHEEL_ASSIGN_OR_RETURN(algos::Algorithm algorithm, algos::Algorithm::create(config, registry));
-  options.sharding.device = comm->device();  // NCCL learners train on their GPU
-  if (!config.distill.teacher_path.empty()) {
-    const std::string path =
-        (std::filesystem::path(config.distill.teacher_path) / "config.json").string();
-    absl::StatusOr<model::ModelConfig> teacher = model::ModelConfig::from_file(path);
-    if (!teacher.ok()) {
-      return absl::Status(teacher.status().code(),
-                          absl::StrCat("distill.teacher_path: ", teacher.status().message()));
-    }
-    if (teacher->vocab_size != model_config.vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("distill.teacher_path: the teacher's vocabulary has ", teacher->vocab_size,
-                       " ids, the policy's ", model_config.vocab_size,
-                       ": distillation compares their "
-                       "log-probs of the same tokens, so both need the same tokenizer"));
-    }
-    options.teacher = std::move(*teacher);
-    options.distill_coef = config.distill.coef;
-  }
-  return create(options, std::move(algorithm), model_config, comm);
-}
-
-absl::StatusOr<std::unique_ptr<Learner>> Learner::create(const LearnerOptions& options,
-                                                         algos::Algorithm algorithm,
-                                                         const model::ModelConfig& model_config,
-                                                         comm::Communicator* comm) {
-  if (options.ppo_epochs < 1 || options.mini_batches < 1 || options.micro_batch_tokens < 1) {
-    return absl::InvalidArgumentError("ppo_epochs, mini_batches, micro_batch_tokens must be >= 1");
-  }
-  if (!(options.temperature > 0)) return absl::InvalidArgumentError("temperature must be > 0");
-  if (options.router_replay && model_config.num_moe_layers() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "algorithm.router_replay: r3 replays a mixture-of-experts model's routes, but this ",
-        model_config.model_type, " model has no mixture-of-experts layers; use none"));
-  }
-  std::unique_ptr<Learner> learner(new Learner(options, std::move(algorithm), comm));
-  ShardingOptions policy_options = options.sharding;
-  policy_options.value_head = false;
-  ShardingOptions routed = policy_options;  // the policy's forwards see the engine's routes
-  policy_options.lora = {};                 // the reference and the teacher are whole frozen models
-  if (model_config.num_moe_layers() > 0) {
-    routed.routes = options.router_replay ? RouteUse::kReplay : RouteUse::kCompare;
-  }
-  routed.load_balancing = true;  // when the config asks for it (the critic's too)
-  // The load-balancing loss counts every sample's prompt tokens.
-  if (wants_load_balancing(model_config)) learner->options_.shared_prefix = false;
-  auto policy = ShardedDecoder::create(model_config, comm, routed);
-  if (!policy.ok()) return policy.status();
-  learner->policy_ = std::move(*policy);
-  learner->optimizer_ = ShardedAdamW::for_model(*learner->policy_, options.adamw);
-  FLYWHEEL_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::create(options.lr));
-  learner->schedule_ = schedule;
-  if (options.kl_coef > 0) {
-    auto reference = ShardedDecoder::create(model_config, comm, policy_options);
-    if (!reference.ok()) return reference.status();
-    learner->reference_ = std::move(*reference);
-    if (options.kl_in_reward && options.adaptive_kl) {
-      learner->kl_controller_.emplace(options.kl_coef, options.kl_target, options.kl_horizon);
-    }
-  }
-  if (options.teacher) {
-    auto teacher = ShardedDecoder::create(*options.teacher, comm, policy_options);
-    if (!teacher.ok()) return teacher.status();
-    learner->teacher_ = std::move(*teacher);
-  }
-  if (options.critic) {
-    ShardingOptions critic_options = options.sharding;
-    critic_options.value_head = true;
-    critic_options.lora = {};  // LoRA adapts the policy; the critic trains every weight
-    critic_options.load_balancing = true;
-    auto critic = ShardedDecoder::create(model_config, comm, critic_options);
-    if (!critic.ok()) return critic.status();
-    learner->critic_ = std::move(*critic);
-    learner->critic_optimizer_ = ShardedAdamW::for_model(*learner->critic_, options.adamw);
-    LrScheduleOptions critic_lr = options.lr;
-    critic_lr.lr = options.critic_lr;
-    FLYWHEEL_ASSIGN_OR_RETURN(LrSchedule critic_schedule, LrSchedule::create(critic_lr));
-    learner->critic_schedule_ = critic_schedule;
-  }
-  return learner;
-}
-
 double Learner::kl_beta() const {
   return kl_controller_ ? kl_controller_->beta() : options_.kl_coef;
 }
@@ -190,6 +103,7 @@ at::Tensor Learner::infer(ShardedDecoder& model, const Batch& batch, bool values
   HeadOptions head;
   head.temperature = options_.temperature;
   head.chunk_size = options_.logprob_chunk;
+  head.engine_kernels = !values && options_.exact_logprobs;
   for (const MicroBatch& mb : packed.micro_batches) {
     TokenOutputs o = model.forward(mb.batch, head);
     if (mb.sequences.empty()) continue;
@@ -374,14 +288,18 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
   const int64_t S = static_cast<int64_t>(batch.sequences.size()), R = batch.max_response;
   if (R == 0) return absl::InvalidArgumentError("learner step: every response is empty");
   // Per-token inputs filled in plain memory, then moved into tensors in one copy each.
-  std::vector<float> mask(S * R, 0.0f), behaviour(S * R, 0.0f);
+  std::vector<float> mask(S * R, 0.0f), behaviour(S * R, 0.0f), equal_version(S * R, 0.0f);
   std::vector<double> raw(S), scores(S), penalties(S);
   for (int64_t s = 0; s < S; ++s) {
     const buffer::Trajectory& t = *batch.sequences[s];
     const int64_t n = t.response_ids.size();
+    // A continued episode's prompt holds earlier segments' tokens, of versions not recorded here.
+    bool same_so_far = t.segment == 0;
     for (int64_t j = 0; j < n; ++j) {
       mask[s * R + j] = static_cast<float>(t.loss_mask[j]);
       behaviour[s * R + j] = t.logprobs[j];
+      same_so_far = same_so_far && t.versions[j] == version_;
+      equal_version[s * R + j] = same_so_far ? 1.0f : 0.0f;
     }
     // DAPO's soft overlong punishment (ALGORITHMS.md §5.2), on the score before advantages.
     raw[s] = t.reward;
@@ -434,6 +352,7 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
   at::Tensor mine = at::tensor(batch.mine, at::kLong);
   batch.local_mask = batch.mask.index_select(0, mine);
   batch.behaviour = at::tensor(behaviour, at::kFloat).view({S, R}).index_select(0, mine);
+  batch.equal_version = at::tensor(equal_version, at::kFloat).view({S, R}).index_select(0, mine);
 
   // Every rank checks that its sequences pack before any model runs.
   {
@@ -446,7 +365,13 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
 
   // 1. Proximal, reference and critic passes.
   const bool one_update = options_.ppo_epochs == 1 && options_.mini_batches == 1;
-  if (!one_update || options_.kl_in_reward) batch.old_logprobs = infer(*policy_, batch, false);
+  // Exact proximal log-probs come from their own pass, also where one update would take the
+  // training forward's.
+  const bool exact = options_.exact_logprobs && policy_->options().device.is_cpu() &&
+                     model::small_gemm_supports(policy_->options().param_dtype);
+  if (!one_update || options_.kl_in_reward || exact) {
+    batch.old_logprobs = infer(*policy_, batch, false);
+  }
   if (reference_) batch.ref_logprobs = infer(*reference_, batch, false);
   if (critic_) batch.values = infer(*critic_, batch, true);
   at::Tensor local_reverse_kl;  // on-policy distillation: log pi - log pi_teacher [S_local, R]
@@ -548,6 +473,18 @@ absl::StatusOr<Metrics> Learner::step(const std::vector<buffer::TrajectoryGroup>
     const double tokens = batch.local_mask.sum().item<double>();
     for (const auto& [name, value] : is->diagnostics) {
       is_sums.add_diagnostic("rollout_corr/" + name, value, tokens);
+    }
+    // The engine/learner mismatch alone: tokens computed at this version in the engine, keys and
+    // values included (no staleness in it).
+    const at::Tensor same = (batch.local_mask * batch.equal_version).to(at::kBool);
+    const double same_tokens = same.sum().item<double>();
+    is_sums.add_mean("rollout_corr/equal_version_fraction", same_tokens / std::max(tokens, 1.0),
+                     tokens);
+    if (same_tokens > 0) {
+      const at::Tensor diff = (batch.old_logprobs - batch.behaviour).abs().masked_select(same);
+      is_sums.add_max("rollout_corr/logprob_abs_diff_equal_version_max", diff.max().item<double>());
+      is_sums.add_mean("rollout_corr/logprob_abs_diff_equal_version_mean",
+                       diff.mean().item<double>(), same_tokens);
     }
   }
   for (const auto& [name, value] : is_sums.reduce(*comm_)) metrics[name] = value;

@@ -11,6 +11,7 @@ LearnerOptions LearnerOptions::from_config(const core::Config& c) {
   o.mini_batches = t.mini_batches;
   o.critic_lr = t.critic_lr;
   o.temperature = c.rollout.temperature > 0 ? c.rollout.temperature : 1.0;
+  o.exact_logprobs = t.exact_logprobs;
   o.kl_coef = a.kl_coef;
   o.kl_in_reward = a.kl_in_reward;
   o.adaptive_kl = a.kl_controller == core::KlController::kAdaptive;

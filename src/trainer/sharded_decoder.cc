@@ -1,11 +1,14 @@
 #include "flywheel/trainer/sharded_decoder.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "flywheel/core/status_macros.h"
+#include "flywheel/model/cpu/decode_rows.h"
+#include "flywheel/model/cpu/small_gemm.h"
 #include "flywheel/model/device_choice.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/model/logprobs.h"
@@ -232,6 +235,15 @@ TokenOutputs ShardedDecoder::forward(const PackedBatch& batch, const HeadOptions
   // after this function returned.
   model::SequenceContext context =
       model::sequence_context(config_, fb, options_.param_dtype, options_.device);
+  const bool engine = head.engine_kernels && !at::GradMode::is_enabled() &&
+                      options_.device.is_cpu() && model::small_gemm_supports(options_.param_dtype);
+  model::WorkerPool* pool = nullptr;
+  if (engine) {
+    if (pool_ == nullptr) pool_ = std::make_unique<model::WorkerPool>(at::get_num_threads());
+    pool = pool_.get();
+    context.pool = pool;
+    context.key_slots = model::make_key_slots(fb);
+  }
   record_ = model::RouteRecord{};
   if (routed) context.record = &record_;
   ++forwards_;
@@ -296,8 +308,11 @@ TokenOutputs ShardedDecoder::forward(const PackedBatch& batch, const HeadOptions
   if (!value_head && config_.tie_word_embeddings) head_units.push_back(embed);
   std::vector<at::Tensor> out =
       run(head_units, {x, targets},
-          [config, value_head, head](const std::vector<at::Tensor>& in, const ParamViews& p) {
-            at::Tensor h = model::rms_norm(in[0], p.at("model.norm.weight"), config->rms_norm_eps);
+          [config, value_head, head, pool](const std::vector<at::Tensor>& in, const ParamViews& p) {
+            const at::Tensor& norm = p.at("model.norm.weight");
+            at::Tensor h = pool != nullptr
+                               ? model::rms_norm_rows(in[0], norm, config->rms_norm_eps, pool)
+                               : model::rms_norm(in[0], norm, config->rms_norm_eps);
             if (value_head) {
               at::Tensor v = at::matmul(h, p.at("score.weight").t()).squeeze(-1).to(at::kFloat);
               return std::vector<at::Tensor>{v};
@@ -308,6 +323,9 @@ TokenOutputs ShardedDecoder::forward(const PackedBatch& batch, const HeadOptions
             o.temperature = head.temperature;
             o.with_entropy = head.with_entropy;
             o.chunk_size = head.chunk_size;
+            if (pool != nullptr && !head.with_entropy) {
+              return std::vector<at::Tensor>{model::engine_token_logprobs(h, w, in[1], o, pool)};
+            }
             model::TokenLogprobs lp = model::token_logprobs(h, w, in[1], o);
             if (head.with_entropy) return std::vector<at::Tensor>{lp.logprobs, lp.entropy};
             return std::vector<at::Tensor>{lp.logprobs};

@@ -88,6 +88,7 @@ const Reader kReaders[] = {
   {"trainer.mini_batches", "src/trainer/learner_options.cc", "o.mini_batches = t.mini_batches;"},
   {"trainer.micro_batch_tokens", "src/trainer/optimizer_options.cc", "o.micro_batch_tokens = t.micro_batch_tokens;"},
   {"trainer.shared_prefix", "src/trainer/optimizer_options.cc", "o.shared_prefix = t.shared_prefix;", "LearnerTest.SharedPrefixesGiveTheUnsharedLossesAndUpdates"},
+  {"trainer.exact_logprobs", "src/trainer/learner_options.cc", "o.exact_logprobs = t.exact_logprobs;", "ExactLogprobsTest.ProximalLogprobsEqualTheEnginesBitForBit"},
   {"trainer.lr", "src/trainer/optimizer_options.cc", "o.lr = {t.lr, t.lr_schedule, t.warmup_steps, t.total_steps, t.min_lr_ratio};"},
   {"trainer.lr_schedule", "src/trainer/optimizer_options.cc", "o.lr = {t.lr, t.lr_schedule, t.warmup_steps, t.total_steps, t.min_lr_ratio};"},
   {"trainer.warmup_steps", "src/trainer/optimizer_options.cc", "o.lr = {t.lr, t.lr_schedule, t.warmup_steps, t.total_steps, t.min_lr_ratio};"},

@@ -128,6 +128,48 @@ TEST(DecodeAttentionTest, ResultsDoNotDependOnTheThreadCount) {
   }
 }
 
+// A prefill: consecutive rows of one slot (one per token, lengths 1, 2, ...) run together, a
+// block of keys read once for all of them; each row's result is bit for bit its own alone, for
+// every ISA and thread count (what makes the engine's prefill and decode steps, and the
+// learner's proximal pass, agree: docs/rollout.md "Equal log-probs"). Also against LibTorch.
+TEST(DecodeAttentionTest, RowsOfOneSlotEqualEachRowAloneBitForBit) {
+  if (!gemm_isa_supported(GemmIsa::kAuto)) GTEST_SKIP() << "no AVX2 or AVX-512";
+  at::manual_seed(9);
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    if (!small_gemm_supports(dtype)) continue;
+    for (GemmIsa isa : {GemmIsa::kAvx2, GemmIsa::kAvx512}) {
+      if (!gemm_isa_supported(isa)) continue;
+      const int64_t T = 27, heads = 6, kv_heads = 2, hd = 40, max_len = 30;
+      DecodeAttentionInputs in;
+      in.q = at::randn({T + 2, heads, hd}).to(dtype);
+      in.keys = at::randn({3, kv_heads, max_len, hd}).to(dtype);
+      in.values = at::randn({3, kv_heads, max_len, hd}).to(dtype);
+      // Slot 1's prefill (T tokens), one padding row, then a decode row of slot 2.
+      for (int64_t t = 0; t < T; ++t) {
+        in.slots.push_back(1);
+        in.lengths.push_back(t + 1);
+      }
+      in.slots.insert(in.slots.end(), {1, 2});
+      in.lengths.insert(in.lengths.end(), {0, 13});
+      in.scale = 1.0 / std::sqrt(static_cast<double>(hd));
+      WorkerPool pool(3);
+      const at::Tensor together = decode_attention(in, {isa, &pool});
+      EXPECT_TRUE(at::equal(together, decode_attention(in, {isa, nullptr})));
+      for (int64_t b = 0; b < T + 2; ++b) {
+        DecodeAttentionInputs alone = in;
+        alone.q = in.q.narrow(0, b, 1).contiguous();
+        alone.slots = {in.slots[b]};
+        alone.lengths = {in.lengths[b]};
+        EXPECT_TRUE(at::equal(decode_attention(alone, {isa, nullptr})[0], together[b]))
+            << c10::toString(dtype) << " row " << b;
+      }
+      if (dtype == at::kFloat) {
+        EXPECT_TRUE(at::allclose(together, reference(in), 1e-5, 1e-5));
+      }
+    }
+  }
+}
+
 TEST(DecodeAttentionTest, RejectsInconsistentInputs) {
   if (!gemm_isa_supported(GemmIsa::kAuto)) GTEST_SKIP() << "no AVX2 or AVX-512";
   DecodeAttentionInputs in = random_inputs(3, 4, 2, 8, 5);

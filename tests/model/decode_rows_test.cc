@@ -124,6 +124,34 @@ TEST(DecodeRowsTest, SiluMulMatchesLibTorchWithinARounding) {
   EXPECT_TRUE(std::isnan(out[3].item<float>()));
 }
 
+// Each row's log-sum-exp is within 2 ulps of LibTorch's (the max subtracted, poly_exp), and is
+// the same bits whether the row is computed alone, among other rows, or on more threads: what
+// makes the engine's and the learner's log-probs equal.
+TEST(DecodeRowsTest, LogsumexpRowsMatchesLibTorchAndDependsOnEachRowAlone) {
+  at::manual_seed(5);
+  WorkerPool pool(3);
+  for (int64_t n : {1, 15, 16, 17, 1000, 50257}) {
+    const at::Tensor x = at::randn({7, n}) * 6;
+    const at::Tensor all = logsumexp_rows(x, &pool);
+    EXPECT_LE(max_ulps(all, at::logsumexp(x, -1)), 2.0) << n;
+    EXPECT_TRUE(at::equal(all, logsumexp_rows(x)));
+    for (int64_t r = 0; r < 7; ++r) {
+      EXPECT_EQ(logsumexp_rows(x.narrow(0, r, 1).contiguous())[0].item<float>(),
+                all[r].item<float>());
+    }
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  const at::Tensor special =
+      at::tensor({-inf, -inf, -inf, -inf, inf, 1.0f, NAN, 2.0f, 0.0f, -200.0f, 0.0f, -inf},
+                 at::kFloat)
+          .view({4, 3});
+  const at::Tensor out = logsumexp_rows(special);
+  EXPECT_EQ(out[0].item<float>(), -inf);
+  EXPECT_EQ(out[1].item<float>(), inf);
+  EXPECT_TRUE(std::isnan(out[2].item<float>()));
+  EXPECT_FLOAT_EQ(out[3].item<float>(), 0.0f);  // exp(-200) is below float32's range: 0
+}
+
 TEST(DecodeRowsTest, RejectsWhatItCannotServeWithAnErrorNamingIt) {
   at::Tensor x = at::randn({4, 8});
   at::Tensor w = at::ones({8});
@@ -136,6 +164,8 @@ TEST(DecodeRowsTest, RejectsWhatItCannotServeWithAnErrorNamingIt) {
     return std::string("no error");
   };
   EXPECT_NE(message([&] { rms_norm_rows(x.t(), w, 1e-6); }).find("not contiguous"),
+            std::string::npos);
+  EXPECT_NE(message([&] { logsumexp_rows(x.to(at::kDouble)); }).find("logsumexp_rows"),
             std::string::npos);
   EXPECT_NE(message([&] { rms_norm_rows(x.to(at::kDouble), w, 1e-6); }).find("Double"),
             std::string::npos);

@@ -180,6 +180,46 @@ TEST_P(DecoderFamilyTest, Bfloat16StaysCloseToFloat32) {
 INSTANTIATE_TEST_SUITE_P(Families, DecoderFamilyTest,
                          ::testing::Values("qwen2", "qwen3", "qwen3_moe", "llama"));
 
+// The slots of the engine-kernel attention (KeySlots): packed rows, padding, and a shared prefix
+// whose branches each read it first.
+TEST(DecoderTest, KeySlotsHoldEachSequencesKeysInPositionOrder) {
+  const auto plan = make_key_slots(packed_batch());
+  ASSERT_EQ(plan->slots, 3);
+  ASSERT_EQ(plan->max_len, 5);
+  const std::vector<int64_t> gather(plan->gather.data_ptr<int64_t>(),
+                                    plan->gather.data_ptr<int64_t>() + plan->gather.numel());
+  EXPECT_EQ(gather, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 0, 0, 8, 9, 10, 0, 0}));
+  EXPECT_EQ(plan->token_slot,
+            (std::vector<int64_t>{0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(plan->token_length,
+            (std::vector<int64_t>{1, 2, 3, 4, 5, 1, 2, 3, 1, 2, 3, 0, 0, 0, 0, 0}));
+
+  // Prompt [3, 1, 4] shared: its first two tokens once (segment 1), then two branches.
+  ForwardBatch shared;
+  shared.tokens = at::tensor(std::vector<int64_t>{3, 1, 4, 7, 4, 8, 0}).view({1, 7});
+  shared.positions = at::tensor(std::vector<int64_t>{0, 1, 2, 3, 2, 3, 0}).view({1, 7});
+  shared.segment_ids = at::tensor(std::vector<int64_t>{1, 1, 2, 2, 3, 3, 0}).view({1, 7});
+  shared.prefix_ids = at::tensor(std::vector<int64_t>{0, 0, 1, 1, 1, 1, 0}).view({1, 7});
+  const auto tree = make_key_slots(shared);
+  ASSERT_EQ(tree->slots, 2);
+  const std::vector<int64_t> keys(tree->gather.data_ptr<int64_t>(),
+                                  tree->gather.data_ptr<int64_t>() + tree->gather.numel());
+  EXPECT_EQ(keys, (std::vector<int64_t>{0, 1, 2, 3, 0, 1, 4, 5}));
+  EXPECT_EQ(tree->token_slot, (std::vector<int64_t>{0, 0, 0, 0, 1, 1, 0}));
+  EXPECT_EQ(tree->token_length, (std::vector<int64_t>{1, 2, 3, 4, 3, 4, 0}));
+
+  // Positions that do not count a sequence's keys: a layout no cache holds.
+  shared.positions[0][5] = 7;
+  try {
+    make_key_slots(shared);
+    ADD_FAILURE() << "no error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("position 7 reads 4 keys"),
+              std::string::npos)
+        << e.what_without_backtrace();
+  }
+}
+
 TEST(DecoderTest, ParameterNamesFollowHuggingFace) {
   auto qwen2 = tiny_model("qwen2");
   auto qwen3 = tiny_model("qwen3");

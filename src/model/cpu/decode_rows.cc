@@ -107,6 +107,36 @@ FLYWHEEL_ROW_INLINE void silu_mul(const E* __restrict gate, const E* __restrict 
   }
 }
 
+// log(sum exp(x[0, n))) in float32: the maximum subtracted, exp from poly_exp (0 where x - max is
+// below its range), the sum in 16 lanes and then the lanes in order. A maximum of +-inf is the
+// result (every x -inf, or one +inf); NaN anywhere gives NaN.
+FLYWHEEL_ROW_INLINE float logsumexp_row(const float* __restrict x, int64_t n) {
+  constexpr int kLanes = 16;
+  float top = -kInfinity;
+  int nan = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    top = x[i] > top ? x[i] : top;
+    nan |= x[i] != x[i];
+  }
+  if (nan != 0) return std::numeric_limits<float>::quiet_NaN();
+  if (top == kInfinity || top == -kInfinity) return top;
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const float d = x[i + j] - top;
+      lanes[j] += d > kPolyExpMin ? poly_exp(d) : 0.0f;
+    }
+  }
+  float sum = 0.0f;
+  for (int j = 0; j < kLanes; ++j) sum += lanes[j];
+  for (; i < n; ++i) {
+    const float d = x[i] - top;
+    sum += d > kPolyExpMin ? poly_exp(d) : 0.0f;
+  }
+  return top + std::log(sum);
+}
+
 // The loops above for each dtype, cloned for AVX-512 and AVX2 (chosen at load time by the CPU)
 // with SSE2 as the baseline.
 #if defined(__x86_64__)
@@ -134,6 +164,10 @@ struct Rows;
 FLYWHEEL_ROWS_FOR(float)
 FLYWHEEL_ROWS_FOR(uint16_t)
 #undef FLYWHEEL_ROWS_FOR
+
+FLYWHEEL_ROW_CLONES void logsumexp_range(const float* x, int64_t n, int64_t rows, float* out) {
+  for (int64_t r = 0; r < rows; ++r) out[r] = logsumexp_row(x + r * n, n);
+}
 
 void check_served(const at::Tensor& t, const char* what, const char* caller) {
   TORCH_CHECK(decode_rows_serve(t), caller, ": ", what,
@@ -269,6 +303,22 @@ at::Tensor silu_mul_rows(const at::Tensor& gate, const at::Tensor& up, WorkerPoo
   TORCH_CHECK(gate.dim() > 0, "silu_mul_rows: gate [..., n] expected, got a scalar");
   with_element_type(gate.scalar_type(),
                     [&](auto e) { silu_mul_as<decltype(e)>(gate, up, pool, out); });
+  return out;
+}
+
+at::Tensor logsumexp_rows(const at::Tensor& x, WorkerPool* pool) {
+  TORCH_CHECK(
+      x.dim() == 2 && x.scalar_type() == at::kFloat && x.device().is_cpu() && x.is_contiguous(),
+      "logsumexp_rows: a contiguous float32 CPU tensor [rows, n] expected, got ", x.scalar_type(),
+      " ", x.sizes(), " on ", x.device());
+  const int64_t rows = x.size(0), n = x.size(1);
+  at::Tensor out = at::empty({rows}, x.options());
+  const float* in = x.data_ptr<float>();
+  float* y = out.data_ptr<float>();
+  // A row is long (a vocabulary): split from 2 rows on.
+  parallel_rows(rows < 2 ? nullptr : pool, rows, 1, [&](int64_t begin, int64_t end) {
+    logsumexp_range(in + begin * n, n, end - begin, y + begin);
+  });
   return out;
 }
 

@@ -35,9 +35,12 @@ void run_avx512(const Problem& p, int64_t n_begin, int64_t n_end);
 void run_avx2(const Problem& p, int64_t n_begin, int64_t n_end);
 void run_avx512_bf16(const Problem& p, int64_t n_begin, int64_t n_end);
 
-// Attention of one query token per row over its cache slot (decode_attention.h). Task t is row
-// t / kv_heads, kv head t % kv_heads: its `groups` = heads / kv_heads query heads read that kv
-// head's keys 0 .. lengths[row] - 1. q, keys, values and out hold the kernel's element type.
+// Attention of one query token per row over its cache slot (decode_attention.h). Rows come in
+// runs of consecutive rows reading one slot (at most kRunRows; run i is rows run_starts[i] ..
+// run_starts[i + 1] - 1). Task t is run t / kv_heads, kv head t % kv_heads: each row's `groups`
+// = heads / kv_heads query heads read that kv head's keys 0 .. lengths[row] - 1. q, keys, values
+// and out hold the kernel's element type.
+constexpr int64_t kRunRows = 8;
 struct AttentionProblem {
   const void* q = nullptr;     // [rows, heads, head_dim]
   const void* keys = nullptr;  // [slots, kv_heads, max_len, head_dim]
@@ -45,12 +48,13 @@ struct AttentionProblem {
   void* out = nullptr;  // [rows, heads, head_dim]
   const int64_t* slots = nullptr;
   const int64_t* lengths = nullptr;
+  const int64_t* run_starts = nullptr;  // runs + 1 entries
   int64_t heads = 0, kv_heads = 0, head_dim = 0, max_len = 0;
   float scale = 1;
 };
 
-// Runs tasks [begin, end); `scratch` holds groups * (max(max_len, 1) + head_dim) floats (the scores
-// and the sums of a task's query heads; groups = heads / kv_heads).
+// Runs tasks [begin, end); `scratch` holds kRunRows * groups * (max(max_len, 1) + head_dim) floats
+// (the scores and the sums of a task's query heads; groups = heads / kv_heads).
 void attend_avx512(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch);
 void attend_avx2(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch);
 void attend_avx512_bf16(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch);

@@ -34,6 +34,7 @@ struct TrainerOptions {
   int64_t mini_batches = 1;           // optimizer updates per epoch
   int64_t micro_batch_tokens = 8192;  // tokens per forward/backward chunk
   bool shared_prefix = true;          // samples of one prompt share its forward (micro_batch.h)
+  bool exact_logprobs = true;         // proximal log-probs in the engine's CPU kernels
   double lr = 1e-6;
   LrScheduleKind lr_schedule = LrScheduleKind::kConstant;
   int64_t warmup_steps = 0;

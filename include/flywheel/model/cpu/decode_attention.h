@@ -7,7 +7,9 @@
 // of the slot, a float32 softmax (maximum subtracted), and the probability-weighted sum of the
 // values summed in float32, with (row, kv head) tasks split between a WorkerPool's threads.
 // bfloat16 scores come from vdpbf16ps, and each output is rounded to bfloat16 once. Results do
-// not depend on the thread count.
+// not depend on the thread count. Rows may also be a prefill's tokens (consecutive rows of one
+// slot, lengths 1, 2, ...): up to 8 of them read each block of the slot's keys together, and each
+// row's result is bit for bit what it would be alone (docs/rollout.md "Equal log-probs").
 #pragma once
 
 #include <cstdint>

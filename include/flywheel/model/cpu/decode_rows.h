@@ -41,4 +41,11 @@ at::Tensor norm_rope_rows(const at::Tensor& t, const NormRopeOptions& options);
 // silu(gate) * up, elementwise (gate and up of one shape).
 at::Tensor silu_mul_rows(const at::Tensor& gate, const at::Tensor& up, WorkerPool* pool = nullptr);
 
+// log(sum(exp(x))) of each row of x [rows, n] (float32, contiguous) -> [rows] float32, each row in
+// one fixed order whatever the thread count or the other rows (the engine's behaviour log-probs
+// and the learner's proximal ones share it, rollout.md "Equal log-probs"). Within 2 float32 ulps
+// of LibTorch's logsumexp (exp from poly_exp.h); a row of -inf gives -inf, +inf gives +inf, NaN
+// gives NaN.
+at::Tensor logsumexp_rows(const at::Tensor& x, WorkerPool* pool = nullptr);
+
 }  // namespace flywheel::model
