@@ -242,6 +242,7 @@ void ScoringPool::work(Worker* self) {
     self->deadline = Clock::now() +
                      std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(std::min(options_.timeout_s, kMaxTimeoutS)));
+    const Clock::time_point deadline = self->deadline;
     ++running_;
     ++watch_epoch_;
     mu_.Unlock();
@@ -251,7 +252,10 @@ void ScoringPool::work(Worker* self) {
     mu_.Lock();
     self->deadline = Clock::time_point::max();  // finished: not the watchdog's any more
     mu_.Unlock();
-    finish(call, std::move(results), /*timed_out=*/false);
+    // A result past its deadline is a timeout, whether or not the watchdog woke up in time.
+    const bool late = Clock::now() > deadline;
+    if (late) results = std::vector<PartResult>(results.size());
+    finish(call, std::move(results), /*timed_out=*/late);
     mu_.Lock();
     self->call.reset();
     --running_;

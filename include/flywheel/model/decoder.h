@@ -123,12 +123,6 @@ DecoderLayerWeights layer_weights(int64_t layer,
                                   const std::function<at::Tensor(const std::string&)>& find,
                                   double lora_scale = 0);
 
-// What every layer of one cache-less forward shares: RoPE tables (in the compute dtype), the
-// attention mask built from positions and segment ids (see ForwardBatch) and the batch's routes
-// to replay (ForwardBatch::routes). With `record` set, mixture-of-experts layers add what they
-// chose to it, in layer order.
-// Training only: dropout of probability lora_dropout on the inputs of LoRA adapters, its masks
-// drawn from dropout_seed, the layer and the projection (a recomputed layer draws the same).
 // Attention of a forward without a cache in the engine's CPU kernel (decode_attention.h), for
 // passes without gradients that must equal the engine's log-probs bit for bit: every token reads
 // its sequence's keys, gathered in position order into a slot as the engine's cache holds them
@@ -145,6 +139,12 @@ struct KeySlots {
 // engine's cache cannot hold).
 std::shared_ptr<const KeySlots> make_key_slots(const ForwardBatch& batch);
 
+// What every layer of one cache-less forward shares: RoPE tables (in the compute dtype), the
+// attention mask built from positions and segment ids (see ForwardBatch) and the batch's routes
+// to replay (ForwardBatch::routes). With `record` set, mixture-of-experts layers add what they
+// chose to it, in layer order.
+// Training only: dropout of probability lora_dropout on the inputs of LoRA adapters, its masks
+// drawn from dropout_seed, the layer and the projection (a recomputed layer draws the same).
 struct SequenceContext {
   at::Tensor cos, sin, mask;
   at::Tensor routes;
