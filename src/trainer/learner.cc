@@ -9,7 +9,6 @@
 #include "flywheel/algos/dapo.h"
 #include "flywheel/algos/turn_credit.h"
 #include "flywheel/core/status_macros.h"
-#include "flywheel/model/cpu/small_gemm.h"
 #include "flywheel/trainer/metric_sums.h"
 #include "flywheel/trainer/micro_batch.h"
 
@@ -367,8 +366,7 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
   const bool one_update = options_.ppo_epochs == 1 && options_.mini_batches == 1;
   // Exact proximal log-probs come from their own pass, also where one update would take the
   // training forward's.
-  const bool exact = options_.exact_logprobs && policy_->options().device.is_cpu() &&
-                     model::small_gemm_supports(policy_->options().param_dtype);
+  const bool exact = options_.exact_logprobs && policy_->engine_kernels_run();
   if (!one_update || options_.kl_in_reward || exact) {
     batch.old_logprobs = infer(*policy_, batch, false);
   }

@@ -219,6 +219,10 @@ void ShardedDecoder::init_random(uint64_t seed) {
   init_adapters(nullptr);
 }
 
+bool ShardedDecoder::engine_kernels_run() const {
+  return options_.device.is_cpu() && model::small_gemm_supports(options_.param_dtype);
+}
+
 TokenOutputs ShardedDecoder::forward(const PackedBatch& batch, const HeadOptions& head) {
   const GatherSpec spec{comm_, options_.param_dtype, options_.reduce_dtype};
   model::ForwardBatch fb;
@@ -235,8 +239,7 @@ TokenOutputs ShardedDecoder::forward(const PackedBatch& batch, const HeadOptions
   // after this function returned.
   model::SequenceContext context =
       model::sequence_context(config_, fb, options_.param_dtype, options_.device);
-  const bool engine = head.engine_kernels && !at::GradMode::is_enabled() &&
-                      options_.device.is_cpu() && model::small_gemm_supports(options_.param_dtype);
+  const bool engine = head.engine_kernels && !at::GradMode::is_enabled() && engine_kernels_run();
   model::WorkerPool* pool = nullptr;
   if (engine) {
     if (pool_ == nullptr) pool_ = std::make_unique<model::WorkerPool>(at::get_num_threads());

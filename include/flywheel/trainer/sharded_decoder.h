@@ -153,6 +153,9 @@ class ShardedDecoder {
   std::vector<FlatUnit*> trainable_units();
   std::vector<const FlatUnit*> trainable_units() const;
   bool has_adapters() const { return options_.lora.adapters.enabled(); }
+  // Whether HeadOptions::engine_kernels takes effect: a CPU model in a dtype the engine's
+  // kernels run (model::small_gemm_supports).
+  bool engine_kernels_run() const;
   const model::ModelConfig& config() const { return config_; }
   const ShardingOptions& options() const { return options_; }
   comm::Communicator& comm() { return *comm_; }
