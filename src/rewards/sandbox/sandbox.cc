@@ -27,6 +27,7 @@
 #include "sandbox/launch_plan.h"
 #include "sandbox/sandbox_cgroups.h"
 #include "sandbox/sandbox_child.h"
+#include "sandbox/sandbox_watch.h"
 
 #ifndef SYS_close_range  // older headers (Linux 5.9)
 #define SYS_close_range 436
@@ -62,37 +63,20 @@ bool write_all(int fd, const char* data, size_t size) {
 namespace {
 
 using sandbox_internal::ChildPlan;
+using sandbox_internal::conclude;
 using sandbox_internal::errno_text;
 using sandbox_internal::find_cgroups;
 using sandbox_internal::LaunchHeader;
 using sandbox_internal::os_error;
+using sandbox_internal::parse_report;
 using sandbox_internal::RecordHeader;
 using sandbox_internal::RunCgroups;
+using sandbox_internal::RunEnd;
+using sandbox_internal::UniqueFd;
+using sandbox_internal::watch;
+using sandbox_internal::WatchedRun;
 using sandbox_internal::write_all;
 using Clock = std::chrono::steady_clock;
-
-constexpr size_t kReadChunk = 64 << 10;
-
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    reset(other.release());
-    return *this;
-  }
-  ~UniqueFd() { reset(); }
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset(int fd = -1) {
-    if (fd_ >= 0) close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 absl::Status make_pipe(UniqueFd* read_end, UniqueFd* write_end) {
   int fds[2];
@@ -133,60 +117,6 @@ absl::Status validate_request(const SandboxRequest& request) {
     }
   }
   return absl::OkStatus();
-}
-
-// Reads what is available from `fd` into `out` (up to `cap` bytes; the rest is discarded).
-// Returns false at end of file or on an error other than EAGAIN / EINTR.
-bool drain(int fd, std::string* out, int64_t cap, bool* overflow) {
-  char buffer[kReadChunk];
-  for (;;) {
-    ssize_t n = read(fd, buffer, sizeof buffer);
-    if (n < 0) return errno == EAGAIN || errno == EINTR;
-    if (n == 0) return false;
-    int64_t room = cap - static_cast<int64_t>(out->size());
-    if (room > 0) out->append(buffer, static_cast<size_t>(std::min<int64_t>(room, n)));
-    if (n > room) *overflow = true;
-    if (static_cast<size_t>(n) < sizeof buffer) return true;  // pipe emptied: back to poll
-  }
-}
-
-struct Report {
-  bool has_status = false;
-  int status = 0;
-  std::string setup_error;
-  std::map<std::string, std::string> files;
-};
-
-Report parse_report(const std::string& bytes, const SandboxRequest& request) {
-  Report out;
-  size_t pos = 0;
-  while (pos + sizeof(RecordHeader) <= bytes.size()) {
-    RecordHeader header;
-    std::memcpy(&header, bytes.data() + pos, sizeof header);
-    pos += sizeof header;
-    if (header.length > bytes.size() - pos) break;  // cut off by the cap
-    switch (header.type) {
-      case sandbox_internal::kSetupError:
-        if (out.setup_error.empty()) {
-          out.setup_error = absl::StrCat(sandbox_internal::setup_stage_name(header.arg), ": ",
-                                         errno_text(static_cast<int>(header.value)));
-        }
-        break;
-      case sandbox_internal::kProgramStatus:
-        out.has_status = true;
-        out.status = static_cast<int>(header.value);
-        break;
-      case sandbox_internal::kOutputFile:
-        if (header.arg < request.output_files.size()) {
-          out.files[request.output_files[header.arg]] = bytes.substr(pos, header.length);
-        }
-        break;
-      default:
-        break;
-    }
-    pos += header.length;
-  }
-  return out;
 }
 
 // The launcher executable: $FLYWHEEL_SANDBOX_INIT when set, else flywheel_sandbox_init next to
@@ -251,127 +181,6 @@ int spawn_main(void* arg) {
   execve(args->path, argv, envp);  // every other descriptor of the caller is close-on-exec...
   args->exec_errno = errno;        // ...or closed by the init (close_range) before the program
   _exit(127);
-}
-
-// How a run ended, as the caller saw it.
-struct RunEnd {
-  int init_status = 0;  // of the launcher
-  bool killed = false;  // by the caller: deadline or stdout cap
-};
-
-// Fills `result` from the launcher's report: the program's exit code or signal and its output
-// files; FailedPrecondition when the sandbox itself failed (`isolation` and `program` name it).
-absl::Status conclude(Report report, const RunEnd& end, const std::string& isolation,
-                      const std::string& program, SandboxResult* result) {
-  const int init_status = end.init_status;
-  if (!report.setup_error.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("sandbox (", isolation, "): ", report.setup_error, program));
-  }
-  if (report.has_status) {
-    if (WIFEXITED(report.status)) result->exit_code = WEXITSTATUS(report.status);
-    if (WIFSIGNALED(report.status)) result->signal = WTERMSIG(report.status);
-  } else if (end.killed || WIFSIGNALED(init_status)) {
-    result->signal = SIGKILL;  // killed before the program ended (timeout, stdout cap, or by it)
-  } else {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "sandbox (", isolation, "): the sandbox init exited with status ",
-        WIFEXITED(init_status) ? WEXITSTATUS(init_status) : -1, " before the program ended"));
-  }
-  result->output_files = std::move(report.files);
-  return absl::OkStatus();
-}
-
-// The launcher of one run from its start (`pid`) to its end: the read ends of its pipes, their
-// caps, and when it is killed.
-struct WatchedRun {
-  long pid = -1;
-  bool namespaces = false;    // the launcher is the namespace's parent, not the init itself
-  UniqueFd* pidfd = nullptr;  // -1 before Linux 5.2: waitpid is polled instead
-  UniqueFd* out = nullptr;
-  UniqueFd* err = nullptr;
-  UniqueFd* report = nullptr;
-  int64_t stdout_cap = 0, stderr_cap = 0, report_cap = 0;
-  bool kill_on_stdout_overflow = false;
-  Clock::time_point start, deadline;
-};
-
-// Reads stdout and stderr (into `result`, marking truncation) and the report while waiting for
-// the launcher to end, killing the run at the deadline (result->timed_out) or when stdout
-// overflows; reaps it, sets result->elapsed_s and takes what is left in the pipes. Internal when
-// poll or waitpid fails (the run is killed and reaped first).
-absl::StatusOr<RunEnd> watch(const WatchedRun& run, SandboxResult* result,
-                             std::string* report_bytes) {
-  const pid_t pid = static_cast<pid_t>(run.pid);
-  RunEnd end;
-  bool reaped = false;
-  bool report_overflow = false;
-  auto kill_all = [&] {
-    if (!run.namespaces) kill(-pid, SIGKILL);  // its process group
-    // With namespaces, SIGTERM makes the launcher kill pid 1 of the namespace (the kernel ends
-    // the rest) and exit once all of it is gone. Without, the launcher is the init itself.
-    kill(pid, run.namespaces ? SIGTERM : SIGKILL);
-  };
-  for (UniqueFd* fd : {run.out, run.err, run.report}) fcntl(fd->get(), F_SETFL, O_NONBLOCK);
-  for (;;) {
-    pollfd fds[4] = {{run.out->get(), POLLIN, 0},
-                     {run.err->get(), POLLIN, 0},
-                     {run.report->get(), POLLIN, 0},
-                     {run.pidfd->get(), POLLIN, 0}};
-    int timeout_ms = -1;
-    if (!end.killed) {
-      auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(run.deadline - Clock::now());
-      timeout_ms = static_cast<int>(std::max<int64_t>(0, left.count() + 1));
-    }
-    if (run.pidfd->get() < 0) timeout_ms = timeout_ms < 0 ? 5 : std::min(timeout_ms, 5);
-    int ready = poll(fds, 4, timeout_ms);
-    if (ready < 0 && errno != EINTR) {
-      const absl::Status failed = os_error("poll");
-      kill_all();
-      if (!reaped) waitpid(pid, nullptr, 0);
-      return failed;
-    }
-    bool exited = false;
-    if (run.pidfd->get() >= 0) {
-      exited = fds[3].revents != 0;
-    } else if (waitpid(pid, &end.init_status, WNOHANG) == pid) {
-      exited = reaped = true;
-    }
-    for (int i = 0; i < 3 && ready > 0; ++i) {
-      if (fds[i].revents == 0) continue;
-      UniqueFd& fd = i == 0 ? *run.out : i == 1 ? *run.err : *run.report;
-      std::string& buffer = i == 0   ? result->stdout_data
-                            : i == 1 ? result->stderr_data
-                                     : *report_bytes;
-      const int64_t cap = i == 0 ? run.stdout_cap : i == 1 ? run.stderr_cap : run.report_cap;
-      bool& overflow = i == 0   ? result->stdout_truncated
-                       : i == 1 ? result->stderr_truncated
-                                : report_overflow;
-      if (!drain(fd.get(), &buffer, cap, &overflow)) fd.reset();
-    }
-    if (exited) break;
-    if (!end.killed && result->stdout_truncated && run.kill_on_stdout_overflow) {
-      kill_all();
-      end.killed = true;
-    }
-    if (!end.killed && Clock::now() >= run.deadline) {
-      kill_all();
-      end.killed = true;
-      result->timed_out = true;
-    }
-  }
-  // Without namespaces, a program that left a child in its group would keep the pipes open.
-  if (!run.namespaces) kill(-pid, SIGKILL);
-  if (!reaped && waitpid(pid, &end.init_status, 0) < 0 && errno != ECHILD) {
-    return os_error("waitpid");
-  }
-  result->elapsed_s = std::chrono::duration<double>(Clock::now() - run.start).count();
-  // Everything that could write is gone (with namespaces); take what is left in the pipes.
-  drain(run.out->get(), &result->stdout_data, run.stdout_cap, &result->stdout_truncated);
-  drain(run.err->get(), &result->stderr_data, run.stderr_cap, &result->stderr_truncated);
-  drain(run.report->get(), report_bytes, run.report_cap, &report_overflow);
-  return end;
 }
 
 }  // namespace

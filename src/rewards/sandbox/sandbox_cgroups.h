@@ -1,6 +1,6 @@
-// The sandbox's cgroups (private to sandbox.cc): where this process may make per-run cgroups,
+// The sandbox's cgroups (private to the sandbox): where this process may make per-run cgroups,
 // and one run's memory + pids cgroups, made with their limits before the run and read and
-// removed after it. Also the small OS helpers sandbox.cc and this share.
+// removed after it. Also the small OS helpers the sandbox's files share.
 #pragma once
 
 #include <cerrno>
