@@ -52,7 +52,7 @@ const Reader kReaders[] = {
   {"rollout.agent.on_rewrite", "src/rollout/agent/agent_runner.cc", "stream.drop_on_rewrite = options_.agent.on_rewrite == core::OnRewrite::kDrop;", "AgentRunnerTest.ARewrittenHistoryStartsASegment"},
   {"rollout.agent.max_segments", "src/rollout/agent/agent_runner.cc", "stream.max_segments = options_.agent.max_segments;", "EpisodeStreamTest.ARetryDiscardsTheReplyAndARewriteStartsASegment"},
   {"rollout.agent.tool_format", "src/rollout/agent/agent_runner.cc", "std::make_unique<agent::ChatFormat>(tokenizers.chat_template, options.agent.tool_format);", "AgentChatFormatTest.TagsWithoutATemplate"},
-  {"rollout.agent.request_sampling", "src/rollout/agent/agent_runner.cc", "if (options_.agent.request_sampling) {"},
+  {"rollout.agent.request_sampling", "src/rollout/agent/agent_runner_calls.cc", "if (options_.agent.request_sampling) {"},
   {"rollout.agent.max_request_bytes", "src/rollout/agent/agent_runner.cc", "server.max_request_bytes = options.agent.max_request_bytes;", "AgentRunnerTest.AnAgentOverHttpIsRecordedAsOneExactTokenStream"},
   {"rollout.agent.max_queued_requests", "src/rollout/agent/agent_runner.cc", "self->options_.agent.max_queued_requests;"},
   {"algorithm.name", "src/algos/presets.cc", "auto it = presets().find(config.algorithm.name);"},
