@@ -87,7 +87,8 @@ absl::Status run(const ExportArgs& args) {
     return absl::InvalidArgumentError(
         "--adapter exports the LoRA adapters of a checkpoint step directory (trainer.lora)");
   }
-  FLYWHEEL_ASSIGN_OR_RETURN(std::vector<std::string> files, model::hf_side_files(args.model.dir));
+  // A side file that cannot be copied fails here, before anything is written.
+  FLYWHEEL_RETURN_IF_ERROR(model::hf_side_files(args.model.dir).status());
   absl::StatusOr<std::unique_ptr<model::DecoderModel>> model = args.model.load();
   if (!model.ok()) return model.status();
   FLYWHEEL_RETURN_IF_ERROR(check_tokenizer(args.model.dir, (*model)->config()));
@@ -98,16 +99,8 @@ absl::Status run(const ExportArgs& args) {
   } catch (const std::exception& e) {
     return model_exception_error((*model)->config(), args.out_dir, e);
   }
-  int copied = 0;
-  for (const std::string& file : files) {
-    const fs::path from(file);
-    fs::copy_file(from, fs::path(args.out_dir) / from.filename(),
-                  fs::copy_options::overwrite_existing, ec);
-    if (ec)
-      return absl::UnavailableError(
-          absl::StrCat("cannot copy ", from.string(), ": ", ec.message()));
-    ++copied;
-  }
+  FLYWHEEL_ASSIGN_OR_RETURN(const int copied,
+                            model::copy_hf_side_files(args.model.dir, args.out_dir));
   std::cout << "exported " << (*model)->config().num_parameters() << " parameters ("
             << model::dtype_name((*model)->options().dtype) << ") and " << copied
             << " tokenizer/config file(s) to " << args.out_dir << "\n";

@@ -42,6 +42,18 @@ absl::StatusOr<std::vector<std::string>> hf_side_files(const std::string& dir) {
   return files;
 }
 
+absl::StatusOr<int> copy_hf_side_files(const std::string& from_dir, const std::string& to_dir) {
+  absl::StatusOr<std::vector<std::string>> files = hf_side_files(from_dir);
+  if (!files.ok()) return files.status();
+  for (const std::string& file : *files) {
+    std::error_code ec;
+    fs::copy_file(file, fs::path(to_dir) / fs::path(file).filename(),
+                  fs::copy_options::overwrite_existing, ec);
+    if (ec) return absl::UnavailableError(absl::StrCat("cannot copy ", file, ": ", ec.message()));
+  }
+  return static_cast<int>(files->size());
+}
+
 absl::StatusOr<at::ScalarType> parse_dtype(const std::string& name) {
   if (name == "float32" || name == "float" || name == "fp32") return at::kFloat;
   if (name == "bfloat16" || name == "bf16") return at::kBFloat16;

@@ -153,17 +153,6 @@ absl::StatusOr<SavedModel> read_saved_model(const std::string& step_dir,
   return out;
 }
 
-absl::Status copy_side_files(const std::string& step_dir, const std::string& out_dir) {
-  std::error_code ec;
-  FLYWHEEL_ASSIGN_OR_RETURN(std::vector<std::string> side, model::hf_side_files(step_dir));
-  for (const std::string& file : side) {
-    fs::copy_file(file, fs::path(out_dir) / fs::path(file).filename(),
-                  fs::copy_options::overwrite_existing, ec);
-    if (ec) return absl::UnavailableError(absl::StrCat("cannot copy ", file, ": ", ec.message()));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status export_adapter(const std::string& step_dir, const std::string& model_name,
@@ -177,7 +166,7 @@ absl::Status export_adapter(const std::string& step_dir, const std::string& mode
   std::vector<std::pair<std::string, at::Tensor>> adapters(held.params.begin(), held.params.end());
   FLYWHEEL_RETURN_IF_ERROR(model::write_peft_adapter(
       out_dir, held.lora, fs::absolute(held.base_path).string(), adapters, held.lora_dropout));
-  return copy_side_files(step_dir, out_dir);
+  return model::copy_hf_side_files(step_dir, out_dir).status();
 }
 
 absl::Status export_checkpoint(const std::string& step_dir, const std::string& model_name,
@@ -205,7 +194,7 @@ absl::Status export_checkpoint(const std::string& step_dir, const std::string& m
     FLYWHEEL_RETURN_IF_ERROR(mark_classifier(out_dir, "ForSequenceClassification"));
   }
   if (prm) FLYWHEEL_RETURN_IF_ERROR(mark_classifier(out_dir, "ForTokenClassification"));
-  return copy_side_files(step_dir, out_dir);
+  return model::copy_hf_side_files(step_dir, out_dir).status();
 }
 
 absl::StatusOr<std::string> export_run(const std::string& step_dir, const std::string& model,

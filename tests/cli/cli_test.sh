@@ -139,6 +139,18 @@ JSON
     [[ -f "$work/e/char_tokenizer.json" ]] || fail "tokenizer not exported"
     expect_exit 0 "$flywheel" export "$work/m" "$work/e16" --dtype bfloat16
     grep -q '"torch_dtype":"bfloat16"' "$work/e16/config.json" || fail "dtype not recorded"
+    # A grown model scores as the original until trained, with its tokenizer copied.
+    expect_exit 0 "$flywheel" init-model --from "$work/m" --add-layers 2 --out "$work/g" --seed 4
+    expect_output "grew qwen3 from 2 to 4 layers"
+    grep -q '"num_hidden_layers":4' "$work/g/config.json" || fail "grown config has not 4 layers"
+    [[ -f "$work/g/char_tokenizer.json" ]] || fail "tokenizer not copied to the grown model"
+    expect_exit 0 "$flywheel" score --model "$work/g" --input "$work/in.jsonl" \
+      --output "$work/g.jsonl"
+    cmp -s "$work/a.jsonl" "$work/g.jsonl" || fail "the grown model scores differently"
+    expect_exit 2 "$flywheel" init-model --from "$work/m" --out "$work/x"
+    expect_output "--add-layers must be >= 1"
+    expect_exit 2 "$flywheel" init-model --out "$work/x"
+    expect_output "one of --config or --from is required"
     # Bad input.
     printf '{"ids": [5, 999]}\n' > "$work/bad.jsonl"
     expect_exit 2 "$flywheel" score --model "$work/m" --input "$work/bad.jsonl"

@@ -86,6 +86,10 @@ inline constexpr const char* kHfSideFiles[] = {"tokenizer.json",
 // (a FIFO would block a copy, a device would never end).
 absl::StatusOr<std::vector<std::string>> hf_side_files(const std::string& dir);
 
+// Copies the hf_side_files of `from_dir` into `to_dir` (overwriting), returning how many.
+// Unavailable naming the file that could not be copied.
+absl::StatusOr<int> copy_hf_side_files(const std::string& from_dir, const std::string& to_dir);
+
 // at::ScalarType for "float32" | "bfloat16" | "float16" (also accepts torch_dtype spellings
 // "float", "bf16", "half", "fp16", "fp32").
 absl::StatusOr<at::ScalarType> parse_dtype(const std::string& name);
