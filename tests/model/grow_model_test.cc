@@ -9,13 +9,7 @@
 namespace flywheel::model {
 namespace {
 
-ForwardBatch random_batch(int64_t vocab) {
-  at::Generator gen = at::detail::createCPUGenerator(5);
-  ForwardBatch b;
-  b.tokens = at::randint(vocab, {2, 11}, gen, at::kLong);
-  b.positions = at::arange(11, at::kLong).repeat({2, 1});
-  return b;
-}
+ForwardBatch random_batch(int64_t vocab) { return testing::random_batch(vocab, 11, 5); }
 
 const at::Tensor& parameter(const DecoderModel& m, const std::string& name) {
   for (const auto& [n, p] : m.named_parameters()) {

@@ -50,13 +50,7 @@ std::unique_ptr<DecoderModel> merged_by_hand(const DecoderModel& base, const Lor
   return out;
 }
 
-ForwardBatch batch_of(int64_t vocab) {
-  at::Generator gen = at::detail::createCPUGenerator(3);
-  ForwardBatch b;
-  b.tokens = at::randint(vocab, {2, 9}, gen, at::kLong);
-  b.positions = at::arange(9, at::kLong).repeat({2, 1});
-  return b;
-}
+ForwardBatch batch_of(int64_t vocab) { return testing::random_batch(vocab, 9, 3); }
 
 // Hidden states of a prefill into a cache, then one decode step (the engine's calls).
 at::Tensor cached_forward(const DecoderModel& m, const ForwardBatch& b) {

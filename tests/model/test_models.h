@@ -100,4 +100,13 @@ inline DecoderModel::TensorLookup lookup_with(const DecoderModel& base,
   };
 }
 
+// Two rows of `length` random tokens below `vocab` at positions 0..length-1 (no cache).
+inline ForwardBatch random_batch(int64_t vocab, int64_t length, uint64_t seed) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  ForwardBatch b;
+  b.tokens = at::randint(vocab, {2, length}, gen, at::kLong);
+  b.positions = at::arange(length, at::kLong).repeat({2, 1});
+  return b;
+}
+
 }  // namespace flywheel::model::testing
