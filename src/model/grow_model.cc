@@ -65,7 +65,6 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> grow_model(const DecoderModel& bas
     }
     tensor.copy_(it->second);
   }
-  (*grown)->merge_adapters();
   return grown;
 }
 
