@@ -40,8 +40,8 @@ TEST_P(GrowModelTest, AppendedLayersLeaveTheLogitsUnchangedBitForBit) {
   }
   size_t appended = 0;
   for (const auto& [name, p] : (*grown)->named_parameters()) {
-    appended += name.rfind("model.layers." + std::to_string(layers), 0) == 0 ||
-                name.rfind("model.layers." + std::to_string(layers + 1), 0) == 0;
+    appended += name.rfind("model.layers." + std::to_string(layers) + ".", 0) == 0 ||
+                name.rfind("model.layers." + std::to_string(layers + 1) + ".", 0) == 0;
   }
   EXPECT_EQ((*grown)->named_parameters().size(), base->named_parameters().size() + appended);
   EXPECT_GT(appended, 0u);
