@@ -103,11 +103,7 @@ class Reader {
       return true;
     }
     if ((tag & 7) != kLengthDelimited) return skip(tag);
-    uint32_t n;
-    if (!length(&n) || n % 4 != 0) return false;
-    const size_t old = out->size();
-    out->resize(old + n / 4);
-    return in_->ReadRaw(out->data() + old, static_cast<int>(n));
+    return packed(out);
   }
 
   // A repeated double, packed or one element at a time; appends.
@@ -119,10 +115,17 @@ class Reader {
       return true;
     }
     if ((tag & 7) != kLengthDelimited) return skip(tag);
+    return packed(out);
+  }
+
+  // The packed form of a repeated fixed-width field: its elements' little-endian bytes in a
+  // row (a length that is no multiple of the width is malformed); appends.
+  template <typename T>
+  bool packed(std::vector<T>* out) {
     uint32_t n;
-    if (!length(&n) || n % 8 != 0) return false;
+    if (!length(&n) || n % sizeof(T) != 0) return false;
     const size_t old = out->size();
-    out->resize(old + n / 8);
+    out->resize(old + n / sizeof(T));
     return in_->ReadRaw(out->data() + old, static_cast<int>(n));
   }
 

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include "reference_decoder.h"
 #include "test_models.h"
 
 namespace flywheel::model {
@@ -11,13 +12,11 @@ namespace {
 
 ForwardBatch random_batch(int64_t vocab) { return testing::random_batch(vocab, 11, 5); }
 
-const at::Tensor& parameter(const DecoderModel& m, const std::string& name) {
-  for (const auto& [n, p] : m.named_parameters()) {
-    if (n == name) return p;
-  }
-  ADD_FAILURE() << "no parameter " << name;
-  static const at::Tensor none;
-  return none;
+// The parameter `name` of m; fails the test when m has none.
+at::Tensor parameter(const DecoderModel& m, const std::string& name) {
+  at::Tensor p = testing::param(m, name);
+  EXPECT_TRUE(p.defined()) << "no parameter " << name;
+  return p;
 }
 
 class GrowModelTest : public ::testing::TestWithParam<std::string> {};
