@@ -60,6 +60,8 @@ check_includes trainer "core comm model algos buffer trainer" \
   $(files "$src/src/trainer" "$src/include/flywheel/trainer")
 check_includes eval "core comm model rollout rewards buffer algos trainer eval" \
   $(files "$src/src/eval" "$src/include/flywheel/eval")
+check_includes jobs "core comm model rollout rewards buffer algos trainer eval launcher jobs" \
+  $(files "$src/src/jobs" "$src/include/flywheel/jobs")
 check_includes launcher "core launcher" $(files "$src/src/launcher" "$src/include/flywheel/launcher")
 
 # No library reaches into another component's folder for headers.

@@ -12,12 +12,12 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "commands.h"
-#include "controller_setup.h"
 #include "flywheel/buffer/service/controller_server.h"
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/status_macros.h"
+#include "flywheel/jobs/controller_host.h"
+#include "flywheel/jobs/job_setup.h"
 #include "flywheel/model/model_config.h"
-#include "job_setup.h"
 
 namespace flywheel::cli {
 namespace {
@@ -40,7 +40,7 @@ absl::Status run(const BufferArgs& args) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  FLYWHEEL_ASSIGN_OR_RETURN(JobSetup job, set_up_job(args.config_path, args.overrides));
+  FLYWHEEL_ASSIGN_OR_RETURN(jobs::JobSetup job, jobs::set_up_job(args.config_path, args.overrides));
   const core::Config& c = job.loaded.config;
   if (c.model.path.empty()) {
     return absl::InvalidArgumentError("model.path must be set: its vocab_size bounds token ids");
@@ -48,8 +48,8 @@ absl::Status run(const BufferArgs& args) {
   FLYWHEEL_ASSIGN_OR_RETURN(
       model::ModelConfig model_config,
       model::ModelConfig::from_file((fs::path(c.model.path) / "config.json").string()));
-  FLYWHEEL_ASSIGN_OR_RETURN(ControllerSetup setup,
-                            prepare_controller(job, model_config, "flywheel buffer"));
+  FLYWHEEL_ASSIGN_OR_RETURN(jobs::ControllerSetup setup,
+                            jobs::prepare_controller(job, model_config, "flywheel buffer"));
 
   std::string snapshot;
   std::error_code ec;
@@ -61,7 +61,7 @@ absl::Status run(const BufferArgs& args) {
     snapshot = std::move(text);
   }
   FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<buffer::ControllerCore> controller,
-                            make_controller_core(setup, snapshot));
+                            jobs::make_controller_core(setup, snapshot));
   if (!snapshot.empty()) {
     std::cerr << "flywheel buffer: restored " << args.snapshot << " (version "
               << controller->version() << ", " << controller->buffered() << " buffered, "

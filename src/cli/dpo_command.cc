@@ -18,7 +18,7 @@
 #include "flywheel/core/stop_signal.h"
 #include "flywheel/eval/dpo_job.h"
 #include "flywheel/eval/prm_job.h"
-#include "job_setup.h"
+#include "flywheel/jobs/job_setup.h"
 
 namespace flywheel::cli {
 namespace {
@@ -57,9 +57,9 @@ absl::Status run_process(const core::Config& c, comm::Communicator* world,
 absl::Status run(const DpoArgs& args) {
   const char* name = args.reward_model ? "rm" : "dpo";
   core::StopSignal stop(absl::StrCat("flywheel ", name));
-  FLYWHEEL_ASSIGN_OR_RETURN(JobSetup job, set_up_job(args.config_path, args.overrides));
+  FLYWHEEL_ASSIGN_OR_RETURN(jobs::JobSetup job, jobs::set_up_job(args.config_path, args.overrides));
   const core::Config& c = job.loaded.config;
-  FLYWHEEL_ASSIGN_OR_RETURN(TrainingWorld training, join_training_world(c, name));
+  FLYWHEEL_ASSIGN_OR_RETURN(jobs::TrainingWorld training, jobs::join_training_world(c, name));
   comm::Communicator* world = training.world.get();
   if (args.process) return run_process(c, world, *job.registry, stop);
 

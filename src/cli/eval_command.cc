@@ -17,11 +17,11 @@
 #include "flywheel/core/json.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/eval/held_out_eval.h"
+#include "flywheel/jobs/job_setup.h"
 #include "flywheel/model/device_choice.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/trainer/checkpoint.h"
 #include "flywheel/trainer/learner_job.h"
-#include "job_setup.h"
 
 namespace flywheel::cli {
 namespace {
@@ -81,7 +81,7 @@ class ModelDir {
 
 absl::Status run(const EvalArgs& args) {
   std::vector<std::string> overrides = args.overrides;
-  FLYWHEEL_ASSIGN_OR_RETURN(JobSetup job, set_up_job(args.config_path, overrides));
+  FLYWHEEL_ASSIGN_OR_RETURN(jobs::JobSetup job, jobs::set_up_job(args.config_path, overrides));
   core::Config c = job.loaded.config;
   absl::StatusOr<std::unique_ptr<comm::MpiRuntime>> mpi = comm::MpiRuntime::init(nullptr, nullptr);
   if (!mpi.ok()) return mpi.status();

@@ -50,7 +50,7 @@ absl::Status grow(const InitArgs& args) {
   int64_t parameters = 0;
   try {
     absl::StatusOr<std::unique_ptr<model::DecoderModel>> base =
-        model::load_hf_model(args.from_dir, model::DecoderOptions{dtype, at::kCPU});
+        model::load_hf_model(args.from_dir, cpu_decoder(dtype));
     if (!base.ok()) return base.status();
     absl::StatusOr<std::unique_ptr<model::DecoderModel>> grown =
         model::grow_model(**base, model::GrowOptions{args.add_layers, args.seed});
@@ -88,7 +88,7 @@ absl::Status run(const InitArgs& args) {
   FLYWHEEL_RETURN_IF_ERROR(check_model_memory(*config, dtype, args.config));
   try {
     absl::StatusOr<std::unique_ptr<model::DecoderModel>> model =
-        model::DecoderModel::create(*config, model::DecoderOptions{dtype, at::kCPU});
+        model::DecoderModel::create(*config, cpu_decoder(dtype));
     if (!model.ok()) return model.status();
     (*model)->init_random(args.seed);
     FLYWHEEL_RETURN_IF_ERROR(model::save_hf_model(**model, args.out_dir));

@@ -69,18 +69,18 @@ absl::StatusOr<std::unique_ptr<model::DecoderModel>> ModelArgs::load(
   FLYWHEEL_ASSIGN_OR_RETURN(model::ModelConfig config, model::ModelConfig::from_file(config_path));
   FLYWHEEL_RETURN_IF_ERROR(check_model_memory(config, type, config_path));
   try {
-    return model::load_hf_model(dir, model::DecoderOptions{type, at::kCPU, applied.threads});
+    return model::load_hf_model(dir, cpu_decoder(type, applied.threads));
   } catch (const std::exception& e) {
     return model_exception_error(config, config_path, e);
   }
 }
 
-model::ThreadLayout apply_thread_layout(const core::ClusterOptions& cluster, at::ScalarType dtype) {
-  model::ThreadLayoutOptions options;
-  options.threads = static_cast<int>(cluster.threads_per_process);
+model::DecoderOptions cpu_decoder(at::ScalarType dtype, int threads) {
+  model::DecoderOptions options;
   options.dtype = dtype;
-  options.split = cluster.thread_split;
-  return model::apply_thread_layout(options);
+  options.device = at::kCPU;
+  options.threads = threads;
+  return options;
 }
 
 absl::Status check_model_memory(const model::ModelConfig& config, at::ScalarType dtype,

@@ -32,9 +32,8 @@ struct ModelArgs {
       model::ThreadLayout* layout = nullptr) const;
 };
 
-// Applies cluster.threads_per_process and cluster.thread_split to this process for a model
-// computing in `dtype`; returns the layout for the caller to log. Call once, at start.
-model::ThreadLayout apply_thread_layout(const core::ClusterOptions& cluster, at::ScalarType dtype);
+// A CPU model in `dtype` whose kernels run `threads` threads (0: ATen's), without adapters.
+model::DecoderOptions cpu_decoder(at::ScalarType dtype, int threads = 0);
 
 // ResourceExhausted naming `source` and the config's sizes when the parameters of `config` in
 // `dtype` need more than this machine's physical memory: allocating them would get the process

@@ -15,10 +15,10 @@
 #include "commands.h"
 #include "flywheel/core/jsonl_io.h"
 #include "flywheel/core/status_macros.h"
+#include "flywheel/jobs/job_setup.h"
 #include "flywheel/model/tokenizer/tokenizer.h"
 #include "flywheel/rewards/composite_reward.h"
 #include "flywheel/rewards/scoring_pool.h"
-#include "job_setup.h"
 
 namespace flywheel::cli {
 namespace {
@@ -122,7 +122,7 @@ core::Json scored_record(const rewards::OwnedSample& sample, const rewards::Scor
 }
 
 absl::Status run(const RewardArgs& args) {
-  FLYWHEEL_ASSIGN_OR_RETURN(JobSetup job, set_up_job(args.config, args.overrides));
+  FLYWHEEL_ASSIGN_OR_RETURN(jobs::JobSetup job, jobs::set_up_job(args.config, args.overrides));
   const core::Config& config = job.loaded.config;
   if (config.rewards.functions.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -14,9 +14,9 @@
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/core/stop_signal.h"
+#include "flywheel/jobs/job_setup.h"
 #include "flywheel/rewards/composite_reward.h"
 #include "flywheel/rewards/remote/reward_server.h"
-#include "job_setup.h"
 
 namespace flywheel::cli {
 namespace {
@@ -30,7 +30,7 @@ struct RewardServeArgs {
 
 absl::Status run(const RewardServeArgs& args) {
   core::StopSignal stop("flywheel reward-serve");
-  FLYWHEEL_ASSIGN_OR_RETURN(JobSetup job, set_up_job(args.config, args.overrides));
+  FLYWHEEL_ASSIGN_OR_RETURN(jobs::JobSetup job, jobs::set_up_job(args.config, args.overrides));
   const core::Config& config = job.loaded.config;
   if (config.rewards.functions.empty()) {
     return absl::InvalidArgumentError(

@@ -13,7 +13,7 @@
 #include "flywheel/core/status_macros.h"
 #include "flywheel/core/stop_signal.h"
 #include "flywheel/eval/sft_job.h"
-#include "job_setup.h"
+#include "flywheel/jobs/job_setup.h"
 
 namespace flywheel::cli {
 namespace {
@@ -25,9 +25,9 @@ struct SftArgs {
 
 absl::Status run(const SftArgs& args) {
   core::StopSignal stop("flywheel sft");
-  FLYWHEEL_ASSIGN_OR_RETURN(JobSetup job, set_up_job(args.config_path, args.overrides));
+  FLYWHEEL_ASSIGN_OR_RETURN(jobs::JobSetup job, jobs::set_up_job(args.config_path, args.overrides));
   const core::Config& c = job.loaded.config;
-  FLYWHEEL_ASSIGN_OR_RETURN(TrainingWorld training, join_training_world(c, "sft"));
+  FLYWHEEL_ASSIGN_OR_RETURN(jobs::TrainingWorld training, jobs::join_training_world(c, "sft"));
   comm::Communicator* world = training.world.get();
 
   absl::StatusOr<std::unique_ptr<eval::SftJob>> sft =

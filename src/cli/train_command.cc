@@ -13,8 +13,8 @@
 #include "absl/strings/str_format.h"
 #include "commands.h"
 #include "flywheel/core/status_macros.h"
+#include "flywheel/jobs/job_setup.h"
 #include "flywheel/launcher/launcher.h"
-#include "job_setup.h"
 
 namespace flywheel::cli {
 namespace {
@@ -53,7 +53,7 @@ absl::Status run(const TrainArgs& args) {
     overrides.push_back("checkpoint.resume=auto");
     launch.overrides.push_back("checkpoint.resume=auto");
   }
-  FLYWHEEL_ASSIGN_OR_RETURN(JobSetup job, set_up_job(launch.config, overrides));
+  FLYWHEEL_ASSIGN_OR_RETURN(jobs::JobSetup job, jobs::set_up_job(launch.config, overrides));
   const core::Config& c = job.loaded.config;
   if (!args.resume.empty() &&
       fs::weakly_canonical(c.logging.run_dir) != fs::weakly_canonical(args.resume)) {

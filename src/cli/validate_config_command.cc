@@ -6,7 +6,7 @@
 
 #include "CLI/CLI.hpp"
 #include "commands.h"
-#include "job_setup.h"
+#include "flywheel/jobs/job_setup.h"
 
 namespace flywheel::cli {
 namespace {
@@ -19,7 +19,8 @@ struct ValidateArgs {
 };
 
 int run_validate(const ValidateArgs& args) {
-  absl::StatusOr<JobSetup> job = set_up_job(args.config_path, args.overrides, !args.no_plugins);
+  absl::StatusOr<jobs::JobSetup> job =
+      jobs::set_up_job(args.config_path, args.overrides, !args.no_plugins);
   if (!job.ok()) {
     std::cerr << "flywheel: invalid configuration:\n" << job.status().message() << "\n";
     return kExitUsage;

@@ -33,7 +33,7 @@ start_server() {  # extra arguments for the server; sets $port
   PYTHONPATH="$work/py" "$py" "$src/examples/environments/python/keyword_server.py" "$@" \
     > "$work/server.log" 2>&1 &
   servers+=($!)
-  for _ in $(seq 100); do
+  for _ in $(seq 300); do  # 30 s: python's grpc import is slow on a loaded 2-core machine
     port=$(grep -o 'listening on 127.0.0.1:[0-9]*' "$work/server.log" | grep -o '[0-9]*$')
     [[ -n "$port" ]] && return 0
     sleep 0.1

@@ -54,7 +54,9 @@ inline ModelConfig tiny_config(const std::string& family) {
 inline std::unique_ptr<DecoderModel> tiny_model(const ModelConfig& config,
                                                 at::ScalarType dtype = at::kFloat,
                                                 uint64_t seed = 1) {
-  auto model = DecoderModel::create(config, DecoderOptions{dtype, at::kCPU});
+  DecoderOptions options;
+  options.dtype = dtype;
+  auto model = DecoderModel::create(config, options);
   (*model)->init_random(seed);
   // Random norm weights and biases too, so that a wrong formula cannot hide behind ones/zeros.
   at::NoGradGuard no_grad;

@@ -16,10 +16,10 @@
 #include "flywheel/buffer/service/controller_client.h"
 #include "flywheel/buffer/service/controller_server.h"
 #include "flywheel/buffer/weight_store.h"
+#include "flywheel/jobs/job_setup.h"
 #include "flywheel/model/model_config.h"
-#include "job_setup.h"
 
-namespace flywheel::cli {
+namespace flywheel::jobs {
 
 struct ControllerSetup {
   std::unique_ptr<buffer::PromptDataset> dataset;
@@ -69,4 +69,4 @@ absl::StatusOr<std::unique_ptr<ControllerHost>> start_controller(const JobSetup&
                                                                  int64_t version,
                                                                  const std::string& snapshot);
 
-}  // namespace flywheel::cli
+}  // namespace flywheel::jobs

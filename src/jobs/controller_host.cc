@@ -1,4 +1,4 @@
-#include "controller_setup.h"
+#include "flywheel/jobs/controller_host.h"
 
 #include <unistd.h>
 
@@ -16,7 +16,7 @@
 #include "flywheel/core/status_macros.h"
 #include "flywheel/model/hf_checkpoint.h"
 
-namespace flywheel::cli {
+namespace flywheel::jobs {
 namespace {
 
 // The address workers should dial: a wildcard bind address is replaced by this host's name.
@@ -204,4 +204,4 @@ std::string ControllerHost::lost_summary() const {
       counters.dropped, counters.rejected_invalid);
 }
 
-}  // namespace flywheel::cli
+}  // namespace flywheel::jobs

@@ -1,4 +1,4 @@
-#include "job_setup.h"
+#include "flywheel/jobs/job_setup.h"
 
 #include <ATen/Parallel.h>
 
@@ -19,7 +19,7 @@
 #include "flywheel/rollout/logits_processor.h"
 #include "flywheel/rollout/remote_environment.h"
 
-namespace flywheel::cli {
+namespace flywheel::jobs {
 
 std::string JobSetup::config_dir() const {
   return loaded.files.empty()
@@ -73,4 +73,4 @@ absl::StatusOr<TrainingWorld> join_training_world(const core::Config& config,
   return out;
 }
 
-}  // namespace flywheel::cli
+}  // namespace flywheel::jobs

@@ -9,7 +9,7 @@
 #include "flywheel/rollout/agent/agent_runner.h"
 #include "flywheel/rollout/worker/rollout_worker.h"
 
-namespace flywheel::cli {
+namespace flywheel::jobs {
 
 // Null when rollout.agent.command is empty. With agents, the worker runs at most
 // rollout.agent.max_episodes at once (worker->max_slots). InvalidArgument for an estimator with
@@ -19,4 +19,4 @@ absl::StatusOr<std::unique_ptr<rollout::AgentRunner>> make_agent_runner(
     const model::TokenizerSetup& tokenizers, const std::string& auth_token,
     rollout::RolloutWorkerOptions* worker);
 
-}  // namespace flywheel::cli
+}  // namespace flywheel::jobs

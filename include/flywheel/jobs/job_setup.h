@@ -11,7 +11,7 @@
 #include "flywheel/core/config_loader.h"
 #include "flywheel/core/plugin_registry.h"
 
-namespace flywheel::cli {
+namespace flywheel::jobs {
 
 struct JobSetup {
   core::LoadedConfig loaded;
@@ -40,4 +40,4 @@ struct TrainingWorld {
 absl::StatusOr<TrainingWorld> join_training_world(const core::Config& config,
                                                   const std::string& log_name);
 
-}  // namespace flywheel::cli
+}  // namespace flywheel::jobs

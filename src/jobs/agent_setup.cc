@@ -1,9 +1,9 @@
-#include "agent_setup.h"
+#include "flywheel/jobs/agent_setup.h"
 
 #include <algorithm>
 #include <filesystem>
 
-namespace flywheel::cli {
+namespace flywheel::jobs {
 
 absl::StatusOr<std::unique_ptr<rollout::AgentRunner>> make_agent_runner(
     const core::Config& c, const std::string& config_dir, rollout::GenerationEngine* engine,
@@ -27,4 +27,4 @@ absl::StatusOr<std::unique_ptr<rollout::AgentRunner>> make_agent_runner(
   return rollout::AgentRunner::create(engine, tokenizers, options);
 }
 
-}  // namespace flywheel::cli
+}  // namespace flywheel::jobs
