@@ -246,8 +246,9 @@ int run_delta_bench(const DeltaBenchOptions& o) {
   }
   std::printf(
       "(MB/version: bytes received per version after the first, whole or delta; s/version: the "
-      "worker's fetch_weights_into, manifest to the whole payload's crc32c checked, the "
-      "controller's encoding of the delta on the first request included; encode s: the "
+      "worker's fetch_weights_into, manifest to the whole payload's crc32c checked, with "
+      "whatever part of the controller's encoding of the delta it waited for (from the second "
+      "delta on the controller starts encoding at publication); encode s: the "
       "controller's XOR + byte planes + zstd per version; link use: MB/version over the median "
       "s/version, against the raw throughput above)\n");
   return 0;

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "flywheel/core/crc32c.h"
 #include "flywheel/core/status_macros.h"
 
@@ -34,6 +35,23 @@ void fill_checksums(core::PublishedWeights* w) {
 WeightStore::WeightStore(int keep_versions, DeltaCodecOptions deltas)
     : keep_versions_(static_cast<size_t>(std::max(keep_versions, 1))), deltas_(deltas) {}
 
+WeightStore::~WeightStore() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    jobs_changed_.Signal();
+  }
+  if (encoder_.joinable()) encoder_.join();
+  std::deque<DeltaJob> left;
+  {
+    absl::MutexLock lock(&mu_);
+    left.swap(delta_jobs_);
+  }
+  for (DeltaJob& job : left) {
+    for (DeltaCallback& done : job.waiting) done(nullptr);
+  }
+}
+
 absl::Status WeightStore::publish(core::PublishedWeights weights) {
   if (weights.bucket_bytes < 1) return absl::InvalidArgumentError("bucket_bytes must be >= 1");
   FLYWHEEL_RETURN_IF_ERROR(core::validate_tensors(weights.tensors, weights.payload.size()));
@@ -48,6 +66,7 @@ absl::Status WeightStore::publish(core::PublishedWeights weights) {
   fill_checksums(&weights);  // outside the lock (~50 ms for 400 MB)
   auto shared = std::make_shared<const core::PublishedWeights>(std::move(weights));
   std::shared_ptr<const core::PublishedWeights> dropped;  // freed outside the lock
+  std::vector<DeltaJob> superseded;                       // likewise
   absl::MutexLock lock(&mu_);
   if (shared->version <= latest_version_) {  // a concurrent publish won
     return absl::InvalidArgumentError(absl::StrCat("version ", shared->version,
@@ -62,6 +81,19 @@ absl::Status WeightStore::publish(core::PublishedWeights weights) {
   if (held_.size() > keep_versions_) {
     dropped = std::move(held_.front());
     held_.erase(held_.begin());
+  }
+  if (deltas_.level > 0 && deltas_asked_ && held_.size() >= 2) {
+    // Encode ahead the delta the workers holding the version before will ask for. Deltas queued
+    // ahead for older versions that nobody waits for are not encoded any more.
+    for (auto it = delta_jobs_.begin() + (encoding_ ? 1 : 0); it != delta_jobs_.end();) {
+      if (!it->waiting.empty()) {
+        ++it;
+        continue;
+      }
+      superseded.push_back(std::move(*it));
+      it = delta_jobs_.erase(it);
+    }
+    queue_delta(held_.back(), held_[held_.size() - 2], nullptr);
   }
   return absl::OkStatus();
 }
@@ -85,47 +117,110 @@ std::shared_ptr<const core::PublishedWeights> WeightStore::held(int64_t version)
 
 std::shared_ptr<const core::PublishedWeights> WeightStore::cached_delta(
     int64_t version, int64_t base_version, uint32_t base_crc32c) const {
-  return delta_.version == version && delta_.base_version == base_version &&
-                 delta_.base_crc32c == base_crc32c
-             ? delta_.bytes
-             : nullptr;
+  for (const CachedDelta& d : kept_deltas_) {
+    if (d.version == version && d.base_version == base_version && d.base_crc32c == base_crc32c) {
+      return d.bytes;
+    }
+  }
+  return nullptr;
+}
+
+std::shared_ptr<const core::PublishedWeights> WeightStore::kept_delta(int64_t version,
+                                                                      int64_t base_version,
+                                                                      uint32_t base_crc32c) const {
+  absl::MutexLock lock(&mu_);
+  return cached_delta(version, base_version, base_crc32c);
+}
+
+void WeightStore::delta_async(int64_t version, int64_t base_version, uint32_t base_crc32c,
+                              DeltaCallback done) {
+  std::shared_ptr<const core::PublishedWeights> ready;
+  if (deltas_.level > 0 && base_version != version) {
+    absl::MutexLock lock(&mu_);
+    deltas_asked_ = true;
+    ready = cached_delta(version, base_version, base_crc32c);
+    std::shared_ptr<const core::PublishedWeights> next = held(version), base = held(base_version);
+    if (ready == nullptr && next != nullptr && base != nullptr && base->crc32c == base_crc32c) {
+      queue_delta(std::move(next), std::move(base), std::move(done));
+      return;
+    }
+  }
+  done(std::move(ready));
 }
 
 std::shared_ptr<const core::PublishedWeights> WeightStore::delta(int64_t version,
                                                                  int64_t base_version,
                                                                  uint32_t base_crc32c) {
-  if (deltas_.level <= 0 || base_version == version) return nullptr;
-  {
-    // Served from the cache without waiting for an encoding in progress (StreamWeights asks
-    // again for every stream and re-requested bucket).
-    absl::MutexLock lock(&mu_);
-    if (auto cached = cached_delta(version, base_version, base_crc32c)) return cached;
+  absl::Notification answered;
+  std::shared_ptr<const core::PublishedWeights> out;
+  delta_async(version, base_version, base_crc32c,
+              [&](std::shared_ptr<const core::PublishedWeights> d) {
+                out = std::move(d);
+                answered.Notify();
+              });
+  answered.WaitForNotification();
+  return out;
+}
+
+void WeightStore::queue_delta(std::shared_ptr<const core::PublishedWeights> next,
+                              std::shared_ptr<const core::PublishedWeights> base,
+                              DeltaCallback done) {
+  for (DeltaJob& job : delta_jobs_) {
+    if (job.next->version == next->version && job.base->version == base->version &&
+        job.base->crc32c == base->crc32c) {
+      if (done) job.waiting.push_back(std::move(done));
+      return;
+    }
   }
-  absl::MutexLock encoding(&encode_mu_);  // an asker arriving mid-encoding waits and reuses it
-  std::shared_ptr<const core::PublishedWeights> next, base;
-  {
-    absl::MutexLock lock(&mu_);
-    if (auto cached = cached_delta(version, base_version, base_crc32c)) return cached;
-    next = held(version);
-    base = held(base_version);
-    if (next == nullptr || base == nullptr || base->crc32c != base_crc32c) return nullptr;
+  DeltaJob job{std::move(next), std::move(base), {}};
+  if (done) job.waiting.push_back(std::move(done));
+  delta_jobs_.push_back(std::move(job));
+  if (!encoder_.joinable()) encoder_ = std::thread([this] { encode_deltas(); });
+  jobs_changed_.Signal();
+}
+
+void WeightStore::encode_deltas() {
+  for (;;) {
+    std::shared_ptr<const core::PublishedWeights> next, base;
+    {
+      absl::MutexLock lock(&mu_);
+      while (!stopping_ && delta_jobs_.empty()) jobs_changed_.Wait(&mu_);
+      if (stopping_) return;
+      encoding_ = true;
+      next = delta_jobs_.front().next;
+      base = delta_jobs_.front().base;
+    }
+    std::shared_ptr<const core::PublishedWeights> d = encode(*next, *base);
+    std::vector<DeltaCallback> waiting;
+    {
+      absl::MutexLock lock(&mu_);
+      waiting = std::move(delta_jobs_.front().waiting);
+      delta_jobs_.pop_front();
+      encoding_ = false;
+    }
+    for (DeltaCallback& done : waiting) done(d);
   }
+}
+
+std::shared_ptr<const core::PublishedWeights> WeightStore::encode(
+    const core::PublishedWeights& next, const core::PublishedWeights& base) {
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<std::string> bytes = encode_weight_delta(*base, *next, deltas_, &delta_buffers_);
+  absl::StatusOr<std::string> bytes = encode_weight_delta(base, next, deltas_, &delta_buffers_);
   if (!bytes.ok()) return nullptr;  // another layout: the asker fetches the version whole
   auto d = std::make_shared<core::PublishedWeights>();
-  d->version = version;
-  d->bucket_bytes = next->bucket_bytes;
+  d->version = next.version;
+  d->bucket_bytes = next.bucket_bytes;
   d->payload = std::move(*bytes);
   fill_checksums(d.get());
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   absl::MutexLock lock(&mu_);
-  delta_ = {version, base_version, base_crc32c, d};
+  kept_deltas_.push_back({next.version, base.version, base.crc32c, d});
+  if (kept_deltas_.size() > kKeptDeltas) kept_deltas_.pop_front();
   ++delta_counters_.encoded;
   delta_counters_.encode_s += seconds;
   delta_counters_.bytes += d->payload.size();
-  delta_counters_.full_bytes += next->payload.size();
+  delta_counters_.full_bytes += next.payload.size();
   return d;
 }
 

@@ -2,11 +2,15 @@
 // StreamWeights / AckWeights, and ControllerClient::fetch_weights / ack_weights over loopback TCP.
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <random>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/synchronization/mutex.h"
+#include "flywheel/buffer/weight_delta.h"
 #include "flywheel/buffer/weight_store.h"
 #include "flywheel/core/crc32c.h"
 #include "flywheel/v1/controller.grpc.pb.h"
@@ -313,6 +317,102 @@ TEST(WeightSyncTest, TheNextVersionArrivesAsADeltaEqualToTheWhole) {
   }
   EXPECT_EQ(client->weight_fetch_counters().deltas, 4);
   EXPECT_EQ(f.store.delta_counters().encoded, 4);
+}
+
+// Polls `holds` for up to 30 s (the encoder thread's work, on a loaded machine).
+bool eventually(const std::function<bool()>& holds) {
+  for (int i = 0; i < 3000 && !holds(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return holds();
+}
+
+TEST(WeightStoreDeltaTest, DeltasAreEncodedOnTheStoresThreadNotTheAskers) {
+  WeightStore store(2, {1, 1});
+  const core::PublishedWeights v1 = small_weights(1);
+  ASSERT_TRUE(store.publish(v1).ok());
+  ASSERT_TRUE(store.publish(stepped(v1, 2)).ok());
+  const uint32_t base_crc = store.get(1)->crc32c;
+  EXPECT_EQ(store.kept_delta(2, 1, base_crc), nullptr);  // nobody asked: nothing encoded ahead
+  EXPECT_EQ(store.delta_counters().encoded, 0);
+
+  // Not kept: answered on another thread, once, with the delta.
+  const std::thread::id asker = std::this_thread::get_id();
+  std::atomic<int> answers{0};
+  std::atomic<bool> on_asker{true};
+  std::shared_ptr<const core::PublishedWeights> got;
+  absl::Mutex mu;
+  store.delta_async(2, 1, base_crc, [&](std::shared_ptr<const core::PublishedWeights> d) {
+    absl::MutexLock lock(&mu);
+    on_asker = std::this_thread::get_id() == asker;
+    got = std::move(d);
+    ++answers;
+  });
+  ASSERT_TRUE(eventually([&] { return answers.load() == 1; }));
+  EXPECT_FALSE(on_asker.load());
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_NE(got, nullptr);
+    EXPECT_EQ(got->version, 2);
+  }
+  // Kept: answered at once, on the asker's thread, without encoding again.
+  bool at_once = false;
+  store.delta_async(2, 1, base_crc, [&](std::shared_ptr<const core::PublishedWeights> d) {
+    at_once = d != nullptr && std::this_thread::get_id() == asker;
+  });
+  EXPECT_TRUE(at_once);
+  // Cannot be made (a base of other bytes, a version not held): null at once.
+  bool refused = false;
+  store.delta_async(2, 1, base_crc ^ 1u, [&](std::shared_ptr<const core::PublishedWeights> d) {
+    refused = d == nullptr;
+  });
+  EXPECT_TRUE(refused);
+  EXPECT_EQ(store.delta(7, 2, base_crc), nullptr);
+  EXPECT_EQ(store.delta_counters().encoded, 1);
+
+  // From now on each version's delta from the one before is encoded when it is published.
+  ASSERT_TRUE(store.publish(stepped(*store.latest(), 3)).ok());
+  const uint32_t crc2 = store.get(2)->crc32c;
+  ASSERT_TRUE(eventually([&] { return store.kept_delta(3, 2, crc2) != nullptr; }));
+  EXPECT_EQ(store.delta_counters().encoded, 2);
+  EXPECT_NE(store.kept_delta(2, 1, base_crc), nullptr);  // the two newest deltas are kept
+  ASSERT_TRUE(store.publish(stepped(*store.latest(), 4)).ok());
+  ASSERT_TRUE(eventually([&] { return store.delta_counters().encoded == 3; }));
+  EXPECT_EQ(store.kept_delta(2, 1, base_crc), nullptr);
+  ASSERT_NE(store.kept_delta(4, 3, store.get(3)->crc32c), nullptr);
+  // The delta encoded ahead is exact: applied to version 3 it gives version 4.
+  DeltaBuffers buffers;
+  std::string payload = store.get(3)->payload;
+  ASSERT_TRUE(apply_weight_delta(store.kept_delta(4, 3, store.get(3)->crc32c)->payload,
+                                 store.get(3)->tensors, &payload, &buffers)
+                  .ok());
+  EXPECT_EQ(payload, store.latest()->payload);
+}
+
+TEST(WeightStoreDeltaTest, EveryAskerIsAnsweredOnceEvenWhenTheStoreGoesFirst) {
+  // Askers of several deltas, and a store destroyed while they are queued or encoding: each is
+  // answered exactly once (with the delta or null), so that no manifest RPC is left hanging.
+  for (int round = 0; round < 5; ++round) {
+    std::atomic<int> answers{0};
+    constexpr int kAskers = 6;
+    {
+      WeightStore store(3, {1, 1});
+      const core::PublishedWeights v1 = flat_weights(1, 1 << 20, 1 << 16);
+      ASSERT_TRUE(store.publish(v1).ok());
+      ASSERT_TRUE(store.publish(stepped(v1, 2)).ok());
+      ASSERT_TRUE(store.publish(stepped(v1, 3)).ok());
+      const uint32_t crc1 = store.get(1)->crc32c, crc2 = store.get(2)->crc32c;
+      for (int i = 0; i < kAskers; ++i) {
+        const bool from_first = i % 2 == 0;
+        store.delta_async(3, from_first ? 1 : 2, from_first ? crc1 : crc2,
+                          [&](std::shared_ptr<const core::PublishedWeights>) { ++answers; });
+      }
+      if (round % 2 == 1) {
+        ASSERT_TRUE(eventually([&] { return answers.load() == kAskers; }));
+      }
+    }
+    EXPECT_EQ(answers.load(), kAskers) << round;
+  }
 }
 
 TEST(WeightSyncTest, ADeltaOnTheWrongBaseFailsItsChecksumAndIsFetchedWhole) {

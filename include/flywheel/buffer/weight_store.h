@@ -4,9 +4,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -23,6 +26,9 @@ class WeightStore {
  public:
   // deltas: how deltas are encoded (weight_sync.delta_level, delta_threads); level 0: none.
   explicit WeightStore(int keep_versions = 2, DeltaCodecOptions deltas = {0, 1});
+  ~WeightStore();
+  WeightStore(const WeightStore&) = delete;
+  WeightStore& operator=(const WeightStore&) = delete;
 
   // Validates (core::validate_tensors(), bucket_bytes >= 1, version newer than the latest) ->
   // InvalidArgument naming the tensor; computes crc32c and bucket_crc32c; makes it the latest.
@@ -39,11 +45,27 @@ class WeightStore {
   // the compressed bytes as its payload (with their crc32c and bucket checksums, `version`'s
   // bucket size, no tensors). Null when deltas are off, the base's crc32c is not `base_crc32c`
   // (the asker holds other bytes), the layouts differ, or the delta is not kept and either
-  // version is no longer held. Encoded on the first request (askers of it meanwhile wait) and
-  // kept for the next askers, who get it without waiting: one delta, the newest asked for.
+  // version is no longer held. The last kKeptDeltas deltas encoded are kept for the next askers.
+  //
+  // Deltas are encoded on the store's own encoder thread, never on the asker's: delta_async()
+  // calls `done` with the result on that thread once it is encoded (askers of the same delta
+  // meanwhile join the same encoding), or at once on the caller's thread when the delta is kept
+  // or cannot be made. Once any worker has asked for a delta, every later publish() also starts
+  // encoding the delta from the version before, so that it is ready when the workers ask.
+  // delta() waits for delta_async()'s answer. A store destroyed with deltas still queued answers
+  // their askers with null (they fetch the version whole).
+  static constexpr size_t kKeptDeltas = 2;
+  using DeltaCallback = std::function<void(std::shared_ptr<const core::PublishedWeights>)>;
+  void delta_async(int64_t version, int64_t base_version, uint32_t base_crc32c, DeltaCallback done)
+      ABSL_LOCKS_EXCLUDED(mu_);
   std::shared_ptr<const core::PublishedWeights> delta(int64_t version, int64_t base_version,
                                                       uint32_t base_crc32c)
-      ABSL_LOCKS_EXCLUDED(mu_, encode_mu_);
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The delta if it is kept, else null: never waits (StreamWeights, whose askers start over from
+  // the manifest when it is gone).
+  std::shared_ptr<const core::PublishedWeights> kept_delta(int64_t version, int64_t base_version,
+                                                           uint32_t base_crc32c) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   struct DeltaCounters {
     int64_t encoded = 0;      // deltas encoded
     double encode_s = 0;      // seconds spent encoding them
@@ -76,11 +98,32 @@ class WeightStore {
                                                              uint32_t base_crc32c) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // A delta to encode: both versions (kept alive until it is done) and who waits for it.
+  struct DeltaJob {
+    std::shared_ptr<const core::PublishedWeights> next, base;
+    std::vector<DeltaCallback> waiting;
+  };
+  // Queues the delta from `base` to `next` (a job of the same pair already queued or encoding
+  // takes `done` instead); starts the encoder thread on first use.
+  void queue_delta(std::shared_ptr<const core::PublishedWeights> next,
+                   std::shared_ptr<const core::PublishedWeights> base, DeltaCallback done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void encode_deltas() ABSL_LOCKS_EXCLUDED(mu_);  // the encoder thread
+  // The delta from `base` to `next`, encoded (null: another layout), kept and counted.
+  std::shared_ptr<const core::PublishedWeights> encode(const core::PublishedWeights& next,
+                                                       const core::PublishedWeights& base)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   const size_t keep_versions_;
   const DeltaCodecOptions deltas_;
-  absl::Mutex encode_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // one delta encoded at a time
-  DeltaBuffers delta_buffers_ ABSL_GUARDED_BY(encode_mu_);
+  DeltaBuffers delta_buffers_;  // the encoder thread's only
   mutable absl::Mutex mu_;
+  std::deque<DeltaJob> delta_jobs_ ABSL_GUARDED_BY(mu_);  // front: the one encoding, if any
+  bool encoding_ ABSL_GUARDED_BY(mu_) = false;            // delta_jobs_.front() is encoding
+  bool deltas_asked_ ABSL_GUARDED_BY(mu_) = false;        // publish() encodes ahead from now on
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::CondVar jobs_changed_;  // a job queued, or stopping_
+  std::thread encoder_;         // started by the first queued delta
   // Held versions, oldest first.
   std::vector<std::shared_ptr<const core::PublishedWeights>> held_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, uint32_t> published_crcs_ ABSL_GUARDED_BY(mu_);  // the last 64 versions
@@ -92,7 +135,7 @@ class WeightStore {
     uint32_t base_crc32c = 0;
     std::shared_ptr<const core::PublishedWeights> bytes;
   };
-  CachedDelta delta_ ABSL_GUARDED_BY(mu_);
+  std::deque<CachedDelta> kept_deltas_ ABSL_GUARDED_BY(mu_);  // oldest first
   DeltaCounters delta_counters_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -317,12 +317,21 @@ class ControllerServer::Service final : public CallbackBase {
       reply->set_bucket_bytes(bucket_bytes_for(*w, req->max_bucket_bytes()));
       reply->set_crc32c(w->crc32c);
       if (req->delta()) {
-        if (auto d = weights_->delta(w->version, req->delta_from(), req->delta_from_crc32c())) {
-          reply->set_delta(true);
-          reply->set_delta_from(req->delta_from());
-          reply->set_delta_bytes(d->payload.size());
-          reply->set_delta_crc32c(d->crc32c);
-        }
+        // Answered when the store's encoder thread has the delta (at once when it is kept):
+        // this handler thread goes back to serving meanwhile.
+        grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+        weights_->delta_async(w->version, req->delta_from(), req->delta_from_crc32c(),
+                              [reactor, reply, from = req->delta_from()](
+                                  std::shared_ptr<const core::PublishedWeights> d) {
+                                if (d != nullptr) {
+                                  reply->set_delta(true);
+                                  reply->set_delta_from(from);
+                                  reply->set_delta_bytes(d->payload.size());
+                                  reply->set_delta_crc32c(d->crc32c);
+                                }
+                                reactor->Finish(grpc::Status::OK);
+                              });
+        return reactor;
       }
     }
     return finish(ctx, s);
@@ -342,11 +351,11 @@ class ControllerServer::Service final : public CallbackBase {
     if (s.ok()) s = find_weights(req, &w);
     if (s.ok() && req.delta()) {  // the delta's bytes instead of the payload's
       const int64_t version = w->version;
-      w = weights_->delta(version, req.delta_from(), req.delta_from_crc32c());
+      w = weights_->kept_delta(version, req.delta_from(), req.delta_from_crc32c());
       if (w == nullptr) {
-        s = grpc::Status(
-            grpc::StatusCode::NOT_FOUND,
-            absl::StrCat("no delta from weights version ", req.delta_from(), " to ", version));
+        s = grpc::Status(grpc::StatusCode::NOT_FOUND,
+                         absl::StrCat("no delta from weights version ", req.delta_from(), " to ",
+                                      version, " is kept (a newer one replaced it)"));
       }
     }
     if (s.ok()) {
