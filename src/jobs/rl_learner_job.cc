@@ -117,8 +117,12 @@ absl::Status run_rl_learner(const JobSetup& job, comm::MpiRuntime& mpi,
   if (host) {
     targets.store = host->weights.get();
     targets.channel = weight_group.channel.get();
+    // The controller accepts trajectories of version v from when it is published, not only
+    // from when the loop's step hook runs: a worker can receive v (over the weight channel, or
+    // from the store) and push with it in between.
     targets.published = [controller = host->core.get()](int64_t v) {
       controller->set_weights_version(v);
+      controller->set_version(v);
     };
   }
   trainer::WeightPublisher publisher({rollout_dtype, c.weight_sync.bucket_bytes},

@@ -59,9 +59,11 @@ absl::Status WeightPublisher::publish(int64_t version) {
   }
   if (targets_.store != nullptr) {
     FLYWHEEL_RETURN_IF_ERROR(targets_.store->publish(std::move(weights)));
-    if (targets_.channel != nullptr) targets_.channel->send(*targets_.store->latest());
   }
   if (targets_.published) targets_.published(version);
+  if (targets_.store != nullptr && targets_.channel != nullptr) {
+    targets_.channel->send(*targets_.store->latest());
+  }
   return absl::OkStatus();
 }
 

@@ -34,8 +34,10 @@ struct WeightPublisherOptions {
 // other ranks all are. Not owned.
 struct WeightTargets {
   buffer::WeightStore* store = nullptr;
-  comm::WeightChannel* channel = nullptr;          // after the store (it holds the same version)
-  std::function<void(int64_t version)> published;  // after both
+  comm::WeightChannel* channel = nullptr;  // after the store (it holds the same version)
+  // After the store, before the channel: a worker that has the version must find the
+  // controller accepting it, whichever way the version reached it.
+  std::function<void(int64_t version)> published;
 };
 
 class WeightPublisher {
