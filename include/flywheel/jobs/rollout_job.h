@@ -22,7 +22,7 @@ struct RolloutJobOptions {
 // Joins the MPMD job when launched by mpirun, registers with the controller, builds the worker
 // for the dtype the learners publish and runs it. Sets *serving once the worker loop runs: a
 // failure before that is a start failure. Prints the worker's counters to stderr at the end.
-absl::Status run_rollout_worker(const JobSetup& job, const RolloutJobOptions& options,
+absl::Status run_rollout_worker(const JobSetup& job, const RolloutJobOptions& args,
                                 const std::function<bool()>& stop, bool* serving);
 
 }  // namespace flywheel::jobs
