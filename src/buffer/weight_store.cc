@@ -139,10 +139,12 @@ void WeightStore::delta_async(int64_t version, int64_t base_version, uint32_t ba
     absl::MutexLock lock(&mu_);
     deltas_asked_ = true;
     ready = cached_delta(version, base_version, base_crc32c);
-    std::shared_ptr<const core::PublishedWeights> next = held(version), base = held(base_version);
-    if (ready == nullptr && next != nullptr && base != nullptr && base->crc32c == base_crc32c) {
-      queue_delta(std::move(next), std::move(base), std::move(done));
-      return;
+    if (ready == nullptr) {
+      std::shared_ptr<const core::PublishedWeights> next = held(version), base = held(base_version);
+      if (next != nullptr && base != nullptr && base->crc32c == base_crc32c) {
+        queue_delta(std::move(next), std::move(base), std::move(done));
+        return;
+      }
     }
   }
   done(std::move(ready));

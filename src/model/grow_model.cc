@@ -5,22 +5,11 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
+#include "flywheel/model/param_spec.h"
 
 namespace flywheel::model {
 namespace {
-
-// The layer index of a parameter named "model.layers.N....", or -1.
-int64_t layer_of(const std::string& name) {
-  absl::string_view rest = name;
-  if (!absl::ConsumePrefix(&rest, "model.layers.")) return -1;
-  const size_t dot = rest.find('.');
-  int64_t layer = -1;
-  if (dot == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, dot), &layer)) return -1;
-  return layer;
-}
 
 // Whether `name` is an output projection of its layer: the attention's o_proj or an MLP's (a
 // dense MLP's, an expert's, a shared expert's) down_proj, weight or bias.
@@ -52,7 +41,7 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> grow_model(const DecoderModel& bas
   for (const auto& [name, tensor] : base.named_parameters()) held.emplace(name, tensor);
   at::NoGradGuard no_grad;
   for (const auto& [name, tensor] : (*grown)->named_parameters()) {
-    const int64_t layer = layer_of(name);
+    const int64_t layer = layer_index(name);
     if (layer >= base_layers) {
       if (is_output_projection(name)) tensor.zero_();
       continue;

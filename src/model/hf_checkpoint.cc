@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include <ATen/ATen.h>
 
@@ -16,6 +17,7 @@
 #include "flywheel/core/file_io.h"
 #include "flywheel/core/json.h"
 #include "flywheel/core/status_macros.h"
+#include "flywheel/model/param_spec.h"
 #include "flywheel/model/peft_adapter.h"
 #include "flywheel/model/safetensors.h"
 
@@ -77,16 +79,10 @@ namespace {
 
 // How many layers `names` (tensor names) hold: the count of distinct N in "model.layers.N.".
 int64_t held_layers(const std::vector<std::string>& names) {
-  constexpr absl::string_view kPrefix = "model.layers.";
   std::set<int64_t> layers;
   for (const std::string& name : names) {
-    absl::string_view rest(name);
-    if (!absl::ConsumePrefix(&rest, kPrefix)) continue;
-    const size_t dot = rest.find('.');
-    int64_t index = 0;
-    if (dot != absl::string_view::npos && absl::SimpleAtoi(rest.substr(0, dot), &index)) {
-      layers.insert(index);
-    }
+    const int64_t layer = layer_index(name);
+    if (layer >= 0) layers.insert(layer);
   }
   return static_cast<int64_t>(layers.size());
 }
@@ -96,13 +92,11 @@ int64_t held_layers(const std::vector<std::string>& names) {
 int64_t held_experts(const std::vector<std::string>& names) {
   std::map<int64_t, std::set<int64_t>> by_layer;
   for (const std::string& name : names) {
-    absl::string_view rest(name);
-    int64_t layer = 0, expert = 0;
-    if (!absl::ConsumePrefix(&rest, "model.layers.")) continue;
-    const size_t dot = rest.find('.');
-    if (dot == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, dot), &layer)) continue;
-    rest.remove_prefix(dot + 1);
-    if (!absl::ConsumePrefix(&rest, "mlp.experts.")) continue;
+    std::string_view in_layer;
+    const int64_t layer = layer_index(name, &in_layer);
+    absl::string_view rest(in_layer.data(), in_layer.size());
+    int64_t expert = 0;
+    if (layer < 0 || !absl::ConsumePrefix(&rest, "mlp.experts.")) continue;
     const size_t end = rest.find('.');
     if (end != absl::string_view::npos && absl::SimpleAtoi(rest.substr(0, end), &expert)) {
       by_layer[layer].insert(expert);

@@ -13,6 +13,7 @@
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/model/logprobs.h"
 #include "flywheel/model/lora.h"
+#include "flywheel/model/param_spec.h"
 #include "unit_autograd.h"
 
 namespace flywheel::trainer {
@@ -41,9 +42,7 @@ std::vector<std::pair<std::string, std::vector<model::ParamSpec>>> split_units(
   for (const model::ParamSpec& spec : specs) {
     if (spec.name == "model.embed_tokens.weight") {
       units.front().second.push_back(spec);
-    } else if (absl::StartsWith(spec.name, "model.layers.")) {
-      const size_t begin = std::string("model.layers.").size();
-      const int64_t layer = std::stoll(spec.name.substr(begin, spec.name.find('.', begin) - begin));
+    } else if (const int64_t layer = model::layer_index(spec.name); layer >= 0) {
       units[1 + layer].second.push_back(spec);
     } else {
       units.back().second.push_back(spec);

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include "flywheel/model/param_spec.h"
 #include "reference_decoder.h"
 #include "test_models.h"
 
@@ -17,6 +18,19 @@ at::Tensor parameter(const DecoderModel& m, const std::string& name) {
   at::Tensor p = testing::param(m, name);
   EXPECT_TRUE(p.defined()) << "no parameter " << name;
   return p;
+}
+
+TEST(LayerIndexTest, ReadsTheLayerOfDecoderParametersOnly) {
+  std::string_view rest;
+  EXPECT_EQ(layer_index("model.layers.12.mlp.experts.3.down_proj.weight", &rest), 12);
+  EXPECT_EQ(rest, "mlp.experts.3.down_proj.weight");
+  EXPECT_EQ(layer_index("model.layers.0.input_layernorm.weight"), 0);
+  for (const char* other :
+       {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", "model.layers.x.weight",
+        "model.layers..weight", "model.layers.3", "model.layers.3x.weight", "layers.3.weight",
+        "model.layers.1234567890123456789.weight"}) {
+    EXPECT_EQ(layer_index(other), -1) << other;
+  }
 }
 
 class GrowModelTest : public ::testing::TestWithParam<std::string> {};
