@@ -66,6 +66,21 @@ struct GroupStats {
   int64_t size = 0;
 };
 
+// Mean and unbiased std of a group's values (one value: mean 0, std 1).
+GroupStats stats_of(const std::vector<double>& values) {
+  GroupStats s;
+  s.size = static_cast<int64_t>(values.size());
+  if (values.size() > 1) {
+    double sum = 0;
+    for (double v : values) sum += v;
+    s.mean = sum / values.size();
+    double sq = 0;
+    for (double v : values) sq += (v - s.mean) * (v - s.mean);
+    s.std = std::sqrt(sq / (values.size() - 1));
+  }
+  return s;
+}
+
 // Statistics of each row's group over its episodes: one r per episode (that of the episode's
 // last row) when episode_ids are given, else one per row.
 std::vector<GroupStats> row_group_stats(const std::vector<double>& r, const AdvantageInput& in) {
@@ -80,16 +95,7 @@ std::vector<GroupStats> row_group_stats(const std::vector<double>& r, const Adva
           episodes.data_ptr<int64_t>()[rows[k]] != episodes.data_ptr<int64_t>()[rows[k + 1]];
       if (last_of_episode) values.push_back(r[rows[k]]);
     }
-    GroupStats s;
-    s.size = static_cast<int64_t>(values.size());
-    if (values.size() > 1) {
-      double sum = 0;
-      for (double v : values) sum += v;
-      s.mean = sum / values.size();
-      double sq = 0;
-      for (double v : values) sq += (v - s.mean) * (v - s.mean);
-      s.std = std::sqrt(sq / (values.size() - 1));
-    }
+    const GroupStats s = stats_of(values);
     for (int64_t i : rows) out[i] = s;
   }
   return out;
@@ -109,6 +115,21 @@ at::Tensor discounts(const AdvantageInput& in, double gamma) {
 
 // Estimators without a critic: the returns are the advantages.
 AdvantageResult returns_are_advantages(at::Tensor a) { return {a, a}; }
+
+// G_t = r_t + d_t G_next over the valid tokens of each row, sweeping back; masked positions are
+// skipped (not reset), as in GAE, and hold 0.
+at::Tensor discounted_returns(const at::Tensor& r, const at::Tensor& valid, const at::Tensor& d) {
+  const int64_t B = valid.size(0), T = valid.size(1);
+  at::Tensor next = at::zeros({B});
+  at::Tensor g = at::zeros({B, T});
+  for (int64_t t = T - 1; t >= 0; --t) {
+    at::Tensor mt = valid.select(1, t);
+    at::Tensor value = at::where(mt, r.select(1, t), 0) + d.select(1, t) * next;
+    next = at::where(mt, value, next);
+    g.select(1, t).copy_(at::where(mt, value, 0));
+  }
+  return g;
+}
 
 class Gae : public AdvantageEstimator {
  public:
@@ -190,16 +211,7 @@ class ReinforcePp : public AdvantageEstimator {
     at::Tensor m = in.mask.to(at::kBool);
     at::Tensor r = in.token_rewards.defined() ? in.token_rewards.to(at::kFloat)
                                               : scores_on_last_token(in.scores, in.mask);
-    const int64_t B = m.size(0), T = m.size(1);
-    const at::Tensor d = discounts(in, o_.gamma);
-    at::Tensor next = at::zeros({B});
-    at::Tensor g = at::zeros({B, T});
-    for (int64_t t = T - 1; t >= 0; --t) {  // masked positions are skipped, as in GAE
-      at::Tensor mt = m.select(1, t);
-      at::Tensor value = at::where(mt, r.select(1, t), 0) + d.select(1, t) * next;
-      next = at::where(mt, value, next);
-      g.select(1, t).copy_(at::where(mt, value, 0));
-    }
+    at::Tensor g = discounted_returns(r, m, discounts(in, o_.gamma));
     return AdvantageResult{at::where(m, masked_whiten(g, in.mask), 0), g};
   }
 
@@ -239,6 +251,61 @@ class Remax : public AdvantageEstimator {
     return AdvantageResult{advantages, returns};
   }
   bool needs_greedy_baseline() const override { return true; }
+};
+
+// GRPO with process supervision (DeepSeekMath §4.1.3): every step reward of a group's rows
+// (token_rewards where reward_ends marks a step or turn end, and each row's last valid token) is
+// normalised by the mean and std of all of the group's step rewards; a token's advantage is the
+// sum of the normalised rewards of the steps that end at or after it (discounted by gamma).
+class GrpoProcess : public AdvantageEstimator {
+ public:
+  explicit GrpoProcess(EstimatorOptions o) : o_(o) {}
+  absl::StatusOr<AdvantageResult> compute(const AdvantageInput& in) const override {
+    FLYWHEEL_RETURN_IF_ERROR(check_common(in, true));
+    if (in.reward_ends.defined() && in.reward_ends.sizes() != in.mask.sizes()) {
+      return absl::InvalidArgumentError("reward_ends must have the mask's shape");
+    }
+    at::NoGradGuard no_grad;
+    const at::Tensor m = in.mask.to(at::kBool);
+    const int64_t B = m.size(0), T = m.size(1);
+    at::Tensor ends = scores_on_last_token(at::ones({B}), in.mask).ne(0);
+    if (in.reward_ends.defined()) ends = ends | (in.reward_ends.ne(0) & m);
+    ends = ends.contiguous();
+    at::Tensor r = (in.token_rewards.defined() ? in.token_rewards.to(at::kDouble)
+                                               : scores_on_last_token(in.scores, in.mask))
+                       .to(at::kDouble)
+                       .contiguous();
+    const bool* is_end = ends.data_ptr<bool>();
+    const double* reward = r.data_ptr<double>();
+    // A row without a trainable token counts with its score, as in grpo's statistics.
+    const std::vector<double> outcome = row_scores(in);
+    std::vector<double> normalised(B * T, 0.0);
+    for (const auto& [id, rows] : groups_of(in.group_ids)) {
+      std::vector<double> values;
+      for (int64_t b : rows) {
+        const size_t before = values.size();
+        for (int64_t t = 0; t < T; ++t) {
+          if (is_end[b * T + t]) values.push_back(reward[b * T + t]);
+        }
+        if (values.size() == before) values.push_back(outcome[b]);
+      }
+      // A singleton group keeps its rewards (mean 0, std 1), as grpo does.
+      const GroupStats s = rows.size() > 1 ? stats_of(values) : GroupStats();
+      for (int64_t b : rows) {
+        for (int64_t t = 0; t < T; ++t) {
+          if (!is_end[b * T + t]) continue;
+          double a = reward[b * T + t] - s.mean;
+          if (o_.norm_by_std) a /= s.std + o_.eps;
+          normalised[b * T + t] = a;
+        }
+      }
+    }
+    at::Tensor steps = at::tensor(normalised, at::kDouble).to(at::kFloat).view({B, T});
+    return returns_are_advantages(discounted_returns(steps, m, discounts(in, o_.gamma)));
+  }
+
+ private:
+  EstimatorOptions o_;
 };
 
 }  // namespace
@@ -286,6 +353,9 @@ absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_reinforce_pp_baseline(
 }
 absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_remax(const EstimatorOptions&) {
   return std::unique_ptr<AdvantageEstimator>(new Remax());
+}
+absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_grpo_process(const EstimatorOptions& o) {
+  return std::unique_ptr<AdvantageEstimator>(new GrpoProcess(o));
 }
 
 }  // namespace flywheel::algos

@@ -28,6 +28,11 @@ absl::StatusOr<Algorithm> Algorithm::create(const core::Config& config,
       registry.get<AdvantageEstimator, const EstimatorOptions&>().create(a.advantage_estimator, e);
   if (!estimator.ok()) return keyed("advantage_estimator", estimator.status());
   out.estimator = std::move(*estimator);
+  if (a.advantage_estimator == "grpo_process" && a.kl_in_reward && a.kl_coef > 0) {
+    return absl::InvalidArgumentError(
+        "algorithm.kl_in_reward: grpo_process reads rewards only where steps end and would drop "
+        "a per-token KL penalty; set algorithm.kl_in_reward: false (the KL then goes in the loss)");
+  }
 
   PolicyLossOptions p;
   p.clip_low = a.clip_low;
@@ -72,6 +77,7 @@ absl::Status register_algos_builtins(core::PluginRegistry& registry) {
   FLYWHEEL_RETURN_IF_ERROR(estimators.add("reinforce_pp", &make_reinforce_pp));
   FLYWHEEL_RETURN_IF_ERROR(estimators.add("reinforce_pp_baseline", &make_reinforce_pp_baseline));
   FLYWHEEL_RETURN_IF_ERROR(estimators.add("remax", &make_remax));
+  FLYWHEEL_RETURN_IF_ERROR(estimators.add("grpo_process", &make_grpo_process));
   auto& losses = registry.get<PolicyLoss, const PolicyLossOptions&>();
   FLYWHEEL_RETURN_IF_ERROR(losses.add("ppo_clip", &make_ppo_clip));
   FLYWHEEL_RETURN_IF_ERROR(losses.add("gspo", &make_gspo));

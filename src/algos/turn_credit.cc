@@ -38,6 +38,20 @@ at::Tensor turn_rewards_on_tokens(const at::Tensor& scores, const at::Tensor& ma
   return at::tensor(out, at::kFloat).view({B, T});
 }
 
+at::Tensor reward_ends(const at::Tensor& mask, const std::vector<RowTurns>& turns) {
+  const int64_t B = mask.size(0), T = mask.size(1);
+  std::vector<float> out(B * T, 0.0f);
+  for (int64_t b = 0; b < B && b < static_cast<int64_t>(turns.size()); ++b) {
+    for (const std::vector<int32_t>* ends : {turns[b].turn_ends, turns[b].step_ends}) {
+      if (ends == nullptr) continue;
+      for (int32_t end : *ends) {
+        if (end >= 1 && end <= T) out[b * T + end - 1] = 1.0f;
+      }
+    }
+  }
+  return at::tensor(out, at::kFloat).view({B, T});
+}
+
 at::Tensor turn_discounts(const at::Tensor& mask, const std::vector<RowTurns>& turns,
                           double discount) {
   const int64_t B = mask.size(0), T = mask.size(1);

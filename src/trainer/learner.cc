@@ -20,6 +20,7 @@ struct Learner::Batch {
   std::vector<const buffer::Trajectory*> sequences;  // whole batch, group by group
   at::Tensor mask, scores, group_ids;                // [S, R], [S], [S]
   at::Tensor turn_credit;     // [S, R] episodes' per-turn rewards on tokens; undefined: none
+  at::Tensor reward_ends;     // [S, R] 1 where turn_credit pays a turn's or step's reward
   at::Tensor turn_discounts;  // [S, R] environment.turn_discount at turn ends; undefined: none
   std::vector<int64_t> mine;  // this rank's sequences (local rows)
   std::vector<std::vector<int64_t>> mini;  // local rows of each mini-batch
@@ -324,6 +325,7 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
   }
   if (any_turn_reward) {
     batch.turn_credit = algos::turn_rewards_on_tokens(batch.scores, batch.mask, turns);
+    batch.reward_ends = algos::reward_ends(batch.mask, turns);
   }
   if (any_turns && options_.turn_discount != 1.0) {
     batch.turn_discounts = algos::turn_discounts(batch.mask, turns, options_.turn_discount);
@@ -393,6 +395,7 @@ absl::Status Learner::prepare(const std::vector<buffer::TrajectoryGroup>& groups
   if (critic_) in.values = gather_rows(batch.values, batch.mine, S, *comm_);
   at::Tensor rewards = batch.scores;  // per sequence, KL in the reward included
   if (batch.turn_credit.defined()) in.token_rewards = batch.turn_credit;
+  in.reward_ends = batch.reward_ends;
   in.token_discounts = batch.turn_discounts;
   if (reference_ && options_.kl_in_reward) {
     batch.old_all = gather_rows(batch.old_logprobs, batch.mine, S, *comm_);

@@ -253,6 +253,65 @@ TEST(RemaxTest, RewardToGoMinusTheGreedyBaseline) {
   EXPECT_FALSE((*make_grpo({}))->needs_greedy_baseline());
 }
 
+// GRPO with process supervision (DeepSeekMath §4.1.3): the group's step rewards are normalised
+// together, and a token's advantage sums the normalised rewards of the steps ending at or after it.
+TEST(GrpoProcessTest, NormalisesAllOfAGroupsStepRewardsThenSumsThoseAhead) {
+  AdvantageInput in;
+  in.scores = at::tensor(std::vector<float>{1.5, 0.25, 9});
+  in.group_ids = at::tensor(std::vector<int64_t>{4, 4, 8});
+  in.mask = T({1, 1, 1,  //
+               1, 1, 0,  //
+               1, 1, 1},
+              {3, 3});
+  // Row 0: a step ends at 0 (0.5) and the last token pays 1; row 1: a step at 0 (0.25), the
+  // last valid token (1) pays 0, the masked 7 is ignored; row 2 is alone in its group.
+  in.token_rewards = T({0.5, 0, 1,   //
+                        0.25, 0, 7,  //
+                        2, 3, 4},
+                       {3, 3});
+  in.reward_ends = T({1, 0, 0,  //
+                      1, 0, 1,  //
+                      0, 1, 0},
+                     {3, 3});
+  const std::vector<double> v = {0.5, 1, 0.25, 0};
+  const double mean = 0.4375;
+  double sq = 0;
+  for (double x : v) sq += (x - mean) * (x - mean);
+  const double sd = std::sqrt(sq / 3);
+  auto n = [&](double x) { return (x - mean) / (sd + 1e-6); };
+  auto r = make_grpo_process({})->get()->compute(in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const float s = static_cast<float>(1 / (1 + 1e-6));  // the singleton: mean 0, std 1
+  expect_near(r->advantages,
+              {static_cast<float>(n(0.5) + n(1)), static_cast<float>(n(1)),
+               static_cast<float>(n(1)),                                         //
+               static_cast<float>(n(0.25) + n(0)), static_cast<float>(n(0)), 0,  //
+               7 * s, 7 * s, 4 * s},
+              1e-5);
+  // gamma 0: each step end keeps its own normalised reward; other tokens get 0.
+  EstimatorOptions o;
+  o.gamma = 0;
+  o.norm_by_std = false;
+  auto g0 = make_grpo_process(o)->get()->compute(in);
+  ASSERT_TRUE(g0.ok()) << g0.status();
+  expect_near(g0->advantages, {0.0625, 0, 0.5625, -0.1875, -0.4375, 0, 0, 3, 4}, 1e-6);
+  in.reward_ends = at::zeros({3, 2});
+  EXPECT_FALSE(make_grpo_process({})->get()->compute(in).ok());
+}
+
+// Without steps (one reward per row, on its last token) it is GRPO.
+TEST(GrpoProcessTest, WithoutStepsItIsGrpo) {
+  const AdvantageInput in = grouped_input();
+  for (bool norm_by_std : {true, false}) {
+    EstimatorOptions o;
+    o.norm_by_std = norm_by_std;
+    auto process = make_grpo_process(o)->get()->compute(in);
+    auto outcome = make_grpo(o)->get()->compute(in);
+    ASSERT_TRUE(process.ok() && outcome.ok());
+    EXPECT_TRUE(at::allclose(process->advantages, outcome->advantages, 1e-6, 1e-7));
+  }
+}
+
 TEST(ScoresOnLastTokenTest, PutsEachScoreOnTheLastValidToken) {
   expect_near(scores_on_last_token(at::tensor(std::vector<float>{5, 7, 9}),
                                    T({1, 1, 0, 1, 0, 1, 0, 0, 0}, {3, 3})),

@@ -82,5 +82,20 @@ TEST(AlgorithmTest, BuildsComponentsFromTheRegistries) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("did you mean 'ppo_clip'?"));
 }
 
+TEST(AlgorithmTest, GrpoProcessRefusesAKlPenaltyInTheReward) {
+  core::PluginRegistry registry;
+  ASSERT_TRUE(register_algos_builtins(registry).ok());
+  core::LoadedConfig c =
+      load("algorithm: {name: reinforce_pp, advantage_estimator: grpo_process, kl_coef: 0.01}\n");
+  absl::Status status = Algorithm::create(c.config, registry).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("algorithm.kl_in_reward"));
+  c.config.algorithm.kl_in_reward = false;  // the KL in the loss
+  EXPECT_TRUE(Algorithm::create(c.config, registry).ok());
+  c.config.algorithm.kl_in_reward = true;
+  c.config.algorithm.kl_coef = 0;  // no KL at all
+  EXPECT_TRUE(Algorithm::create(c.config, registry).ok());
+}
+
 }  // namespace
 }  // namespace flywheel::algos

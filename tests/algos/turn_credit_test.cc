@@ -42,6 +42,14 @@ TEST(TurnCreditTest, TurnRewardsSitOnTurnEndsAndTheRestOfTheScoreOnTheLastToken)
   expect_near(s, {0.25, 0.625, 0, 0, 0.625,  //
                   0.25, 0.125, 1.625, 0, 0,  //
                   0, 0, 0, 0, 0});
+  // grpo_process reads the rewards where turns and steps end (an end past T is ignored).
+  const std::vector<int32_t> far = {2, 9};
+  expect_near(reward_ends(mask, {{&ends, &rewards, &step_ends, &step_rewards},
+                                 {nullptr, nullptr, &far, &step_rewards},
+                                 {}}),
+              {1, 1, 0, 0, 1,  //
+               0, 1, 0, 0, 0,  //
+               0, 0, 0, 0, 0});
 }
 
 TEST(TurnCreditTest, ReinforcePpCreditsATurnWithWhatCameAfterIt) {

@@ -189,7 +189,8 @@ TEST(LearnerShapingTest, SegmentsOfAnEpisodeCountOnceInTheirGroup) {
 
 // Issue 32: process rewards reach token-level estimators where their steps end, as an
 // environment's turn rewards do (the same advantages as those turn rewards), change them from the
-// outcome-only batch, and leave group estimators' advantages as the row sum gives them.
+// outcome-only batch, and leave group estimators' advantages as the row sum gives them;
+// grpo_process reads them where their steps end.
 TEST(LearnerShapingTest, StepRewardsArePaidWhereTheirStepsEnd) {
   auto world = flywheel::testing::world_communicator();
   constexpr int64_t kGroupSize = 4;
@@ -218,7 +219,9 @@ TEST(LearnerShapingTest, StepRewardsArePaidWhereTheirStepsEnd) {
   auto advantages = [&](const std::string& estimator,
                         const std::vector<buffer::TrajectoryGroup>& groups) {
     algos::Algorithm a = testing::test_algorithm(algos::AggMode::kTokenMean);
-    a.estimator = estimator == "grpo" ? *algos::make_grpo({}) : *algos::make_reinforce_pp({});
+    a.estimator = estimator == "grpo"           ? *algos::make_grpo({})
+                  : estimator == "grpo_process" ? *algos::make_grpo_process({})
+                                                : *algos::make_reinforce_pp({});
     auto learner = Learner::create(shaping_options(), std::move(a),
                                    model::testing::tiny_config("qwen2"), world.get());
     EXPECT_TRUE(learner.ok()) << learner.status();
@@ -232,6 +235,14 @@ TEST(LearnerShapingTest, StepRewardsArePaidWhereTheirStepsEnd) {
   EXPECT_GT((by_steps - advantages("reinforce_pp", plain)).abs().max().item<double>(), 1e-3);
   EXPECT_LT((advantages("grpo", stepped) - advantages("grpo", plain)).abs().max().item<double>(),
             1e-6);
+  // grpo_process normalises the rewards where steps end: token 0 (a step's end) counts one more
+  // normalised step reward than token 1; turn ends count the same; without steps it is grpo.
+  const at::Tensor process = advantages("grpo_process", stepped);
+  EXPECT_GT((process.select(1, 0) - process.select(1, 1)).abs().max().item<double>(), 1e-3);
+  EXPECT_LT((process - advantages("grpo_process", turned)).abs().max().item<double>(), 1e-6);
+  EXPECT_LT(
+      (advantages("grpo_process", plain) - advantages("grpo", plain)).abs().max().item<double>(),
+      1e-6);
 }
 
 }  // namespace

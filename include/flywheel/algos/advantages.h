@@ -1,6 +1,6 @@
 // Advantage estimators (ALGORITHMS.md §1): gae, grpo, dr_grpo, rloo, reinforce_pp,
-// reinforce_pp_baseline, remax. All run without gradient and return [B, T] tensors that are zero at
-// masked positions.
+// reinforce_pp_baseline, remax, and grpo_process (GRPO with process supervision). All run without
+// gradient and return [B, T] tensors that are zero at masked positions.
 #pragma once
 
 #include <memory>
@@ -26,6 +26,9 @@ struct AdvantageInput {
                                // episode (an agent's rewritten history); group estimators
                                // count each episode once, with the r_i of its last row
   at::Tensor baselines;        // [B] reward of the greedy response to the row's prompt (remax)
+  at::Tensor reward_ends;      // [B, T] optional (grpo_process): 1 on the last token of every
+                               // step and turn that token_rewards pays a reward at; a row's last
+                               // valid token always counts (its score's rest sits there)
 };
 
 struct AdvantageResult {
@@ -34,10 +37,10 @@ struct AdvantageResult {
 };
 
 struct EstimatorOptions {
-  double gamma = 1.0;       // discount (gae, reinforce_pp)
+  double gamma = 1.0;       // discount (gae, reinforce_pp, grpo_process)
   double lam = 1.0;         // GAE lambda
   double eps = 1e-6;        // added to the group std (grpo)
-  bool norm_by_std = true;  // grpo: divide by the group std (false = Dr. GRPO)
+  bool norm_by_std = true;  // grpo, grpo_process: divide by the group std (false = Dr. GRPO)
   bool whiten = true;       // gae: whiten advantages over the batch's valid tokens
 };
 
@@ -69,5 +72,6 @@ absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_reinforce_pp(const Esti
 absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_reinforce_pp_baseline(
     const EstimatorOptions& o);
 absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_remax(const EstimatorOptions& o);
+absl::StatusOr<std::unique_ptr<AdvantageEstimator>> make_grpo_process(const EstimatorOptions& o);
 
 }  // namespace flywheel::algos

@@ -28,6 +28,10 @@ struct RowTurns {
 at::Tensor turn_rewards_on_tokens(const at::Tensor& scores, const at::Tensor& mask,
                                   const std::vector<RowTurns>& turns);
 
+// [B, T] float32 AdvantageInput::reward_ends: 1 on the last token of every turn and step of
+// `turns` (where turn_rewards_on_tokens pays), 0 elsewhere; ends past T are ignored.
+at::Tensor reward_ends(const at::Tensor& mask, const std::vector<RowTurns>& turns);
+
 // [B, T] float32 AdvantageInput::token_discounts: `discount` on the last token of every turn
 // but a row's last (the step from one turn to the next), 1 elsewhere.
 at::Tensor turn_discounts(const at::Tensor& mask, const std::vector<RowTurns>& turns,

@@ -15,7 +15,8 @@ void bind_options(FieldBinder& b, AlgorithmOptions& o) {
               .one_of({"ppo", "grpo", "dapo", "dr_grpo", "gspo", "rloo", "reinforce_pp", "remax"}));
   b.field("advantage_estimator", &o.advantage_estimator,
           FieldInfo("Advantage estimator registry name (gae, grpo, dr_grpo, rloo, "
-                    "reinforce_pp, remax, ... or a plugin's). Empty: the preset's."));
+                    "reinforce_pp, reinforce_pp_baseline, remax, grpo_process, ... or a "
+                    "plugin's). Empty: the preset's."));
   b.field("policy_loss", &o.policy_loss,
           FieldInfo("Policy loss registry name (ppo_clip, gspo, reinforce, ... or a plugin's). "
                     "Empty: the preset's."));
@@ -39,10 +40,12 @@ void bind_options(FieldBinder& b, AlgorithmOptions& o) {
   b.field("kl_in_reward", &o.kl_in_reward,
           FieldInfo("Apply KL as a per-token reward penalty instead of a loss term."));
   b.field("entropy_coef", &o.entropy_coef, FieldInfo("Entropy bonus coefficient.").min(0));
-  b.field("gamma", &o.gamma, FieldInfo("Discount factor (GAE, REINFORCE++).").min(0).max(1));
+  b.field("gamma", &o.gamma,
+          FieldInfo("Discount factor (GAE, REINFORCE++, grpo_process).").min(0).max(1));
   b.field("lam", &o.lam, FieldInfo("GAE lambda.").min(0).max(1));
   b.field("norm_by_std", &o.norm_by_std,
-          FieldInfo("GRPO: divide advantages by the group's reward std (false = Dr. GRPO)."));
+          FieldInfo("GRPO, grpo_process: divide advantages by the group's reward std (false = "
+                    "Dr. GRPO)."));
   b.field("grpo_eps", &o.grpo_eps, FieldInfo("Added to the group std (GRPO).").greater_than(0));
   b.field("whiten_advantages", &o.whiten_advantages,
           FieldInfo("GAE: whiten advantages over the batch's valid tokens."));

@@ -20,7 +20,8 @@ void bind_options(FieldBinder& b, EnvironmentOptions& o) {
                     "its episode with an error.")
               .greater_than(0));
   b.field("turn_discount", &o.turn_discount,
-          FieldInfo("Token-level estimators (gae, reinforce_pp): a turn's return counts the next "
+          FieldInfo("Token-level estimators (gae, reinforce_pp, grpo_process): a turn's return "
+                    "counts the next "
                     "turn's discounted by this, on top of algorithm.gamma per token; 1: no "
                     "discount between turns.")
               .greater_than(0)
