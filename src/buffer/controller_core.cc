@@ -257,7 +257,12 @@ Grant ControllerCore::acquire(const std::string& worker, int64_t max_prompts, do
 
 absl::StatusOr<PushOutcome> ControllerCore::push(TrajectoryGroup&& group, double now) {
   // The version only grows, so a group valid against this one is valid against the current.
-  const absl::Status valid = validate_group(group, options_.limits, version());
+  absl::Status valid = validate_group(group, options_.limits, version());
+  absl::StatusOr<std::vector<double>> filtered_on = std::vector<double>();
+  if (filter_ && valid.ok()) {
+    filtered_on = group.rewards(options_.filter_metric);
+    valid = filtered_on.status();
+  }
   const int64_t min_version = group.min_version();
   const int64_t bytes = static_cast<int64_t>(group.bytes());
   absl::MutexLock lock(&mu_);
@@ -296,7 +301,7 @@ absl::StatusOr<PushOutcome> ControllerCore::push(TrajectoryGroup&& group, double
     ++counters_.stale_dropped;
     return PushOutcome::kStaleDropped;
   }
-  if (filter_ && !filter_(group.rewards())) {
+  if (filter_ && !filter_(*filtered_on)) {
     remove_lease_locked(lease.id);
     acknowledged_.insert(group.group_id);
     ++counters_.filtered;

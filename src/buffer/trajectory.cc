@@ -226,6 +226,24 @@ std::vector<double> TrajectoryGroup::rewards() const {
   return r;
 }
 
+absl::StatusOr<std::vector<double>> TrajectoryGroup::rewards(
+    const std::string& breakdown_key) const {
+  if (breakdown_key.empty()) return rewards();
+  std::vector<double> r;
+  for (size_t i = 0; i < trajectories.size(); ++i) {
+    const Trajectory& t = trajectories[i];
+    if (t.segment != 0) continue;
+    auto it = t.reward_breakdown.find(breakdown_key);
+    if (it == t.reward_breakdown.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("trajectories[", i, "].reward_breakdown: has no '", breakdown_key,
+                       "', the reward that buffer.filter_metric filters groups on"));
+    }
+    r.push_back(it->second);
+  }
+  return r;
+}
+
 absl::Status validate_group(const TrajectoryGroup& group, const ValidationLimits& limits,
                             int64_t current_version) {
   auto bad = [](const std::string& field, const std::string& why) {

@@ -1,5 +1,9 @@
 #include "flywheel/core/config.h"
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "constraint_checker.h"
@@ -82,6 +86,20 @@ std::vector<ConfigIssue> collect_config_issues(const Config& config) {
                       " tokens cannot hold one sequence of "
                       "model.max_seq_len (",
                       config.model.max_seq_len, ") tokens; raise it or lower model.max_seq_len")});
+  }
+  if (!config.buffer.filter_metric.empty()) {
+    const std::string& metric = config.buffer.filter_metric;
+    const std::string function = metric.substr(0, metric.find('/'));
+    std::vector<std::string> labels;
+    for (const RewardFunctionOptions& f : config.rewards.functions) {
+      labels.push_back(f.label.empty() ? f.name : f.label);
+    }
+    if (std::find(labels.begin(), labels.end(), function) == labels.end()) {
+      issues.push_back(
+          {"buffer.filter_metric",
+           absl::StrCat("'", metric, "' names no reward function of rewards.functions (labels: ",
+                        labels.empty() ? "none" : absl::StrJoin(labels, ", "), ")")});
+    }
   }
   if (config.rollout.agent.enabled() && !config.environment.name.empty()) {
     issues.push_back({"rollout.agent.command",

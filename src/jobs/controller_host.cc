@@ -82,6 +82,7 @@ absl::StatusOr<ControllerSetup> prepare_controller(const JobSetup& job,
     std::shared_ptr<algos::GroupFilter> shared = std::move(*created);
     setup.filter = [shared](const std::vector<double>& rewards) { return shared->keep(rewards); };
   }
+  o.filter_metric = c.buffer.filter_metric;
 
   buffer::ControllerServerOptions& so = setup.server;
   so.bind_address = c.buffer.server.bind_address;

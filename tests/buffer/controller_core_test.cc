@@ -433,6 +433,33 @@ TEST(ControllerCoreTest, FilterDropsGroupsWithoutSignalAndCountsThem) {
   EXPECT_EQ(c->acquire("w", 5, 0).leases.size(), 1u);  // the filtered prompt freed budget
 }
 
+// buffer.filter_metric: the filter sees one reward function's score (DAPO's dynamic sampling on
+// accuracy while another reward shapes the advantages); a group without it is invalid and its
+// lease stays.
+TEST(ControllerCoreTest, FilterSeesARewardBreakdownEntry) {
+  ControllerOptions o = options(5, 3, 0);
+  o.filter_metric = "exact_match";
+  auto c = make(o, [](const std::vector<double>& r) { return r[0] != r[1]; });
+  Grant g = c->acquire("w", 3, 0);
+  ASSERT_EQ(g.leases.size(), 3u);
+  auto with_accuracy = [&](const Lease& lease, double a0, double a1) {
+    TrajectoryGroup group = group_for(lease, 0, 0.9, 0.1);  // totals differ
+    group.trajectories[0].reward_breakdown = {{"exact_match", a0}, {"prm", 0.9}};
+    group.trajectories[1].reward_breakdown = {{"exact_match", a1}, {"prm", 0.1}};
+    return group;
+  };
+  EXPECT_EQ(*c->push(with_accuracy(g.leases[0], 1, 1), 0), PushOutcome::kFiltered);
+  EXPECT_EQ(*c->push(with_accuracy(g.leases[1], 1, 0), 0), PushOutcome::kAccepted);
+  TrajectoryGroup lacking = group_for(g.leases[2], 0, 0.9, 0.1);
+  const absl::Status status = c->push(std::move(lacking), 0).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("trajectories[0].reward_breakdown: has no 'exact_match'"));
+  EXPECT_EQ(c->counters().filtered, 1);
+  EXPECT_EQ(c->counters().rejected_invalid, 1);
+  EXPECT_EQ(*c->push(with_accuracy(g.leases[2], 0, 1), 0), PushOutcome::kAccepted);  // lease kept
+}
+
 TEST(ControllerCoreTest, CapacityRefusesPushesButKeepsTheLease) {
   ControllerOptions o = options(10, 2, 1);
   o.capacity_groups = 2;

@@ -121,6 +121,7 @@ const Reader kReaders[] = {
   {"buffer.missed_heartbeats", "src/jobs/controller_host.cc", "o.worker_timeout_s = c.buffer.heartbeat_interval_s * c.buffer.missed_heartbeats;"},
   {"buffer.drain_timeout_s", "src/jobs/rl_learner_job.cc", "from_controller->settle(c.buffer.drain_timeout_s)"},
   {"buffer.filter", "src/jobs/controller_host.cc", "c.buffer.filter, {});"},
+  {"buffer.filter_metric", "src/jobs/controller_host.cc", "o.filter_metric = c.buffer.filter_metric;"},
   {"buffer.server.bind_address", "src/jobs/controller_host.cc", "so.bind_address = c.buffer.server.bind_address;"},
   {"buffer.server.auth_token_file", "src/jobs/controller_host.cc", "buffer::read_token(c.buffer.server.auth_token_file, c.buffer.server.auth_token_env);"},
   {"buffer.server.auth_token_env", "src/jobs/controller_host.cc", "buffer::read_token(c.buffer.server.auth_token_file, c.buffer.server.auth_token_env);"},

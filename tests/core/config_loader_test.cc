@@ -413,6 +413,18 @@ TEST(ConfigValidateTest, CombinationsThatWouldFailMidRunAreRefused) {
               HasSubstr("buffer.push_timeout_s: 30 s must be less than server.rpc_deadline_s"));
   config.buffer.push_timeout_s = 29;
   EXPECT_TRUE(config.validate().ok());
+  // The group filter on one reward function's score needs that function (issue 32).
+  config.rewards.functions = {{"exact_match"}, {"process_reward_model", "prm"}};
+  config.buffer.filter_metric = "exact_mach";
+  EXPECT_THAT(std::string(config.validate().message()),
+              HasSubstr("buffer.filter_metric: 'exact_mach' names no reward function of "
+                        "rewards.functions (labels: exact_match, prm)"));
+  for (const char* metric : {"exact_match", "prm", "prm/placed"}) {
+    config.buffer.filter_metric = metric;
+    EXPECT_TRUE(config.validate().ok()) << metric;
+  }
+  config.buffer.filter_metric = "process_reward_model";  // the name, where a label is set
+  EXPECT_FALSE(config.validate().ok());
 }
 
 TEST(ConfigValidateTest, NestedSectionRulesCarryTheirPath) {

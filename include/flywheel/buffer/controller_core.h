@@ -65,6 +65,10 @@ struct ControllerOptions {
   // counts the groups it took before): no prompt is granted beyond what will be trained, and
   // once they are taken acquire() answers kDone. 0 = no bound.
   int64_t max_groups = 0;
+  // What the group filter sees of each trajectory: "" = its reward, else that entry of its
+  // reward_breakdown (a reward function's label: DAPO's dynamic sampling on accuracy, as verl's
+  // filter_groups.metric). A group without it is rejected as invalid.
+  std::string filter_metric;
 
   absl::Status validate() const;
 };

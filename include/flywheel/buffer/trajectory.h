@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace flywheel::buffer {
 
@@ -68,6 +69,9 @@ struct TrajectoryGroup {
   size_t bytes() const;
   // One reward per episode (a segment after the first repeats its episode's reward).
   std::vector<double> rewards() const;
+  // The same, of one entry of each trajectory's reward_breakdown (a reward function's label, or
+  // "label/component"); "" = rewards(). InvalidArgument when a trajectory lacks it.
+  absl::StatusOr<std::vector<double>> rewards(const std::string& breakdown_key) const;
 };
 
 struct ValidationLimits {

@@ -44,6 +44,7 @@ struct BufferOptions {
   int64_t missed_heartbeats = 3;  // a worker is gone after this many
   double drain_timeout_s = 30.0;  // at the end: waiting for pushes of prompts still leased
   std::string filter;             // group filter, e.g. nonzero_reward_std; "" = none
+  std::string filter_metric;      // reward_breakdown entry the filter sees; "" = the reward
   ServerOptions server;
 
   absl::Status validate() const;
