@@ -271,10 +271,9 @@ class GrpoProcess : public AdvantageEstimator {
     at::Tensor ends = scores_on_last_token(at::ones({B}), in.mask).ne(0);
     if (in.reward_ends.defined()) ends = ends | (in.reward_ends.ne(0) & m);
     ends = ends.contiguous();
-    at::Tensor r = (in.token_rewards.defined() ? in.token_rewards.to(at::kDouble)
-                                               : scores_on_last_token(in.scores, in.mask))
-                       .to(at::kDouble)
-                       .contiguous();
+    at::Tensor r =
+        in.token_rewards.defined() ? in.token_rewards : scores_on_last_token(in.scores, in.mask);
+    r = r.to(at::kDouble).contiguous();
     const bool* is_end = ends.data_ptr<bool>();
     const double* reward = r.data_ptr<double>();
     // A row without a trainable token counts with its score, as in grpo's statistics.
