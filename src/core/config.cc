@@ -89,12 +89,11 @@ std::vector<ConfigIssue> collect_config_issues(const Config& config) {
   }
   if (!config.buffer.filter_metric.empty()) {
     const std::string& metric = config.buffer.filter_metric;
-    const std::string function = metric.substr(0, metric.find('/'));
     std::vector<std::string> labels;
     for (const RewardFunctionOptions& f : config.rewards.functions) {
       labels.push_back(f.label.empty() ? f.name : f.label);
     }
-    if (std::find(labels.begin(), labels.end(), function) == labels.end()) {
+    if (std::find(labels.begin(), labels.end(), metric) == labels.end()) {
       issues.push_back(
           {"buffer.filter_metric",
            absl::StrCat("'", metric, "' names no reward function of rewards.functions (labels: ",

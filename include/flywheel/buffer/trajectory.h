@@ -69,8 +69,8 @@ struct TrajectoryGroup {
   size_t bytes() const;
   // One reward per episode (a segment after the first repeats its episode's reward).
   std::vector<double> rewards() const;
-  // The same, of one entry of each trajectory's reward_breakdown (a reward function's label, or
-  // "label/component"); "" = rewards(). InvalidArgument when a trajectory lacks it.
+  // The same, of one entry of each trajectory's reward_breakdown (a reward function's label);
+  // "" = rewards(). InvalidArgument when a trajectory lacks it.
   absl::StatusOr<std::vector<double>> rewards(const std::string& breakdown_key) const;
 };
 

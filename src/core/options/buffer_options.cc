@@ -86,10 +86,11 @@ void bind_options(FieldBinder& b, BufferOptions& o) {
   b.field("filter", &o.filter,
           FieldInfo("Group filter applied on insert (e.g. nonzero_reward_std). Empty: none."));
   b.field("filter_metric", &o.filter_metric,
-          FieldInfo("What the group filter sees of each response: empty = its total reward; a "
-                    "reward function's label (or label/component) = that function's score, e.g. "
-                    "exact_match to keep the groups that accuracy tells apart while a process "
-                    "reward model shapes the advantages (verl's filter_groups.metric)."));
+          FieldInfo(
+              "What the group filter sees of each response: empty = its total reward; a "
+              "reward function's label = that function's score (the fallback when it fails), e.g. "
+              "exact_match to keep the groups that accuracy tells apart while a process "
+              "reward model shapes the advantages (verl's filter_groups.metric)."));
   b.section("server", &o.server, "The controller's gRPC server.");
 }
 
