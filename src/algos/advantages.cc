@@ -302,6 +302,7 @@ class GrpoProcess : public AdvantageEstimator {
     at::Tensor steps = at::tensor(normalised, at::kDouble).to(at::kFloat).view({B, T});
     return returns_are_advantages(discounted_returns(steps, m, discounts(in, o_.gamma)));
   }
+  bool takes_kl_in_reward() const override { return false; }
 
  private:
   EstimatorOptions o_;

@@ -28,10 +28,11 @@ absl::StatusOr<Algorithm> Algorithm::create(const core::Config& config,
       registry.get<AdvantageEstimator, const EstimatorOptions&>().create(a.advantage_estimator, e);
   if (!estimator.ok()) return keyed("advantage_estimator", estimator.status());
   out.estimator = std::move(*estimator);
-  if (a.advantage_estimator == "grpo_process" && a.kl_in_reward && a.kl_coef > 0) {
-    return absl::InvalidArgumentError(
-        "algorithm.kl_in_reward: grpo_process reads rewards only where steps end and would drop "
-        "a per-token KL penalty; set algorithm.kl_in_reward: false (the KL then goes in the loss)");
+  if (!out.estimator->takes_kl_in_reward() && a.kl_in_reward && a.kl_coef > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "algorithm.kl_in_reward: ", a.advantage_estimator,
+        " reads rewards only where steps end and would drop a per-token KL penalty; set "
+        "algorithm.kl_in_reward: false (the KL then goes in the loss)"));
   }
 
   PolicyLossOptions p;

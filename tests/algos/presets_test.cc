@@ -89,7 +89,8 @@ TEST(AlgorithmTest, GrpoProcessRefusesAKlPenaltyInTheReward) {
       load("algorithm: {name: reinforce_pp, advantage_estimator: grpo_process, kl_coef: 0.01}\n");
   absl::Status status = Algorithm::create(c.config, registry).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(status.message()), HasSubstr("algorithm.kl_in_reward"));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("algorithm.kl_in_reward: grpo_process reads rewards only where steps end"));
   c.config.algorithm.kl_in_reward = false;  // the KL in the loss
   EXPECT_TRUE(Algorithm::create(c.config, registry).ok());
   c.config.algorithm.kl_in_reward = true;

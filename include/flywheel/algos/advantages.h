@@ -54,6 +54,9 @@ class AdvantageEstimator {
   // True when compute() needs `baselines`: the rollout workers then generate one extra greedy
   // response per prompt and send its reward with the group (remax).
   virtual bool needs_greedy_baseline() const { return false; }
+  // False when compute() reads token_rewards only at reward_ends, so that a per-token KL
+  // penalty in the reward would be lost: Algorithm::create then refuses kl_in_reward with a KL.
+  virtual bool takes_kl_in_reward() const { return true; }
 };
 
 // whiten(x; m) of §1.0: batch statistics over valid tokens, unbiased variance, eps 1e-8 inside
