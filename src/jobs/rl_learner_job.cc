@@ -33,218 +33,300 @@ namespace fs = std::filesystem;
 
 constexpr char kTrainedPromptsFile[] = "trained_prompts.jsonl";
 
-}  // namespace
+// One learner rank, assembled step by step by run(): the learners' communicator, the learner and
+// its weights, rank 0's controller, the weight publisher, evaluation, metrics and checkpoints,
+// then trainer::RlLoop over them. Members are declared in the order they are built, so that each
+// is destroyed before what it points into.
+class RlLearnerJob {
+ public:
+  RlLearnerJob(const JobSetup& job, comm::MpiRuntime& mpi)
+      : job_(job), c_(job.loaded.config), mpi_(mpi) {}
 
-absl::Status run_rl_learner(const JobSetup& job, comm::MpiRuntime& mpi,
-                            const std::function<bool()>& stop) {
-  const core::Config& c = job.loaded.config;
-  FLYWHEEL_ASSIGN_OR_RETURN(comm::MpmdWorld roles,
-                            comm::join_mpmd_world(mpi, comm::Role::kLearner, c));
+  absl::Status run(const std::function<bool()>& stop);
+
+ private:
+  // The MPMD world and the learners' communicator (NCCL on GPUs, else MPI).
+  absl::Status join();
+  // The model's config and tokenizer, the learner with its initial weights.
+  absl::Status load_learner();
+  // From trainer.resume: the learners' state, and (rank 0) the controller's from the same step.
+  absl::Status resume();
+  // Rank 0: the controller, serving. Every rank: the weight publisher and the first version.
+  absl::Status host_controller();
+  // Held-out evaluation, metrics (rank 0) and what every checkpoint carries.
+  absl::Status set_up_reporting();
+  trainer::RlLoopHooks loop_hooks();
+  trainer::RlLoopOptions loop_options() const;
+  // Rank 0: the batches from the controller; every rank receives them from rank 0.
+  void set_up_batches();
+  // After the loop: the workers told and drained, the export, the summary line.
+  absl::Status finish(const trainer::RlLoopResult& result);
+
+  void log(const std::string& name, double value, int64_t step) {
+    if (metrics_) metrics_->log_scalar(name, value, step);
+  }
+
+  const JobSetup& job_;
+  const core::Config& c_;
+  comm::MpiRuntime& mpi_;
+
+  comm::MpmdWorld roles_;
+  std::unique_ptr<comm::Communicator> nccl_;
+  comm::Communicator* learners_ = nullptr;  // nccl_ or roles_.role
+  int rank_ = 0;
+
+  model::ModelConfig model_config_;
+  model::TokenizerSetup tokenizers_;
+  at::ScalarType rollout_dtype_ = at::kFloat;
+  std::unique_ptr<trainer::Learner> learner_;
+
+  std::string checkpoints_, resume_from_, prompts_log_;
+  trainer::ResumedState resumed_;
+
+  std::unique_ptr<ControllerHost> host_;  // rank 0
+  comm::WeightGroup weight_group_;        // weight_sync.transport mpi / nccl
+  std::unique_ptr<trainer::WeightPublisher> publisher_;
+
+  eval::HeldOutEvaluation evaluation_;
+  std::unique_ptr<core::MetricsLogger> metrics_;  // rank 0
+  trainer::CheckpointSaveOptions save_options_;
+
+  std::unique_ptr<trainer::ControllerBatchSource> from_controller_;  // rank 0
+  std::unique_ptr<trainer::BroadcastBatchSource> batches_;
+};
+
+absl::Status RlLearnerJob::run(const std::function<bool()>& stop) {
+  FLYWHEEL_RETURN_IF_ERROR(join());
+  FLYWHEEL_RETURN_IF_ERROR(load_learner());
+  FLYWHEEL_RETURN_IF_ERROR(resume());
+  FLYWHEEL_RETURN_IF_ERROR(host_controller());
+  FLYWHEEL_RETURN_IF_ERROR(set_up_reporting());
+  set_up_batches();
+  trainer::LearnerStepper stepper(learner_.get());
+  trainer::RlLoop loop(loop_options(), &stepper, loop_hooks());
+  FLYWHEEL_ASSIGN_OR_RETURN(trainer::RlLoopResult result, loop.run(*batches_, stop));
+  return finish(result);
+}
+
+absl::Status RlLearnerJob::join() {
+  FLYWHEEL_ASSIGN_OR_RETURN(roles_, comm::join_mpmd_world(mpi_, comm::Role::kLearner, c_));
   // GPU learners train over NCCL (bootstrapped over MPI), CPU ones over MPI.
-  absl::StatusOr<std::unique_ptr<comm::Communicator>> nccl = comm::learner_nccl(roles, c);
-  if (!nccl.ok()) return nccl.status();
-  comm::Communicator& learners = *nccl ? **nccl : *roles.role;
-  const int rank = learners.rank(), size = learners.size();
-  core::set_log_prefix("learner", rank);
-  at::set_num_threads(static_cast<int>(c.cluster.threads_per_process));
+  FLYWHEEL_ASSIGN_OR_RETURN(nccl_, comm::learner_nccl(roles_, c_));
+  learners_ = nccl_ ? nccl_.get() : roles_.role.get();
+  rank_ = learners_->rank();
+  core::set_log_prefix("learner", rank_);
+  at::set_num_threads(static_cast<int>(c_.cluster.threads_per_process));
+  return absl::OkStatus();
+}
 
-  if (c.model.path.empty()) return absl::InvalidArgumentError("model.path must be set");
-  const std::string config_json = (fs::path(c.model.path) / "config.json").string();
-  FLYWHEEL_ASSIGN_OR_RETURN(model::ModelConfig model_config,
-                            model::ModelConfig::from_file(config_json));
-  FLYWHEEL_ASSIGN_OR_RETURN(model::TokenizerSetup tokenizers,
-                            model::load_tokenizer_setup(c.tokenizer, c.model.path));
-  const at::ScalarType rollout_dtype =
-      model::resolve_dtype(c.model.dtype, model::uses_cuda(c.model.device));
+absl::Status RlLearnerJob::load_learner() {
+  if (c_.model.path.empty()) return absl::InvalidArgumentError("model.path must be set");
+  const std::string config_json = (fs::path(c_.model.path) / "config.json").string();
+  FLYWHEEL_ASSIGN_OR_RETURN(model_config_, model::ModelConfig::from_file(config_json));
+  FLYWHEEL_ASSIGN_OR_RETURN(tokenizers_, model::load_tokenizer_setup(c_.tokenizer, c_.model.path));
+  rollout_dtype_ = model::resolve_dtype(c_.model.dtype, model::uses_cuda(c_.model.device));
 
   trainer::LearnerWeightSources sources;
   std::vector<std::string> weight_names;
-  sources.policy = model::open_hf_weights(c.model.path, &weight_names);
+  sources.policy = model::open_hf_weights(c_.model.path, &weight_names);
   if (sources.policy.ok()) {
-    FLYWHEEL_RETURN_IF_ERROR(model::check_held_layers(model_config, weight_names, config_json));
+    FLYWHEEL_RETURN_IF_ERROR(model::check_held_layers(model_config_, weight_names, config_json));
   }
-  sources.policy_path = c.model.path;
-  sources.reference_path = c.model.reference_path.empty() ? c.model.path : c.model.reference_path;
-  sources.critic_path = c.model.critic_path.empty() ? c.model.path : c.model.critic_path;
-  sources.teacher_path = c.distill.teacher_path;
-  sources.seed = static_cast<uint64_t>(c.trainer.seed);
-  auto learner = trainer::Learner::create(c, model_config, &learners, *job.registry);
-  if (!learner.ok()) return learner.status();
-  FLYWHEEL_RETURN_IF_ERROR(trainer::load_learner_weights(**learner, sources));
-  if (rank == 0) {
+  sources.policy_path = c_.model.path;
+  sources.reference_path =
+      c_.model.reference_path.empty() ? c_.model.path : c_.model.reference_path;
+  sources.critic_path = c_.model.critic_path.empty() ? c_.model.path : c_.model.critic_path;
+  sources.teacher_path = c_.distill.teacher_path;
+  sources.seed = static_cast<uint64_t>(c_.trainer.seed);
+  FLYWHEEL_ASSIGN_OR_RETURN(learner_,
+                            trainer::Learner::create(c_, model_config_, learners_, *job_.registry));
+  FLYWHEEL_RETURN_IF_ERROR(trainer::load_learner_weights(*learner_, sources));
+  if (rank_ == 0) {
     FLYWHEEL_LOG_INFO("policy %s",
-                      trainer::memory_summary((*learner)->policy(), (*learner)->optimizer()));
+                      trainer::memory_summary(learner_->policy(), learner_->optimizer()));
   }
+  return absl::OkStatus();
+}
 
-  // Resume: the learners' state, then (rank 0) the controller's from the same step directory.
-  const std::string checkpoints = trainer::checkpoint_dir(c);
-  const std::string resume_from = trainer::resume_path(c, learners);
-  trainer::ResumedState resumed;
-  if (!resume_from.empty()) {
-    FLYWHEEL_RETURN_IF_ERROR(trainer::load_checkpoint(**learner, resume_from));
-    if (rank == 0) {
-      FLYWHEEL_ASSIGN_OR_RETURN(trainer::ResumedState state,
-                                trainer::read_resumed_state(resume_from));
-      resumed = std::move(state);
-      FLYWHEEL_LOG_INFO("resumed from %s at version %d", resume_from, (*learner)->version());
-    }
+absl::Status RlLearnerJob::resume() {
+  checkpoints_ = trainer::checkpoint_dir(c_);
+  resume_from_ = trainer::resume_path(c_, *learners_);
+  prompts_log_ = (fs::path(c_.logging.run_dir) / kTrainedPromptsFile).string();
+  if (resume_from_.empty()) return absl::OkStatus();
+  FLYWHEEL_RETURN_IF_ERROR(trainer::load_checkpoint(*learner_, resume_from_));
+  if (rank_ == 0) {
+    FLYWHEEL_ASSIGN_OR_RETURN(resumed_, trainer::read_resumed_state(resume_from_));
+    FLYWHEEL_LOG_INFO("resumed from %s at version %d", resume_from_, learner_->version());
   }
-  const std::string prompts_log = (fs::path(c.logging.run_dir) / kTrainedPromptsFile).string();
+  return absl::OkStatus();
+}
 
-  // Rank 0: the controller service and the first published weights.
-  std::unique_ptr<ControllerHost> host;
-  if (rank == 0) {
-    auto started = start_controller(job, model_config, rollout_dtype, (*learner)->version(),
-                                    resumed.controller_snapshot);
-    if (!started.ok()) return started.status();
-    host = std::move(*started);
+absl::Status RlLearnerJob::host_controller() {
+  if (rank_ == 0) {
+    FLYWHEEL_ASSIGN_OR_RETURN(
+        host_, start_controller(job_, model_config_, rollout_dtype_, learner_->version(),
+                                resumed_.controller_snapshot));
     FLYWHEEL_RETURN_IF_ERROR(
-        trainer::ControllerBatchSource::truncate_prompts_log(prompts_log, (*learner)->version()));
+        trainer::ControllerBatchSource::truncate_prompts_log(prompts_log_, learner_->version()));
   }
   // The controller's address for the rollout ranks of an MPMD job (and the launcher's file).
-  const std::string address = comm::broadcast_string(*roles.world, host ? host->address : "");
+  const std::string address = comm::broadcast_string(*roles_.world, host_ ? host_->address : "");
   // weight_sync.transport mpi / nccl: rank 0 also broadcasts every version to the MPMD job's
   // rollout ranks (the controller keeps serving it over gRPC, and checks the workers' acks).
-  comm::WeightGroup weight_group;
-  if (core::weight_transport(c.weight_sync) != core::WeightTransport::kGrpc) {
-    auto joined = comm::join_weight_group(
-        roles, comm::Role::kLearner, c,
-        model::uses_cuda(c.model.device) ? comm::local_cuda_device(rank) : -1);
-    if (!joined.ok()) return joined.status();
-    weight_group = std::move(*joined);
+  if (core::weight_transport(c_.weight_sync) != core::WeightTransport::kGrpc) {
+    FLYWHEEL_ASSIGN_OR_RETURN(
+        weight_group_,
+        comm::join_weight_group(
+            roles_, comm::Role::kLearner, c_,
+            model::uses_cuda(c_.model.device) ? comm::local_cuda_device(rank_) : -1));
   }
   trainer::WeightTargets targets;
-  if (host) {
-    targets.store = host->weights.get();
-    targets.channel = weight_group.channel.get();
+  if (host_) {
+    targets.store = host_->weights.get();
+    targets.channel = weight_group_.channel.get();
     // The controller accepts trajectories of version v from when it is published, not only
     // from when the loop's step hook runs: a worker can receive v (over the weight channel, or
     // from the store) and push with it in between.
-    targets.published = [controller = host->core.get()](int64_t v) {
+    targets.published = [controller = host_->core.get()](int64_t v) {
       controller->set_weights_version(v);
       controller->set_version(v);
     };
   }
-  trainer::WeightPublisher publisher({rollout_dtype, c.weight_sync.bucket_bytes},
-                                     &(*learner)->policy(), std::move(targets));
-  FLYWHEEL_RETURN_IF_ERROR(publisher.publish((*learner)->version()));
-  if (host) {
+  publisher_ = std::make_unique<trainer::WeightPublisher>(
+      trainer::WeightPublisherOptions{rollout_dtype_, c_.weight_sync.bucket_bytes},
+      &learner_->policy(), std::move(targets));
+  FLYWHEEL_RETURN_IF_ERROR(publisher_->publish(learner_->version()));
+  if (host_) {
     std::error_code ec;
-    fs::create_directories(c.logging.run_dir, ec);
+    fs::create_directories(c_.logging.run_dir, ec);
     FLYWHEEL_RETURN_IF_ERROR(core::write_file_atomically(
-        (fs::path(c.logging.run_dir) / "controller_address").string(), address + "\n"));
+        (fs::path(c_.logging.run_dir) / "controller_address").string(), address + "\n"));
     FLYWHEEL_LOG_INFO("controller listening on %s; %d prompts, %d learner rank(s)", address,
-                      host->setup.dataset->size(), size);
+                      host_->setup.dataset->size(), learners_->size());
   }
+  return absl::OkStatus();
+}
 
+absl::Status RlLearnerJob::set_up_reporting() {
   // Held-out evaluation on the learners' full weights.
-  eval::HeldOutEvaluation evaluation;
-  if (!c.data.eval_path.empty()) {
-    FLYWHEEL_RETURN_IF_ERROR(evaluation.set_up(c, *job.registry, job.config_dir(), model_config,
-                                               tokenizers, c.data.eval_path));
+  if (!c_.data.eval_path.empty()) {
+    FLYWHEEL_RETURN_IF_ERROR(evaluation_.set_up(c_, *job_.registry, job_.config_dir(),
+                                                model_config_, tokenizers_, c_.data.eval_path));
   }
-  std::unique_ptr<core::MetricsLogger> metrics;
-  if (rank == 0) {
-    auto created = trainer::make_metrics_logger(
-        c, *job.registry, c.trainer.total_steps,
-        {"critic/score/mean", "eval/accuracy", "perf/throughput", "async/staleness_max"});
-    if (!created.ok()) return created.status();
-    metrics = std::move(*created);
+  if (rank_ == 0) {
+    FLYWHEEL_ASSIGN_OR_RETURN(
+        metrics_, trainer::make_metrics_logger(c_, *job_.registry, c_.trainer.total_steps,
+                                               {"critic/score/mean", "eval/accuracy",
+                                                "perf/throughput", "async/staleness_max"}));
   }
-  auto log = [&](const std::string& name, double value, int64_t step) {
-    if (metrics) metrics->log_scalar(name, value, step);
-  };
+  save_options_.keep_last = c_.checkpoint.keep_last;
+  FLYWHEEL_ASSIGN_OR_RETURN(save_options_.extra_files,
+                            trainer::checkpoint_side_files(tokenizers_.dir));
+  return absl::OkStatus();
+}
 
+trainer::RlLoopHooks RlLearnerJob::loop_hooks() {
   trainer::RlLoopHooks hooks;
-  hooks.publish = [&](int64_t version) { return publisher.publish(version); };
-  hooks.log = log;
-  if (evaluation.evaluator) {
-    hooks.evaluate = [&](int64_t step) -> absl::Status {
-      FLYWHEEL_ASSIGN_OR_RETURN(
-          eval::HeldOutEvalResult r,
-          evaluation.evaluator->evaluate((*learner)->policy(), evaluation.data.records, learners));
+  hooks.publish = [this](int64_t version) { return publisher_->publish(version); };
+  hooks.log = [this](const std::string& name, double value, int64_t step) {
+    log(name, value, step);
+  };
+  if (evaluation_.evaluator) {
+    hooks.evaluate = [this](int64_t step) -> absl::Status {
+      FLYWHEEL_ASSIGN_OR_RETURN(eval::HeldOutEvalResult r,
+                                evaluation_.evaluator->evaluate(
+                                    learner_->policy(), evaluation_.data.records, *learners_));
       eval::log_eval_result(r,
                             [&](const std::string& name, double value) { log(name, value, step); });
-      if (std::isnan(evaluation.first_accuracy)) evaluation.first_accuracy = r.accuracy;
-      evaluation.last_accuracy = r.accuracy;
+      if (std::isnan(evaluation_.first_accuracy)) evaluation_.first_accuracy = r.accuracy;
+      evaluation_.last_accuracy = r.accuracy;
       return absl::OkStatus();
     };
   }
-  trainer::CheckpointSaveOptions save_options;
-  save_options.keep_last = c.checkpoint.keep_last;
-  absl::StatusOr<std::map<std::string, std::string>> side_files =
-      trainer::checkpoint_side_files(tokenizers.dir);
-  if (!side_files.ok()) return side_files.status();
-  save_options.extra_files = std::move(*side_files);
-  hooks.save = [&](int64_t step, int64_t violations) {
-    trainer::CheckpointSaveOptions o = save_options;
-    if (host) o.extra_files[trainer::kControllerFile] = host->core->snapshot();
+  hooks.save = [this](int64_t step, int64_t violations) {
+    trainer::CheckpointSaveOptions o = save_options_;
+    if (host_) o.extra_files[trainer::kControllerFile] = host_->core->snapshot();
     o.extra_files[trainer::kLearnerStateFile] =
         absl::StrCat("{\"staleness_violations\": ", violations, "}\n");
-    return trainer::save_checkpoint(**learner, checkpoints, step, o);
+    return trainer::save_checkpoint(*learner_, checkpoints_, step, o);
   };
-  hooks.stepped = [&](int64_t step) {
-    if (host) host->stepped(step, log);
+  hooks.stepped = [this](int64_t step) {
+    if (host_) {
+      host_->stepped(step, [this](const std::string& name, double value, int64_t at) {
+        log(name, value, at);
+      });
+    }
   };
+  return hooks;
+}
 
-  trainer::RlLoopOptions loop_options;
-  loop_options.total_steps = c.trainer.total_steps;
-  loop_options.max_staleness = c.buffer.max_staleness;
-  loop_options.publish_every_steps = c.weight_sync.every_steps;
-  loop_options.eval_every_steps = c.eval.every_steps;
-  loop_options.checkpoint_every_steps = c.checkpoint.every_steps;
-  loop_options.violations = resumed.violations;
-  loop_options.saved_step = resume_from.empty() ? -1 : (*learner)->version();
-  std::unique_ptr<trainer::ControllerBatchSource> from_controller;
-  if (host) {
+trainer::RlLoopOptions RlLearnerJob::loop_options() const {
+  trainer::RlLoopOptions o;
+  o.total_steps = c_.trainer.total_steps;
+  o.max_staleness = c_.buffer.max_staleness;
+  o.publish_every_steps = c_.weight_sync.every_steps;
+  o.eval_every_steps = c_.eval.every_steps;
+  o.checkpoint_every_steps = c_.checkpoint.every_steps;
+  o.violations = resumed_.violations;
+  o.saved_step = resume_from_.empty() ? -1 : learner_->version();
+  return o;
+}
+
+void RlLearnerJob::set_up_batches() {
+  if (host_) {
     trainer::ControllerBatchOptions o;
-    o.groups_per_step = c.trainer.groups_per_step;
-    o.total_steps = c.trainer.total_steps;
-    o.no_progress_timeout_s = c.trainer.no_progress_timeout_s;
+    o.groups_per_step = c_.trainer.groups_per_step;
+    o.total_steps = c_.trainer.total_steps;
+    o.no_progress_timeout_s = c_.trainer.no_progress_timeout_s;
     // The other ranks wait for the batch in a collective: they hear "wait" well within its
     // timeout, so that waiting for rollouts is never mistaken for a stuck rank 0.
-    o.wait_answer_s = std::min(o.wait_answer_s, c.cluster.collective_timeout_s / 4);
-    o.prompts_log = prompts_log;
-    o.workers_logs = absl::StrCat(c.logging.run_dir, "/logs under flywheel train");
-    from_controller = std::make_unique<trainer::ControllerBatchSource>(o, host->core.get());
+    o.wait_answer_s = std::min(o.wait_answer_s, c_.cluster.collective_timeout_s / 4);
+    o.prompts_log = prompts_log_;
+    o.workers_logs = absl::StrCat(c_.logging.run_dir, "/logs under flywheel train");
+    from_controller_ = std::make_unique<trainer::ControllerBatchSource>(o, host_->core.get());
   }
-  trainer::BroadcastBatchSource source(&learners, from_controller.get());
-  trainer::LearnerStepper stepper(learner->get());
-  trainer::RlLoop loop(loop_options, &stepper, std::move(hooks));
-  absl::StatusOr<trainer::RlLoopResult> result = loop.run(source, stop);
-  if (!result.ok()) return result.status();
+  batches_ = std::make_unique<trainer::BroadcastBatchSource>(learners_, from_controller_.get());
+}
 
-  if (metrics) FLYWHEEL_RETURN_IF_ERROR(metrics->flush());
-  if (weight_group.channel) weight_group.channel->close();
-  if (host) {
+absl::Status RlLearnerJob::finish(const trainer::RlLoopResult& result) {
+  if (metrics_) FLYWHEEL_RETURN_IF_ERROR(metrics_->flush());
+  if (weight_group_.channel) weight_group_.channel->close();
+  if (host_) {
     // Until every live worker heard that training is over and what they still push is taken, so
     // that no worker finds the controller gone mid-push.
-    if (!from_controller->settle(c.buffer.drain_timeout_s)) {
+    if (!from_controller_->settle(c_.buffer.drain_timeout_s)) {
       FLYWHEEL_LOG_WARN(
           "after buffer.drain_timeout_s (%.0f s): %d prompts still leased, or a "
           "worker not yet told that training is over",
-          c.buffer.drain_timeout_s, host->core->in_flight());
+          c_.buffer.drain_timeout_s, host_->core->in_flight());
     }
-    host->server->shutdown();
+    host_->server->shutdown();
   }
-  const int64_t step = result->last_step;
+  if (rank_ != 0) return absl::OkStatus();
+  const int64_t step = result.last_step;
   std::string exported;
-  if (c.checkpoint.export_hf && rank == 0) {
+  if (c_.checkpoint.export_hf) {
     FLYWHEEL_ASSIGN_OR_RETURN(
         exported,
-        trainer::export_run((fs::path(checkpoints) / absl::StrCat("step_", step)).string(),
-                            "policy", c.logging.run_dir, rollout_dtype));
+        trainer::export_run((fs::path(checkpoints_) / absl::StrCat("step_", step)).string(),
+                            "policy", c_.logging.run_dir, rollout_dtype_));
   }
-  if (rank == 0) {
-    const std::string& by = result->stopped_by;
-    std::cout << absl::StrFormat(
-        "flywheel learner: %d steps in %.1f s%s; held-out accuracy %.3f -> %.3f; %d staleness "
-        "violations%s%s\n",
-        step, result->seconds, by.empty() ? "" : " (stopped by " + by + ")",
-        evaluation.first_accuracy, evaluation.last_accuracy, result->violations,
-        host->lost_summary(), exported.empty() ? "" : "; exported to " + exported);
-  }
+  const std::string& by = result.stopped_by;
+  std::cout << absl::StrFormat(
+      "flywheel learner: %d steps in %.1f s%s; held-out accuracy %.3f -> %.3f; %d staleness "
+      "violations%s%s\n",
+      step, result.seconds, by.empty() ? "" : " (stopped by " + by + ")",
+      evaluation_.first_accuracy, evaluation_.last_accuracy, result.violations,
+      host_->lost_summary(), exported.empty() ? "" : "; exported to " + exported);
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status run_rl_learner(const JobSetup& job, comm::MpiRuntime& mpi,
+                            const std::function<bool()>& stop) {
+  RlLearnerJob learner_job(job, mpi);
+  return learner_job.run(stop);
 }
 
 }  // namespace flywheel::jobs
