@@ -104,6 +104,8 @@ struct CacheIndex {
   // Per token (b * T + t) of a contiguous cache: its row's slot, and the keys it reads (its
   // position + 1; 0 for padding), for decode_attention.
   std::vector<int64_t> host_slots, decode_lengths;
+  // Per valid token, on the host: its row of the [B * T] tokens, and where it goes.
+  std::vector<int64_t> host_sources, host_write_slots, host_write_positions;
 };
 
 // What every layer of one forward shares.
@@ -193,15 +195,9 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
     const int64_t L = mask.size(-1);
     at::Tensor& cache_k = cache->keys(index);
     at::Tensor& cache_v = cache->values(index);
-    at::Tensor new_k =
-        where->all_valid ? k.reshape({B * T, kvh, hd}) : k.index({where->rows, where->steps});
-    at::Tensor new_v =
-        where->all_valid ? v.reshape({B * T, kvh, hd}) : v.index({where->rows, where->steps});
-    cache_k.index_put_({where->write_slots, Slice(), where->write_positions},
-                       new_k.to(cache_k.scalar_type()));
-    cache_v.index_put_({where->write_slots, Slice(), where->write_positions},
-                       new_v.to(cache_v.scalar_type()));
     if (in_place) {
+      cache->write_rows(index, k, v, where->host_sources, where->host_write_slots,
+                        where->host_write_positions);
       DecodeAttentionInputs inputs;
       inputs.q = q.reshape({B * T, -1, hd}).contiguous();
       inputs.keys = cache_k;
@@ -212,6 +208,14 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
       at::Tensor out = decode_attention(inputs, {GemmIsa::kAuto, pool}).view({B, T, -1});
       return adapted(out, layer.o, layer.o_bias, layer, Projection::kO, context);
     }
+    at::Tensor new_k =
+        where->all_valid ? k.reshape({B * T, kvh, hd}) : k.index({where->rows, where->steps});
+    at::Tensor new_v =
+        where->all_valid ? v.reshape({B * T, kvh, hd}) : v.index({where->rows, where->steps});
+    cache_k.index_put_({where->write_slots, Slice(), where->write_positions},
+                       new_k.to(cache_k.scalar_type()));
+    cache_v.index_put_({where->write_slots, Slice(), where->write_positions},
+                       new_v.to(cache_v.scalar_type()));
     if (where->first_slot >= 0) {  // a view: [B, kvh, L, hd] with batch dims that fold
       keys = cache_k.narrow(0, where->first_slot, B).narrow(2, 0, L);
       values = cache_v.narrow(0, where->first_slot, B).narrow(2, 0, L);
@@ -500,11 +504,12 @@ at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* 
   at::Tensor mask = key_pos.view({1, 1, context}).le(positions.unsqueeze(-1));
 
   // Where the valid tokens go, computed once for all layers.
-  std::vector<int64_t> rows, steps, write_slots, write_positions;
+  std::vector<int64_t> rows, steps, sources, write_slots, write_positions;
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < batch.lengths[b]; ++t) {
       rows.push_back(b);
       steps.push_back(t);
+      sources.push_back(b * T + t);
       write_slots.push_back(batch.slots[b]);
       write_positions.push_back(pos[b * T + t]);
     }
@@ -521,6 +526,9 @@ at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* 
   index.slots = on_device(batch.slots);
   index.first_slot = is_contiguous_range(batch.slots) ? batch.slots[0] : -1;
   if (cache->keys(0).is_contiguous()) {
+    index.host_sources = std::move(sources);
+    index.host_write_slots = write_slots;
+    index.host_write_positions = write_positions;
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t t = 0; t < T; ++t) {
         index.host_slots.push_back(batch.slots[b]);

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -539,6 +540,8 @@ void GenerationEngine::step() {
 }
 
 void GenerationEngine::run_step() {
+  // Tensors made here never meet autograd: LibTorch skips its view and version bookkeeping.
+  c10::InferenceMode inference;
   apply_pending_update();
   admit();
   extend();

@@ -53,9 +53,10 @@ inline ModelConfig tiny_config(const std::string& family) {
 // A model of `config` with random weights, norms and biases.
 inline std::unique_ptr<DecoderModel> tiny_model(const ModelConfig& config,
                                                 at::ScalarType dtype = at::kFloat,
-                                                uint64_t seed = 1) {
+                                                uint64_t seed = 1, int threads = 1) {
   DecoderOptions options;
   options.dtype = dtype;
+  options.threads = threads;
   auto model = DecoderModel::create(config, options);
   (*model)->init_random(seed);
   // Random norm weights and biases too, so that a wrong formula cannot hide behind ones/zeros.
@@ -73,8 +74,8 @@ inline std::unique_ptr<DecoderModel> tiny_model(const ModelConfig& config,
 
 inline std::unique_ptr<DecoderModel> tiny_model(const std::string& family,
                                                 at::ScalarType dtype = at::kFloat,
-                                                uint64_t seed = 1) {
-  return tiny_model(tiny_config(family), dtype, seed);
+                                                uint64_t seed = 1, int threads = 1) {
+  return tiny_model(tiny_config(family), dtype, seed, threads);
 }
 
 // LoRA adapters of `lora` on `config` with random values, B included (a fresh adapter's zero B

@@ -1,10 +1,13 @@
 #include "flywheel/model/cpu/worker_pool.h"
 
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -75,6 +78,25 @@ TEST(WorkerPoolTest, RethrowsAPartsExceptionAfterEveryPartFinished) {
   // The pool still runs afterwards.
   pool.run([&](int) { finished.fetch_add(1); });
   EXPECT_EQ(finished.load(), 5);
+}
+
+// A caller in c10::InferenceMode (the engine's steps) makes inference tensors, which LibTorch
+// lets no thread outside InferenceMode write in place: its workers run in it too, and run outside
+// it again for a caller outside it.
+TEST(WorkerPoolTest, WorkersRunInTheCallersInferenceMode) {
+  WorkerPool pool(3);
+  for (bool inference : {true, false, true}) {
+    std::optional<c10::InferenceMode> guard;
+    if (inference) guard.emplace();
+    at::Tensor t = at::zeros({3});
+    std::vector<int> in_mode(3, -1);
+    pool.run([&](int part) {
+      in_mode[part] = c10::InferenceMode::is_enabled() ? 1 : 0;
+      t[part].fill_(part + 1);  // throws on a worker outside InferenceMode for an inference tensor
+    });
+    EXPECT_EQ(in_mode, std::vector<int>(3, inference ? 1 : 0));
+    EXPECT_TRUE(at::equal(t, at::tensor({1.0f, 2.0f, 3.0f})));
+  }
 }
 
 TEST(WorkerPoolTest, ParallelRowsCoversEveryRowOnceInRangesOfAtLeastMinRows) {

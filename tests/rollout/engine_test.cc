@@ -31,6 +31,37 @@ TEST(GenerationEngineTest, GreedyEqualsFullRecomputeForRaggedPrompts) {
   }
 }
 
+// With the model's worker pool (2 threads), a step of many rows spreads its row-wise work
+// (greedy argmax, sampling) and kernels over the workers, which run inside the engine's
+// InferenceMode: the same tokens and log-probs as one thread, greedy and sampled alike.
+TEST(GenerationEngineTest, TwoThreadsGiveOneThreadsTokensForManyRows) {
+  std::map<std::string, GroupResult> by_threads[2];
+  for (int threads : {1, 2}) {
+    EngineOptions options;
+    options.max_slots = 40;
+    auto engine = make_engine(shared_model("qwen2", 1, threads), options);
+    for (int i = 0; i < 20; ++i) {
+      GenerationRequest r = greedy("g" + std::to_string(i), kPrompts[i % kPrompts.size()], 6);
+      r.prompt_ids.push_back(3 + i);  // distinct prompts
+      ASSERT_TRUE(engine->submit(r).ok());
+      r.id = "s" + std::to_string(i);
+      r.sampling.temperature = 1.0;
+      r.sampling.seed = 7 + i;
+      ASSERT_TRUE(engine->submit(r).ok());
+    }
+    by_threads[threads - 1] = by_id(engine->run_until_idle());
+  }
+  ASSERT_EQ(by_threads[0].size(), 40u);
+  ASSERT_EQ(by_threads[1].size(), 40u);
+  for (const auto& [id, one] : by_threads[0]) {
+    const Sample& a = one.samples.at(0);
+    const Sample& b = by_threads[1].at(id).samples.at(0);
+    EXPECT_EQ(b.finish_reason, FinishReason::kLength) << id << ": " << b.error;
+    EXPECT_EQ(a.token_ids, b.token_ids) << id;
+    EXPECT_EQ(a.logprobs, b.logprobs) << id;
+  }
+}
+
 TEST(GenerationEngineTest, ContinuousBatchingWithMidFlightArrivalsEqualsRunningAlone) {
   auto model = shared_model("qwen3");
   // Alone: each request in its own engine.

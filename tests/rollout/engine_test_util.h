@@ -18,8 +18,9 @@ namespace flywheel::rollout {
 using model::testing::tiny_model;
 
 inline std::shared_ptr<model::DecoderModel> shared_model(const std::string& family,
-                                                         uint64_t seed = 1) {
-  return std::shared_ptr<model::DecoderModel>(tiny_model(family, at::kFloat, seed).release());
+                                                         uint64_t seed = 1, int threads = 1) {
+  return std::shared_ptr<model::DecoderModel>(
+      tiny_model(family, at::kFloat, seed, threads).release());
 }
 
 inline std::unique_ptr<GenerationEngine> make_engine(std::shared_ptr<model::DecoderModel> model,

@@ -39,6 +39,13 @@ class KvCache {
   // may not read probability 0, but 0 x NaN is NaN: a slot reused by a new sequence must not keep
   // non-finite values from an earlier one where a longer row of the batch makes it read them.
   void clear(int64_t slot, int64_t begin, int64_t end);
+  // Row sources[i] of `k` and of `v` (CPU tensors [N, kv_heads, head_dim] of the cache's dtype)
+  // to position positions[i] of slot slots[i] in layer `layer`: what index_put_ does, as plain
+  // copies (a decode step writes one row per sequence, and LibTorch's indexing costs more than
+  // the copy). The cache must be contiguous on the CPU; slots and positions must be in range.
+  void write_rows(int64_t layer, const at::Tensor& k, const at::Tensor& v,
+                  const std::vector<int64_t>& sources, const std::vector<int64_t>& slots,
+                  const std::vector<int64_t>& positions);
 
  private:
   KvCache(int64_t slots, int64_t max_len) : slots_(slots), max_len_(max_len) {}

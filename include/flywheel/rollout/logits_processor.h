@@ -20,7 +20,9 @@ class PluginRegistry;
 namespace flywheel::rollout {
 
 // One instance serves every sample of one request. apply() is called from the engine's thread
-// only; it must depend on nothing but `tokens` (the sample's prompt and generated ids).
+// only; it must depend on nothing but `tokens` (the sample's prompt and generated ids). It runs
+// inside the engine step's c10::InferenceMode: tensors it makes are inference tensors, which it
+// must not keep and write in place outside apply().
 class LogitsProcessor {
  public:
   static constexpr char kRegistryKind[] = "logits_processor";

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+
+#include <c10/core/InferenceMode.h>
 
 namespace flywheel::model {
 namespace {
@@ -44,6 +47,7 @@ void WorkerPool::run(const std::function<void(int)>& part) {
     error_ = nullptr;
   }
   part_ = &part;
+  inference_mode_ = c10::InferenceMode::is_enabled();
   pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
   {
     absl::MutexLock lock(&mutex_);
@@ -81,6 +85,9 @@ void WorkerPool::work(int index) {
     if (stop_.load()) return;
     seen = generation_.load(std::memory_order_acquire);
     try {
+      // The caller's InferenceMode (thread-local): its tensors may be written in place here.
+      std::optional<c10::InferenceMode> inference;
+      if (inference_mode_) inference.emplace();
       (*part_)(index);
     } catch (...) {
       absl::MutexLock lock(&error_mutex_);

@@ -31,7 +31,8 @@ class WorkerPool {
 
   // Calls part(i) for every i in [0, threads()) — part 0 on the calling thread — and returns
   // when all have returned. Calls from several threads are serialised. If parts throw, the
-  // first exception is rethrown here once every part has finished.
+  // first exception is rethrown here once every part has finished. The workers run their parts
+  // in c10::InferenceMode when the caller is in it (other thread-local state is not carried).
   void run(const std::function<void(int)>& part);
 
  private:
@@ -42,6 +43,7 @@ class WorkerPool {
   absl::Mutex mutex_;      // sleeping workers wait on wake_ under it
   absl::CondVar wake_;
   const std::function<void(int)>* part_ = nullptr;  // set by run() while pending_ > 0
+  bool inference_mode_ = false;  // the caller's c10::InferenceMode, set with part_
   // Spun on by awake workers, so atomics; changed under mutex_ so that no sleeper misses one.
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
