@@ -40,7 +40,11 @@ constexpr char kTrainedPromptsFile[] = "trained_prompts.jsonl";
 class RlLearnerJob {
  public:
   RlLearnerJob(const JobSetup& job, comm::MpiRuntime& mpi)
-      : job_(job), c_(job.loaded.config), mpi_(mpi) {}
+      : job_(job),
+        c_(job.loaded.config),
+        mpi_(mpi),
+        checkpoints_(trainer::checkpoint_dir(c_)),
+        prompts_log_((fs::path(c_.logging.run_dir) / kTrainedPromptsFile).string()) {}
 
   absl::Status run(const std::function<bool()>& stop);
 
@@ -69,6 +73,7 @@ class RlLearnerJob {
   const JobSetup& job_;
   const core::Config& c_;
   comm::MpiRuntime& mpi_;
+  const std::string checkpoints_, prompts_log_;
 
   comm::MpmdWorld roles_;
   std::unique_ptr<comm::Communicator> nccl_;
@@ -80,7 +85,7 @@ class RlLearnerJob {
   at::ScalarType rollout_dtype_ = at::kFloat;
   std::unique_ptr<trainer::Learner> learner_;
 
-  std::string checkpoints_, resume_from_, prompts_log_;
+  std::string resume_from_;
   trainer::ResumedState resumed_;
 
   std::unique_ptr<ControllerHost> host_;  // rank 0
@@ -149,9 +154,7 @@ absl::Status RlLearnerJob::load_learner() {
 }
 
 absl::Status RlLearnerJob::resume() {
-  checkpoints_ = trainer::checkpoint_dir(c_);
   resume_from_ = trainer::resume_path(c_, *learners_);
-  prompts_log_ = (fs::path(c_.logging.run_dir) / kTrainedPromptsFile).string();
   if (resume_from_.empty()) return absl::OkStatus();
   FLYWHEEL_RETURN_IF_ERROR(trainer::load_checkpoint(*learner_, resume_from_));
   if (rank_ == 0) {

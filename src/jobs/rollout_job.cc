@@ -112,7 +112,8 @@ class RolloutWorkerJob {
   absl::Status build_scoring();
   // The worker's options, and the agents' driver when rollout.agent is set.
   absl::Status build_options();
-  // The weight channel of the MPMD job, else the controller over gRPC.
+  // The weight channel of the MPMD job (build_options polls it often), else the controller over
+  // gRPC.
   rollout::WeightSource* weight_source();
   // The worker's counters, its weight fetches and hand-overs to stderr.
   void print_summary(const rollout::RolloutWorkerStats& stats, double elapsed_s) const;
@@ -123,7 +124,7 @@ class RolloutWorkerJob {
   const core::Config& c_;
   const RolloutJobOptions& args_;
 
-  std::string address_, worker_id_, host_;
+  std::string address_, worker_id_, hostname_;
   std::unique_ptr<comm::MpiRuntime> mpi_;
   std::optional<comm::MpmdWorld> roles_;
   comm::WeightGroup weight_group_;
@@ -156,7 +157,7 @@ absl::Status RolloutWorkerJob::run(const std::function<bool()>& stop, bool* serv
   FLYWHEEL_LOG_INFO(
       "rollout worker %s on %s: controller %s, %d slots, groups of %d, %d thread(s), weights "
       "over %s",
-      worker_id_, host_, address_, c_.rollout.max_slots, c_.rollout.group_size,
+      worker_id_, hostname_, address_, c_.rollout.max_slots, c_.rollout.group_size,
       c_.cluster.threads_per_process, core::choice_name(core::weight_transport(c_.weight_sync)));
   const auto start = std::chrono::steady_clock::now();
   rollout::RolloutWorkerParts parts;
@@ -212,8 +213,8 @@ absl::Status RolloutWorkerJob::join() {
   }
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  host_ = host;
-  if (worker_id_.empty()) worker_id_ = absl::StrCat(host_, "-", getpid());
+  hostname_ = host;
+  if (worker_id_.empty()) worker_id_ = absl::StrCat(hostname_, "-", getpid());
   core::set_log_prefix(worker_id_, rank());
   return absl::OkStatus();
 }
@@ -305,6 +306,7 @@ absl::Status RolloutWorkerJob::build_options() {
   options_.drain_timeout_s = c_.rewards.timeout_s + 5;
   options_.finish_on_stop_s = c_.rollout.finish_on_stop_s;
   options_.greedy_baseline = greedy_baseline_;
+  if (weight_group_.channel) options_.poll_interval_s = 0.002;  // a probe for a message: no RPC
   rollout::TurnMarkerIds markers;
   if (!c_.environment.name.empty()) {
     FLYWHEEL_ASSIGN_OR_RETURN(markers, rollout::turn_marker_ids(tokenizers_));
@@ -318,7 +320,6 @@ absl::Status RolloutWorkerJob::build_options() {
 
 rollout::WeightSource* RolloutWorkerJob::weight_source() {
   if (weight_group_.channel) {
-    options_.poll_interval_s = 0.002;  // a probe for a message: no RPC
     return &channel_source_.emplace(weight_group_.channel.get(), client_.get());
   }
   return &grpc_source_.emplace(client_.get());

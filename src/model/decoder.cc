@@ -96,15 +96,18 @@ bool is_contiguous_range(const std::vector<int64_t>& slots) {
 
 // Cache reads and writes of one forward, shared by all layers.
 struct CacheIndex {
+  // The CPU kernels write the cache (KvCache::write_rows) and read it in place
+  // (decode_attention), with the host vectors below; else LibTorch's indexing, with the tensors.
+  bool in_kernels = false;
   at::Tensor rows, steps;                   // (row, step) of each valid token
   at::Tensor write_slots, write_positions;  // where each valid token goes
   at::Tensor slots;                         // slot of each row
   int64_t first_slot = -1;  // >= 0 when the rows' slots are first_slot, first_slot + 1, ...
   bool all_valid = false;   // no padding: every (row, step) is written
-  // Per token (b * T + t) of a contiguous cache: its row's slot, and the keys it reads (its
-  // position + 1; 0 for padding), for decode_attention.
+  // Per token (b * T + t): its row's slot, and the keys it reads (its position + 1; 0 for
+  // padding), for decode_attention.
   std::vector<int64_t> host_slots, decode_lengths;
-  // Per valid token, on the host: its row of the [B * T] tokens, and where it goes.
+  // Per valid token: its row of the [B * T] tokens, and where it goes.
   std::vector<int64_t> host_sources, host_write_slots, host_write_positions;
 };
 
@@ -181,33 +184,27 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
   q = norm_and_rope(q, layer.q_norm);
   k = norm_and_rope(k, layer.k_norm);
 
+  if (cache != nullptr && where->in_kernels) {  // the CPU kernels (CacheIndex::in_kernels)
+    cache->write_rows(index, k, v, where->host_sources, where->host_write_slots,
+                      where->host_write_positions);
+    DecodeAttentionInputs inputs;
+    inputs.q = q.reshape({B * T, -1, hd}).contiguous();
+    inputs.keys = cache->keys(index);
+    inputs.values = cache->values(index);
+    inputs.slots = where->host_slots;
+    inputs.lengths = where->decode_lengths;
+    inputs.scale = 1.0 / std::sqrt(double(hd));
+    at::Tensor out = decode_attention(inputs, {GemmIsa::kAuto, pool}).view({B, T, -1});
+    return adapted(out, layer.o, layer.o_bias, layer, Projection::kO, context);
+  }
   // keys / values: [B, kvh, L, hd].
   at::Tensor keys = k.permute({0, 2, 1, 3}), values = v.permute({0, 2, 1, 3});
-  // On the CPU kernels every token, of a prefill or a decode step, reads its slot where it is in
-  // decode_attention: a token's attention then depends on its own keys alone, not on the tokens
-  // beside it (the learner's proximal pass computes it the same way: SequenceContext::key_slots).
-  const bool in_place = cache != nullptr && pool != nullptr && !where->decode_lengths.empty() &&
-                        q.device().is_cpu() && small_gemm_supports(q.scalar_type()) &&
-                        cache->keys(index).scalar_type() == q.scalar_type();
   if (cache != nullptr) {
     // Write the valid tokens into their slots, then read each row's slot up to L positions.
     using at::indexing::Slice;
     const int64_t L = mask.size(-1);
     at::Tensor& cache_k = cache->keys(index);
     at::Tensor& cache_v = cache->values(index);
-    if (in_place) {
-      cache->write_rows(index, k, v, where->host_sources, where->host_write_slots,
-                        where->host_write_positions);
-      DecodeAttentionInputs inputs;
-      inputs.q = q.reshape({B * T, -1, hd}).contiguous();
-      inputs.keys = cache_k;
-      inputs.values = cache_v;
-      inputs.slots = where->host_slots;
-      inputs.lengths = where->decode_lengths;
-      inputs.scale = 1.0 / std::sqrt(double(hd));
-      at::Tensor out = decode_attention(inputs, {GemmIsa::kAuto, pool}).view({B, T, -1});
-      return adapted(out, layer.o, layer.o_bias, layer, Projection::kO, context);
-    }
     at::Tensor new_k =
         where->all_valid ? k.reshape({B * T, kvh, hd}) : k.index({where->rows, where->steps});
     at::Tensor new_v =
@@ -503,45 +500,50 @@ at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* 
   at::Tensor key_pos = at::arange(context, at::TensorOptions().dtype(at::kLong).device(device));
   at::Tensor mask = key_pos.view({1, 1, context}).le(positions.unsqueeze(-1));
 
-  // Where the valid tokens go, computed once for all layers.
-  std::vector<int64_t> rows, steps, sources, write_slots, write_positions;
+  at::Tensor x = at::embedding(embed_, tokens.to(device));
+  // Where the valid tokens go, computed once for all layers. On the CPU kernels every token, of a
+  // prefill or a decode step, reads its slot where it is in decode_attention: a token's attention
+  // then depends on its own keys alone, not on the tokens beside it (the learner's proximal pass
+  // computes it the same way: SequenceContext::key_slots).
+  CacheIndex index;
+  const at::Tensor& cache_keys = cache->keys(0);
+  index.in_kernels = pool_ != nullptr && x.device().is_cpu() &&
+                     small_gemm_supports(x.scalar_type()) && cache_keys.is_contiguous() &&
+                     cache_keys.scalar_type() == x.scalar_type();
+  std::vector<int64_t> rows, steps;
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < batch.lengths[b]; ++t) {
       rows.push_back(b);
       steps.push_back(t);
-      sources.push_back(b * T + t);
-      write_slots.push_back(batch.slots[b]);
-      write_positions.push_back(pos[b * T + t]);
+      index.host_sources.push_back(b * T + t);
+      index.host_write_slots.push_back(batch.slots[b]);
+      index.host_write_positions.push_back(pos[b * T + t]);
     }
   }
-  auto on_device = [&](const std::vector<int64_t>& v) {
-    return at::tensor(v, at::kLong).to(device);
-  };
-  CacheIndex index;
   index.all_valid = static_cast<int64_t>(rows.size()) == B * T;
-  index.rows = on_device(rows);
-  index.steps = on_device(steps);
-  index.write_slots = on_device(write_slots);
-  index.write_positions = on_device(write_positions);
-  index.slots = on_device(batch.slots);
-  index.first_slot = is_contiguous_range(batch.slots) ? batch.slots[0] : -1;
-  if (cache->keys(0).is_contiguous()) {
-    index.host_sources = std::move(sources);
-    index.host_write_slots = write_slots;
-    index.host_write_positions = write_positions;
+  if (index.in_kernels) {
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t t = 0; t < T; ++t) {
         index.host_slots.push_back(batch.slots[b]);
         index.decode_lengths.push_back(t < batch.lengths[b] ? pos[b * T + t] + 1 : 0);
       }
     }
+  } else {
+    auto on_device = [&](const std::vector<int64_t>& v) {
+      return at::tensor(v, at::kLong).to(device);
+    };
+    index.rows = on_device(rows);
+    index.steps = on_device(steps);
+    index.write_slots = on_device(index.host_write_slots);
+    index.write_positions = on_device(index.host_write_positions);
+    index.slots = on_device(batch.slots);
+    index.first_slot = is_contiguous_range(batch.slots) ? batch.slots[0] : -1;
   }
 
   LayerContext layer_context{cos, sin, mask, &index, cache, pool_.get()};
   layer_context.routes = batch.routes;
   layer_context.replay = batch.replay;
   layer_context.record = record;
-  at::Tensor x = at::embedding(embed_, tokens.to(device));
   // The weights' dtype and device are the activations'.
   layer_context.fused_rows = fused_rows_serve(x, cos, pool_.get());
   for (size_t i = 0; i < layers_.size(); ++i) {
