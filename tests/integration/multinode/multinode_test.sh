@@ -161,7 +161,9 @@ start_worker() {  # node name
   background+=("$!")
 }
 run_grpc() {
-  local steps=240
+  # Long enough that training goes on well after the link is back, even on a machine where the
+  # learner runs 6+ steps/s while nodeB is cut off (steps 100 -> ~230 during the 20 s).
+  local steps=400
   write_config grpc "$steps"
   "$CLUSTER_DIR/on_node.sh" nodeA timeout 900 bash -c "$(doc_block learners)" \
     > "$work/grpc-learners.log" 2>&1 &
@@ -225,6 +227,10 @@ run_grpc() {
     const rate = (from, to) => rows.filter(r => r.wall_time >= from && r.wall_time < to).length /
                                (to - from);
     const end = rows[rows.length - 1].wall_time;
+    const rows_after = rows.filter(r => r.wall_time >= up + 5).length;
+    if (rows_after < 20)
+      throw new Error(`only ${rows_after} steps ran from 5 s after the link came back: too few ` +
+                      "to measure throughput (the run is too short for this machine)");
     const before = rate(down - 15, down), lost = rate(down, up), after = rate(up + 5, end);
     const expired = rows[rows.length - 1].scalars["buffer/expired"];
     console.log(`steps/s: ${before.toFixed(2)} before the link loss, ${lost.toFixed(2)} during, ` +
