@@ -1,8 +1,8 @@
 // gemm_bench: y = x w^T + b for the projections of a 100M-parameter Qwen2-shaped model at the row
 // counts of decode and prefill (1-512 rows), in float32 through BLAS (at::addmm, or at::addmv for
 // one row) and flywheel's small_linear kernels, and in bfloat16 through LibTorch (oneDNN) and
-// small_linear's AVX512-BF16 kernel, beside the machine's memory bandwidth and matmul peaks
-// measured in the same run at the same thread count.
+// small_linear's bfloat16 kernels (AVX512-BF16, and AVX2 widening to float32), beside the machine's
+// memory bandwidth and matmul peaks measured in the same run at the same thread count.
 //
 //   build/benchmarks/gemm_bench [--threads N] [--rows 1,8,32,64,128,512]
 //
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   std::printf("gemm_bench: x w^T + b, %d threads\ncpu: %s, small_linear kernels: %s%s\n", threads,
               flywheel::model::describe(flywheel::model::detect_cpu_features()).c_str(),
               flywheel::model::gemm_isa_name(best),
-              flywheel::model::bf16_gemm_supported() ? " + avx512 bf16" : "");
+              flywheel::model::avx512_bf16_supported() ? " + avx512 bf16" : "");
   std::printf(
       "machine (measured in this run, %d threads): memory read %.1f GB/s, matmul (1024^3) BLAS "
       "float32 %.1f GFLOP/s, LibTorch bfloat16 %.1f GFLOP/s\n\n",
@@ -84,8 +84,10 @@ int main(int argc, char** argv) {
       {"avx2 f32", at::kFloat, GemmIsa::kAvx2, flywheel::model::ThreadSplit::kKernels,
        flywheel::model::gemm_isa_supported(GemmIsa::kAvx2)},
       {"LibTorch bf16", at::kBFloat16, GemmIsa::kNone, flywheel::model::ThreadSplit::kAten, true},
-      {"avx512 bf16", at::kBFloat16, GemmIsa::kAuto, flywheel::model::ThreadSplit::kKernels,
-       flywheel::model::bf16_gemm_supported()},
+      {"avx512 bf16", at::kBFloat16, GemmIsa::kAvx512, flywheel::model::ThreadSplit::kKernels,
+       flywheel::model::avx512_bf16_supported()},
+      {"avx2 bf16", at::kBFloat16, GemmIsa::kAvx2, flywheel::model::ThreadSplit::kKernels,
+       flywheel::model::gemm_isa_supported(GemmIsa::kAvx2)},
   };
   constexpr int kColumns = sizeof(columns) / sizeof(columns[0]);
   std::printf("%-8s %11s %5s", "proj", "w [N, K]", "rows");

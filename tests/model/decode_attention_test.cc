@@ -63,27 +63,35 @@ TEST(DecodeAttentionTest, MatchesLibTorchForEveryIsaHeadLayoutAndLength) {
   }
 }
 
-// bfloat16 q and cache: scores from vdpbf16ps in float32, a float32 softmax and float32 sums of
-// the values, each output rounded to bfloat16 once. The reference runs in double on the same
-// bfloat16 values, so the difference is that one rounding (2^-8 relative) and float32 noise.
-TEST(DecodeAttentionTest, Bf16MatchesTheDoubleReferenceOnBf16Inputs) {
-  if (!bf16_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX512-BF16";
+// bfloat16 q and cache: scores from vdpbf16ps (AVX512-BF16, as kAvx512) or the same products
+// widened to float32 (AVX2), a float32 softmax and float32 sums of the values, each output
+// rounded to bfloat16 once. The reference runs in double on the same bfloat16 values, so the
+// difference is that one rounding (2^-8 relative) and float32 noise.
+TEST(DecodeAttentionTest, Bf16MatchesTheDoubleReferenceOnBf16InputsForEveryKernel) {
+  std::vector<GemmIsa> isas;
+  if (avx512_bf16_supported()) isas.push_back(GemmIsa::kAvx512);
+  if (gemm_isa_supported(GemmIsa::kAvx2)) isas.push_back(GemmIsa::kAvx2);
+  if (isas.empty()) GTEST_SKIP() << "this CPU has neither AVX512-BF16 nor AVX2";
   at::manual_seed(8);
   WorkerPool pool(3);
-  for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{4, 4}, {4, 2}, {6, 2}}) {
-    // Head sizes below, at and past the 32-element step and the 16-lane widening.
-    for (int64_t hd : {8, 20, 32, 64, 80}) {
-      DecodeAttentionInputs in = random_inputs(7, heads, kv_heads, hd, 13);
-      in.q = in.q.to(at::kBFloat16);
-      in.keys = in.keys.to(at::kBFloat16);
-      in.values = in.values.to(at::kBFloat16);
-      at::Tensor out = decode_attention(in, {GemmIsa::kAuto, &pool});
-      ASSERT_EQ(out.scalar_type(), at::kBFloat16);
-      const at::Tensor expected = reference(in);
-      EXPECT_TRUE(at::allclose(out.to(at::kFloat), expected, 1.0 / 128, 1e-3))
-          << "heads " << heads << "/" << kv_heads << " hd " << hd << ": "
-          << (out.to(at::kFloat) - expected).abs().max().item<double>();
-      EXPECT_TRUE(at::equal(out, decode_attention(in)));  // 1 thread: the same bits
+  for (GemmIsa isa : isas) {
+    for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{4, 4}, {4, 2}, {6, 2}}) {
+      // Head sizes below, at and past the 16- and 32-element steps and the 8- and 16-lane
+      // widening.
+      for (int64_t hd : {8, 20, 32, 64, 80}) {
+        DecodeAttentionInputs in = random_inputs(7, heads, kv_heads, hd, 13);
+        in.q = in.q.to(at::kBFloat16);
+        in.keys = in.keys.to(at::kBFloat16);
+        in.values = in.values.to(at::kBFloat16);
+        at::Tensor out = decode_attention(in, {isa, &pool});
+        ASSERT_EQ(out.scalar_type(), at::kBFloat16);
+        const at::Tensor expected = reference(in);
+        EXPECT_TRUE(at::allclose(out.to(at::kFloat), expected, 1.0 / 128, 1e-3))
+            << gemm_isa_name(isa) << " heads " << heads << "/" << kv_heads << " hd " << hd << ": "
+            << (out.to(at::kFloat) - expected).abs().max().item<double>();
+        // 1 thread: the same bits.
+        EXPECT_TRUE(at::equal(out, decode_attention(in, {isa, nullptr})));
+      }
     }
   }
   DecodeAttentionInputs mixed = random_inputs(3, 4, 2, 8, 5);

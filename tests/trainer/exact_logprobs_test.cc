@@ -71,6 +71,43 @@ TEST(ExactLogprobsTest, ProximalLogprobsEqualTheEnginesBitForBit) {
   }
 }
 
+// bfloat16 (trainer.param_dtype and the engine's dtype): the learner gathers its float32 masters
+// as the engine's bfloat16 weights and runs the same bfloat16 kernels (AVX512-BF16's, or AVX2's
+// widening ones), so behaviour and proximal log-probs are again equal bit for bit.
+TEST(ExactLogprobsTest, Bf16ProximalLogprobsEqualTheEnginesBitForBit) {
+  if (!model::small_gemm_supports(at::kBFloat16)) GTEST_SKIP() << "no bfloat16 kernels";
+  auto world = flywheel::testing::world_communicator();
+  for (bool shared_prefix : {true, false}) {
+    std::shared_ptr<model::DecoderModel> model(
+        model::testing::tiny_model("qwen2", at::kBFloat16, 3).release());
+    const std::vector<buffer::TrajectoryGroup> groups = testing::engine_groups(model);
+    for (bool exact : {true, false}) {
+      LearnerOptions options;
+      options.shared_prefix = shared_prefix;
+      options.micro_batch_tokens = shared_prefix ? 4096 : 48;
+      options.exact_logprobs = exact;
+      options.ppo_epochs = 2;
+      options.sharding.param_dtype = at::kBFloat16;
+      auto learner = testing::learner_with_weights(*world, *model, options);
+      absl::StatusOr<Metrics> m = learner->step(groups);
+      ASSERT_TRUE(m.ok()) << m.status();
+      const double max = m->at("rollout_corr/logprob_abs_diff_equal_version_max");
+      if (world->rank() == 0) {
+        std::printf("  bfloat16 shared %d, %s: |proximal - behaviour| max %.3g mean %.3g\n",
+                    shared_prefix, exact ? "engine kernels" : "LibTorch", max,
+                    m->at("rollout_corr/logprob_abs_diff_equal_version_mean"));
+      }
+      EXPECT_EQ(m->at("rollout_corr/equal_version_fraction"), 1.0);
+      if (exact) {
+        EXPECT_EQ(max, 0.0) << shared_prefix;
+        EXPECT_EQ(m->at("rollout_corr/is_weight_max"), 1.0) << shared_prefix;
+      } else {  // LibTorch's bfloat16 ops round elsewhere
+        EXPECT_GT(max, 0.0) << shared_prefix;
+      }
+    }
+  }
+}
+
 // Only tokens whose sequence was computed at the learner's version up to them count as equal
 // version: after a weight update mid-sequence the engine's cache still holds the earlier
 // tokens' keys and values of the older version, so the later tokens' behaviour log-probs are

@@ -29,8 +29,8 @@ struct DecoderOptions {
   at::ScalarType dtype = at::kFloat;  // kFloat, kBFloat16 or kHalf (kHalf needs a GPU)
   at::Device device = at::kCPU;
   // Threads of flywheel's CPU kernels (small_gemm.h), which run every inference projection of a
-  // float32 model where the CPU has AVX2 or AVX-512, and of a bfloat16 model where it has
-  // AVX512-BF16 (small_gemm_supports); 0 = at::get_num_threads() when the model is
+  // float32 or bfloat16 model where the CPU has AVX2 or AVX-512 (small_gemm_supports); 0 =
+  // at::get_num_threads() when the model is
   // created. Processes that apply a ThreadLayout pass its budget (layout.threads): under the
   // kKernels split ATen itself has one thread.
   int threads = 0;

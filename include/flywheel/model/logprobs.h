@@ -34,7 +34,7 @@ TokenLogprobs token_logprobs(const at::Tensor& hidden, const at::Tensor& weight,
 // token_logprobs' log-probs (no entropy, no gradient) computed as the rollout engine computes its
 // behaviour log-probs on the CPU: logits in small_gemm.h's kernel (float32 out), divided by the
 // temperature in float32, minus decode_rows.h's logsumexp_rows; each position's value depends on
-// that position alone. hidden [..., H] (float32, or bfloat16 with AVX512-BF16) with contiguous
+// that position alone. hidden [..., H] (float32 or bfloat16) with contiguous
 // rows, weight [V, H] contiguous of hidden's dtype. Throws c10::Error where small_gemm_supports
 // lacks the dtype.
 at::Tensor engine_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight,

@@ -30,8 +30,8 @@ void bind_options(FieldBinder& b, ClusterOptions& o) {
               .min(1));
   b.choice("thread_split", &o.thread_split,
            FieldInfo("How rollout workers split threads_per_process: auto picks kernels where "
-                     "flywheel's kernels run the dtype (float32: AVX2 or AVX-512; bfloat16: "
-                     "AVX512-BF16), else blas for float32 and aten for bfloat16; kernels runs "
+                     "flywheel's kernels run the dtype (float32 and bfloat16: AVX2 or "
+                     "AVX-512), else blas for float32 and aten for bfloat16; kernels runs "
                      "flywheel's projection kernels on all of them "
                      "and LibTorch and OpenBLAS on 1; blas runs LibTorch's intra-op pool on 1 "
                      "thread and OpenBLAS on all of them (float32 GEMMs); aten runs LibTorch on "

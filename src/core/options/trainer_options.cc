@@ -48,7 +48,7 @@ void bind_options(FieldBinder& b, TrainerOptions& o) {
                     "recomputes its prompt). Mixture-of-experts trajectories (their routes are per "
                     "sample) and models trained with the load-balancing loss do not share."));
   b.field("exact_logprobs", &o.exact_logprobs,
-          FieldInfo("On the CPU (float32, or bfloat16 with AVX512-BF16), the policy's proximal "
+          FieldInfo("On the CPU (float32 or bfloat16, with AVX2 or AVX-512), the policy's proximal "
                     "log-prob pass runs the rollout engine's kernels, so that tokens computed at "
                     "the learner's current version (with every earlier token of their response) "
                     "get proximal log-probs equal to their behaviour log-probs bit for bit "

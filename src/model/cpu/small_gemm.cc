@@ -60,10 +60,12 @@ GemmIsa detect_gemm_isa() {
   return best;
 }
 
-bool bf16_gemm_supported() {
+bool avx512_bf16_supported() {
   static const bool supported = detect_bf16();
   return supported;
 }
+
+bool bf16_gemm_supported() { return avx512_bf16_supported() || gemm_isa_supported(GemmIsa::kAvx2); }
 
 bool small_gemm_supports(at::ScalarType dtype) {
   if (dtype == at::kFloat) return gemm_isa_supported(GemmIsa::kAuto);
@@ -93,9 +95,15 @@ GemmIsa resolve_gemm_isa(GemmIsa isa, const char* caller) {
 
 GemmKernel resolve_gemm_kernel(at::ScalarType dtype, GemmIsa isa, const char* caller) {
   if (dtype == at::kBFloat16) {
-    TORCH_CHECK(bf16_gemm_supported(), caller,
-                ": bfloat16 needs AVX512-BF16, which this CPU lacks");
-    return GemmKernel::kAvx512Bf16;
+    if (isa == GemmIsa::kAuto && avx512_bf16_supported()) return GemmKernel::kAvx512Bf16;
+    if (isa == GemmIsa::kAvx512) {
+      TORCH_CHECK(avx512_bf16_supported(), caller,
+                  ": bfloat16 with avx512 needs AVX512-BF16, which this CPU lacks");
+      return GemmKernel::kAvx512Bf16;
+    }
+    TORCH_CHECK(isa != GemmIsa::kNone && gemm_isa_supported(GemmIsa::kAvx2), caller,
+                ": bfloat16 needs AVX512-BF16 or AVX2 + FMA, which this CPU lacks");
+    return GemmKernel::kAvx2Bf16;
   }
   return resolve_gemm_isa(isa, caller) == GemmIsa::kAvx512 ? GemmKernel::kAvx512
                                                            : GemmKernel::kAvx2;
@@ -122,9 +130,20 @@ at::Tensor small_linear(const at::Tensor& x, const at::Tensor& w, const at::Tens
   const GemmKernel kernel = resolve_gemm_kernel(dtype, options.isa, "small_linear");
   void (*run)(const gemm::Problem&, int64_t, int64_t) = nullptr;
 #if defined(FLYWHEEL_X86_GEMM)
-  run = kernel == GemmKernel::kAvx512Bf16 ? gemm::run_avx512_bf16
-        : kernel == GemmKernel::kAvx512   ? gemm::run_avx512
-                                          : gemm::run_avx2;
+  switch (kernel) {
+    case GemmKernel::kAvx512Bf16:
+      run = gemm::run_avx512_bf16;
+      break;
+    case GemmKernel::kAvx2Bf16:
+      run = gemm::run_avx2_bf16;
+      break;
+    case GemmKernel::kAvx512:
+      run = gemm::run_avx512;
+      break;
+    case GemmKernel::kAvx2:
+      run = gemm::run_avx2;
+      break;
+  }
 #endif
   (void)kernel;
   const int64_t M = x.size(0), N = w.size(0), K = x.size(1);

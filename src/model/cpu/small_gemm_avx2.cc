@@ -11,14 +11,13 @@
 namespace flywheel::model::gemm {
 namespace {
 
-struct V {
+#include "small_gemm_avx2_lanes.inc"
+
+struct V : Avx2Lanes {
   using Elem = float;
-  using Reg = __m256;
   using In = Reg;
   static constexpr int kRows = 3;  // 12 accumulators + 4 rows of w of the 16 registers (x reloads)
-  static constexpr int kLanes = 8;
   static constexpr int kStep = kLanes;  // elements per load
-  static Reg zero() { return _mm256_setzero_ps(); }
   static Reg load(const float* p) { return _mm256_loadu_ps(p); }
   // The first n < 8 floats at p, zeros after them (masked lanes are not read).
   static Reg load_first(const float* p, int n) {
@@ -26,23 +25,7 @@ struct V {
     return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
   }
   static Reg widen(const float* p) { return load(p); }
-  static Reg loadf(const float* p) { return load(p); }
   static Reg dot(In a, In b, Reg acc) { return fma(a, b, acc); }
-  static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
-  static Reg broadcast(float x) { return _mm256_set1_ps(x); }
-  static void store(float* p, Reg a) { _mm256_storeu_ps(p, a); }
-  static float sum(Reg a) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-  }
-  // The lane sums of a, b, c and d, in that order (a transposing tree of horizontal adds).
-  static __m128 sum4(Reg a, Reg b, Reg c, Reg d) {
-    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-  }
-  static constexpr bool kStore4 = false;  // float32 kernels never write bfloat16
 };
 
 #include "small_gemm_tiles.inc"

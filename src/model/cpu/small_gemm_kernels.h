@@ -5,8 +5,8 @@
 // own).
 //
 // Element types: the float32 kernels (run_avx512, run_avx2, attend_avx512, attend_avx2) read
-// float; the bfloat16 ones (*_avx512_bf16) read bfloat16 as uint16_t bit patterns and multiply
-// with AVX512-BF16's vdpbf16ps into float32 sums.
+// float; the bfloat16 ones read bfloat16 as uint16_t bit patterns and multiply into float32 sums,
+// with AVX512-BF16's vdpbf16ps (*_avx512_bf16) or widened to float32 for AVX2's FMA (*_avx2_bf16).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,7 @@ struct Problem {
 void run_avx512(const Problem& p, int64_t n_begin, int64_t n_end);
 void run_avx2(const Problem& p, int64_t n_begin, int64_t n_end);
 void run_avx512_bf16(const Problem& p, int64_t n_begin, int64_t n_end);
+void run_avx2_bf16(const Problem& p, int64_t n_begin, int64_t n_end);
 
 // Attention of one query token per row over its cache slot (decode_attention.h). Rows come in
 // runs of consecutive rows reading one slot (at most kRunRows; run i is rows run_starts[i] ..
@@ -58,5 +59,6 @@ struct AttentionProblem {
 void attend_avx512(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch);
 void attend_avx2(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch);
 void attend_avx512_bf16(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch);
+void attend_avx2_bf16(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch);
 
 }  // namespace flywheel::model::gemm

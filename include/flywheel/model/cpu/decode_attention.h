@@ -6,7 +6,8 @@
 // reads the cache in place: per row and kv head, the scores of its query heads against every key
 // of the slot, a float32 softmax (maximum subtracted), and the probability-weighted sum of the
 // values summed in float32, with (row, kv head) tasks split between a WorkerPool's threads.
-// bfloat16 scores come from vdpbf16ps, and each output is rounded to bfloat16 once. Results do
+// bfloat16 scores come from vdpbf16ps (or, without AVX512-BF16, the same products widened to
+// float32), and each output is rounded to bfloat16 once. Results do
 // not depend on the thread count. Rows may also be a prefill's tokens (consecutive rows of one
 // slot, lengths 1, 2, ...): up to 8 of them read each block of the slot's keys together, and each
 // row's result is bit for bit what it would be alone (docs/rollout.md "Equal log-probs").

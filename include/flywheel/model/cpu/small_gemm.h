@@ -7,8 +7,9 @@
 // store it), tiled in registers, with AVX-512F or AVX2 + FMA chosen when the process starts; the
 // rows of w are split between the threads of a WorkerPool. Each output element is summed in one
 // fixed order, so results do not depend on the thread count (they differ from BLAS's in the last
-// bits). bfloat16 runs where the CPU has AVX512-BF16 (vdpbf16ps, with AVX512-BW): bfloat16 pairs
-// multiplied into float32 sums, rounded to bfloat16 (or kept in float32) once per output.
+// bits). bfloat16 pairs are multiplied into float32 sums, rounded to bfloat16 (or kept in float32)
+// once per output: with AVX512-BF16's vdpbf16ps where the CPU has it (with AVX512-BW), else
+// widened to float32 for AVX2's FMA (the same arithmetic, on half the float32 kernel's bytes).
 #pragma once
 
 #include <cstdint>
@@ -36,8 +37,12 @@ GemmIsa detect_gemm_isa();
 // Whether `isa` runs on this CPU (kAuto: whether any does).
 bool gemm_isa_supported(GemmIsa isa);
 
-// Whether this CPU has the bfloat16 kernels (AVX512-BF16 and AVX512-BW, with the OS saving the
-// AVX-512 state).
+// Whether this CPU multiplies bfloat16 natively: AVX512-BF16 and AVX512-BW, with the OS saving
+// the AVX-512 state.
+bool avx512_bf16_supported();
+
+// Whether this CPU has a bfloat16 kernel: AVX512-BF16 (avx512_bf16_supported), or AVX2 + FMA
+// widening bfloat16 to float32.
 bool bf16_gemm_supported();
 
 // Whether small_linear and decode_attention run `dtype` on this CPU: float32 with any kernel,
@@ -49,14 +54,15 @@ bool small_gemm_supports(at::ScalarType dtype);
 GemmIsa resolve_gemm_isa(GemmIsa isa, const char* caller);
 
 // The kernels small_linear and decode_attention choose between.
-enum class GemmKernel { kAvx512, kAvx2, kAvx512Bf16 };
+enum class GemmKernel { kAvx512, kAvx2, kAvx512Bf16, kAvx2Bf16 };
 
 // The kernel a call on `dtype` (float32 or bfloat16) with `isa` runs; throws c10::Error naming
-// `caller` when this CPU lacks it (bfloat16: AVX512-BF16, whatever `isa` says).
+// `caller` when this CPU lacks it. bfloat16 with kAvx512 runs AVX512-BF16, with kAvx2 the AVX2
+// widening kernel, with kAuto the first of them this CPU has.
 GemmKernel resolve_gemm_kernel(at::ScalarType dtype, GemmIsa isa, const char* caller);
 
 struct SmallLinearOptions {
-  GemmIsa isa = GemmIsa::kAuto;  // float32 only; bfloat16 always runs AVX512-BF16
+  GemmIsa isa = GemmIsa::kAuto;  // bfloat16: kAvx512 is AVX512-BF16 (resolve_gemm_kernel)
   WorkerPool* pool = nullptr;    // null: the calling thread alone
   // y's dtype: x's (Undefined) or float32 (bfloat16 inputs, e.g. logits kept unrounded).
   at::ScalarType out_dtype = at::ScalarType::Undefined;

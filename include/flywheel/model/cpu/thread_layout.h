@@ -7,8 +7,9 @@
 // wait for more work for a while after a call, so only one pool should hold the budget at a time.
 // Inference projections run in flywheel's kernels where the CPU has them (float32: AVX2 or
 // AVX-512, faster than OpenBLAS at every batch size measured; bfloat16: AVX512-BF16, faster than
-// oneDNN below batch 64; docs/benchmarks.md), so they get the budget and ATen and BLAS one thread
-// each; elsewhere bfloat16 GEMMs run in oneDNN inside the OpenMP pool. The
+// oneDNN below batch 64, or AVX2 widening it to float32, where oneDNN has no bfloat16 kernel;
+// docs/benchmarks.md), so they get the budget and ATen and BLAS one thread each; elsewhere (and
+// in training) bfloat16 GEMMs run in oneDNN inside the OpenMP pool. The
 // layout is set at start through the BLAS library's own functions, found at run time, so no
 // environment variable is needed and a LibTorch without them still links.
 #pragma once
