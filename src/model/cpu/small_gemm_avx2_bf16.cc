@@ -2,9 +2,9 @@
 // AVX512-BF16; compiled with -mavx2 -mfma (see CMakeLists.txt). A bfloat16 is the upper half of a
 // float32, so widening costs one integer instruction per 8 elements: each load of 16 bfloat16
 // splits into the even elements (shifted up) and the odd ones (the low halves masked off), and
-// two FMAs add their products into 8 float32 sums. That is vdpbf16ps's arithmetic (a bfloat16
-// product is exact in float32; the sum is rounded after each of the pair), on half the bytes of
-// the float32 kernel: decode, bound by reading the weights, runs up to twice as fast. GCC 12's
+// two FMAs add their products into 8 float32 sums: the products vdpbf16ps makes (a bfloat16
+// product is exact in float32), each added with one rounding, on half the bytes of the float32
+// kernel, so that decode, bound by reading the weights, runs up to twice as fast. GCC 12's
 // intrinsic headers trip -Wuninitialized on their own _mm*_undefined_* placeholders once inlined
 // at -O3; the warnings are about the headers, not this code.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -12,7 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
+#include <memory>
 
 #include <immintrin.h>
 
@@ -29,7 +29,8 @@ struct V : Avx2Lanes {
   struct In {
     Reg even, odd;
   };
-  // 12 accumulators at 3 rows; the compiler keeps what of w's 8 widened registers it can.
+  // 12 accumulators at 3 rows (below kWidenRows rows; the compiler spills some of w's 8 widened
+  // registers).
   static constexpr int kRows = 3;
   static constexpr int kStep = 16;  // bfloat16 elements per load
   static In split(__m256i bits) {
@@ -90,20 +91,21 @@ constexpr int64_t kWideChunkFloats = int64_t{128} << 10;
 void run_widened(const Problem& p, int64_t n_begin, int64_t n_end) {
   const int64_t kp = (p.K + V::kStep - 1) / V::kStep * V::kStep;
   const int64_t chunk = std::max<int64_t>(kMaxRows, kWideChunkFloats / kp / kMaxRows * kMaxRows);
-  std::vector<float> x_wide(static_cast<size_t>(std::min(chunk, p.M) * kp));
-  std::vector<float> w_wide(static_cast<size_t>(kTileCols * kp));
+  // Not zeroed: widen_rows writes every float the tiles read.
+  std::unique_ptr<float[]> x_wide(new float[static_cast<size_t>(std::min(chunk, p.M) * kp)]);
+  std::unique_ptr<float[]> w_wide(new float[static_cast<size_t>(kTileCols * kp)]);
   const uint16_t* bias = static_cast<const uint16_t*>(p.bias);
   for (int64_t c0 = 0; c0 < p.M; c0 += chunk) {
     const int64_t rows = std::min(chunk, p.M - c0);
-    widen_rows(static_cast<const uint16_t*>(p.x) + c0 * p.ldx, rows, p.ldx, p.K, kp, x_wide.data());
+    widen_rows(static_cast<const uint16_t*>(p.x) + c0 * p.ldx, rows, p.ldx, p.K, kp, x_wide.get());
     for (int64_t n0 = n_begin; n0 < n_end; n0 += kTileCols) {
       const int64_t nr = std::min<int64_t>(kTileCols, n_end - n0);
-      widen_rows(static_cast<const uint16_t*>(p.w) + n0 * p.ldw, nr, p.ldw, p.K, kp, w_wide.data());
+      widen_rows(static_cast<const uint16_t*>(p.w) + n0 * p.ldw, nr, p.ldw, p.K, kp, w_wide.get());
       float bias_wide[kTileCols] = {};
       for (int64_t j = 0; j < nr && bias != nullptr; ++j) bias_wide[j] = to_float(bias[n0 + j]);
       Problem q;
-      q.x = x_wide.data();
-      q.w = w_wide.data();
+      q.x = x_wide.get();
+      q.w = w_wide.get();
       q.bias = bias != nullptr ? bias_wide : nullptr;
       q.y = p.y != nullptr ? p.y + c0 * p.ldy + n0 : nullptr;
       q.y_bf16 = p.y_bf16 != nullptr ? p.y_bf16 + c0 * p.ldy + n0 : nullptr;
