@@ -34,24 +34,7 @@ at::Tensor decode_attention(const DecodeAttentionInputs& in, const SmallLinearOp
                 ": length ", in.lengths[b], " outside [0, ", max_len, "]");
   }
   const GemmKernel kernel = resolve_gemm_kernel(dtype, options.isa, "decode_attention");
-  void (*attend)(const gemm::AttentionProblem&, int64_t, int64_t, float*) = nullptr;
-#if defined(FLYWHEEL_X86_GEMM)
-  switch (kernel) {
-    case GemmKernel::kAvx512Bf16:
-      attend = gemm::attend_avx512_bf16;
-      break;
-    case GemmKernel::kAvx2Bf16:
-      attend = gemm::attend_avx2_bf16;
-      break;
-    case GemmKernel::kAvx512:
-      attend = gemm::attend_avx512;
-      break;
-    case GemmKernel::kAvx2:
-      attend = gemm::attend_avx2;
-      break;
-  }
-#endif
-  (void)kernel;
+  const auto attend = gemm::kernel_fns(kernel).attend;
   at::Tensor out = at::empty({rows, heads * hd}, q.options());
   gemm::AttentionProblem p;
   p.q = q.data_ptr();

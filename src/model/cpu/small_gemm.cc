@@ -109,6 +109,27 @@ GemmKernel resolve_gemm_kernel(at::ScalarType dtype, GemmIsa isa, const char* ca
                                                            : GemmKernel::kAvx2;
 }
 
+namespace gemm {
+
+KernelFns kernel_fns(GemmKernel kernel) {
+#if defined(FLYWHEEL_X86_GEMM)
+  switch (kernel) {
+    case GemmKernel::kAvx512Bf16:
+      return {run_avx512_bf16, attend_avx512_bf16};
+    case GemmKernel::kAvx2Bf16:
+      return {run_avx2_bf16, attend_avx2_bf16};
+    case GemmKernel::kAvx512:
+      return {run_avx512, attend_avx512};
+    case GemmKernel::kAvx2:
+      return {run_avx2, attend_avx2};
+  }
+#endif
+  (void)kernel;
+  return {};
+}
+
+}  // namespace gemm
+
 at::Tensor small_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                         const SmallLinearOptions& options) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1),
@@ -128,24 +149,7 @@ at::Tensor small_linear(const at::Tensor& x, const at::Tensor& w, const at::Tens
   TORCH_CHECK(out_dtype == dtype || out_dtype == at::kFloat,
               "small_linear: the output is x's dtype or float32, not ", out_dtype);
   const GemmKernel kernel = resolve_gemm_kernel(dtype, options.isa, "small_linear");
-  void (*run)(const gemm::Problem&, int64_t, int64_t) = nullptr;
-#if defined(FLYWHEEL_X86_GEMM)
-  switch (kernel) {
-    case GemmKernel::kAvx512Bf16:
-      run = gemm::run_avx512_bf16;
-      break;
-    case GemmKernel::kAvx2Bf16:
-      run = gemm::run_avx2_bf16;
-      break;
-    case GemmKernel::kAvx512:
-      run = gemm::run_avx512;
-      break;
-    case GemmKernel::kAvx2:
-      run = gemm::run_avx2;
-      break;
-  }
-#endif
-  (void)kernel;
+  const auto run = gemm::kernel_fns(kernel).run;
   const int64_t M = x.size(0), N = w.size(0), K = x.size(1);
   at::Tensor y = at::empty({M, N}, x.options().dtype(out_dtype));
   if (M == 0 || N == 0) return y;

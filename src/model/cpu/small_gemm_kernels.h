@@ -14,6 +14,10 @@
 #include "flywheel/model/cpu/bf16_bits.h"
 #include "flywheel/model/cpu/poly_exp.h"
 
+namespace flywheel::model {
+enum class GemmKernel;  // small_gemm.h
+}  // namespace flywheel::model
+
 namespace flywheel::model::gemm {
 
 // Rows of w one tile reads; callers split w between threads in multiples of it.
@@ -60,5 +64,14 @@ void attend_avx512(const AttentionProblem& p, int64_t begin, int64_t end, float*
 void attend_avx2(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch);
 void attend_avx512_bf16(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch);
 void attend_avx2_bf16(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch);
+
+// A kernel's projection and attention functions; both null off x86-64 (where
+// resolve_gemm_kernel throws first). Defined in small_gemm.cc, which no instruction-set flag
+// compiles.
+struct KernelFns {
+  void (*run)(const Problem&, int64_t, int64_t) = nullptr;
+  void (*attend)(const AttentionProblem&, int64_t, int64_t, float*) = nullptr;
+};
+KernelFns kernel_fns(GemmKernel kernel);
 
 }  // namespace flywheel::model::gemm
