@@ -39,6 +39,7 @@
 #include "bench_util.h"
 #include "flywheel/comm/mpi_communicator.h"
 #include "flywheel/model/cpu/cpu_allocator.h"
+#include "flywheel/model/cpu/kernel_linear.h"
 #include "flywheel/model/cpu/small_gemm.h"
 #include "flywheel/model/cpu/thread_layout.h"
 #include "flywheel/trainer/micro_batch.h"
@@ -62,6 +63,24 @@ double flops_per_token(const flywheel::model::ModelConfig& c) {
   const double attention = 3.0 * 2 * 2 * c.num_hidden_layers * c.num_attention_heads * c.head_dim *
                            (kSequence + 1) / 2.0;
   return 6.0 * c.num_parameters() + attention;
+}
+
+// The matmul peak of a `dtype` learner, given LibTorch's (`libtorch_peak`): for bfloat16 on CPUs
+// where the learner's products run in flywheel's kernels (kernel_linear.h), the higher of that and
+// the kernels' 1024^3 rate on one thread (the learner calls them on its own thread). `source`
+// says which it is.
+double learner_peak(at::ScalarType dtype, double libtorch_peak, std::string* source) {
+  *source = "LibTorch";
+  if (dtype != at::kBFloat16 || !flywheel::model::bf16_projections_in_kernels()) {
+    return libtorch_peak;
+  }
+  const double kernels = flywheel::bench::kernel_matmul_gflops(nullptr, at::kBFloat16);
+  char text[96];
+  std::snprintf(text, sizeof(text), "%s; LibTorch %.1f, flywheel's kernels %.1f",
+                kernels > libtorch_peak ? "flywheel's kernels" : "LibTorch", libtorch_peak,
+                kernels);
+  *source = text;
+  return std::max(kernels, libtorch_peak);
 }
 
 // One measured configuration: what run_worker passes to the --worker process.
@@ -233,8 +252,10 @@ void profile_rows(const char* self, const WorkerArgs& base, const std::string& d
   const flywheel::model::ModelConfig config = bench_config();
   for (const std::string d : {"float32", "bfloat16"}) {
     if (!flywheel::bench::listed(dtypes, d)) continue;
-    const double peak = flywheel::bench::libtorch_matmul_gflops(
-        d == "float32" ? at::kFloat : at::kBFloat16, base.threads);
+    const at::ScalarType dtype = d == "float32" ? at::kFloat : at::kBFloat16;
+    std::string source;
+    const double peak =
+        learner_peak(dtype, flywheel::bench::libtorch_matmul_gflops(dtype, base.threads), &source);
     WorkerArgs args = base;
     args.dtype = d;
     args.profile = true;
@@ -250,9 +271,10 @@ void profile_rows(const char* self, const WorkerArgs& base, const std::string& d
     const double gflops = tps * computed * flops_per_token(config) / 1e9;
     std::printf(
         "\n%s, 1 rank, reshard_after_forward=%d, %d thread(s): %.1f tokens/s, %.1f GFLOP/s = "
-        "%.1f%% of the %s matmul peak (%.1f GFLOP/s); where the %d profiled step(s) went:\n\n",
+        "%.1f%% of the %s matmul peak (%.1f GFLOP/s, %s); where the %d profiled step(s) "
+        "went:\n\n",
         d.c_str(), args.reshard, args.threads, tps, gflops, 100 * gflops / peak, d.c_str(), peak,
-        args.steps);
+        source.c_str(), args.steps);
     for (const std::string& line : table) std::printf("%s", line.c_str());
     std::fflush(stdout);
   }
@@ -384,6 +406,8 @@ int main(int argc, char** argv) {
     } else {
       peak = flywheel::bench::libtorch_matmul_gflops(layout.dtype, args.threads);
     }
+    std::string source;
+    peak = learner_peak(layout.dtype, peak, &source);
     double one = 0;
     for (int ranks : {1, 2}) {
       if (!flywheel::bench::listed(rank_list, std::to_string(ranks))) continue;
@@ -396,8 +420,9 @@ int main(int argc, char** argv) {
         if (ranks == 1 && r) one = tps;
         std::printf(
             "%-8s %d rank(s) reshard_after_forward=%d: %7.1f tokens/s, %6.1f GFLOP/s per rank = "
-            "%5.1f%% of the %s matmul peak (%.1f GFLOP/s, %d thread(s))%s\n",
+            "%5.1f%% of the %s matmul peak (%.1f GFLOP/s, %d thread(s), %s)%s\n",
             d.c_str(), ranks, r, tps, gflops, 100 * gflops / peak, d.c_str(), peak, args.threads,
+            source.c_str(),
             ranks == 2 && r && one > 0
                 ? (std::string(", ") + std::to_string(tps / one).substr(0, 4) + "x 1 rank").c_str()
                 : "");

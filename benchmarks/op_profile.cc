@@ -29,8 +29,9 @@ struct Opened : at::ObserverContext {};
 bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
 bool is_matmul(const std::string& op) {
-  for (const char* m : {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
-                        "aten::linear", "aten::mv", "aten::addmv", "aten::dot"}) {
+  for (const char* m :
+       {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+        "aten::mv", "aten::addmv", "aten::dot", "flywheel::matmul"}) {  // small_gemm.h's kernels
     if (op == m) return true;
   }
   return false;

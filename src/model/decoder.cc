@@ -14,6 +14,7 @@
 #include "flywheel/core/status_macros.h"
 #include "flywheel/model/cpu/decode_attention.h"
 #include "flywheel/model/cpu/decode_rows.h"
+#include "flywheel/model/cpu/kernel_linear.h"
 #include "flywheel/model/cpu/prefill_attention.h"
 #include "flywheel/model/cpu/small_gemm.h"
 
@@ -46,9 +47,11 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
 }
 
 // x @ w^T + b, in out_dtype (Undefined: x's). With a pool, float32 and bfloat16 CPU projections
-// that need no gradient run in flywheel's kernels (small_gemm.h), which read w in place. Otherwise
-// a single float32 row takes the matrix-vector kernel: GEMM with one row repacks the weight matrix
-// and runs 2-3x slower on CPU (../shared/CPU_PERFORMANCE.md).
+// that need no gradient run in flywheel's kernels (small_gemm.h), which read w in place; bfloat16
+// ones run there without a pool too, and with gradients (kernel_linear.h), where LibTorch has no
+// bfloat16 GEMM (bf16_projections_in_kernels). Otherwise a single float32 row takes the
+// matrix-vector kernel: GEMM with one row repacks the weight matrix and runs 2-3x slower on CPU
+// (../shared/CPU_PERFORMANCE.md).
 at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {},
                    WorkerPool* pool = nullptr,
                    at::ScalarType out_dtype = at::ScalarType::Undefined) {
@@ -59,8 +62,14 @@ at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b
   const bool float_cpu = dtype == at::kFloat && x.device().is_cpu();
   const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad() ||
                                                          (b.defined() && b.requires_grad()));
-  if (pool != nullptr && x.device().is_cpu() && !needs_grad && w.is_contiguous() &&
-      w.scalar_type() == dtype && (!b.defined() || b.scalar_type() == dtype) &&
+  const bool one_dtype = x.device().is_cpu() && w.device().is_cpu() && w.scalar_type() == dtype &&
+                         (!b.defined() || b.scalar_type() == dtype);
+  const bool bf16_in_kernels = one_dtype && dtype == at::kBFloat16 && bf16_projections_in_kernels();
+  if (needs_grad && bf16_in_kernels) {
+    const at::Tensor y = kernel_linear(x, w, b);
+    return out_dtype == at::ScalarType::Undefined ? y : y.to(out_dtype);
+  }
+  if ((pool != nullptr || bf16_in_kernels) && one_dtype && !needs_grad && w.is_contiguous() &&
       small_gemm_supports(dtype)) {
     return small_linear(rows.stride(-1) == 1 ? rows : rows.contiguous(), w, b,
                         {GemmIsa::kAuto, pool, out_dtype})
@@ -280,8 +289,14 @@ at::Tensor attention(const ModelConfig& config, const DecoderLayerWeights& layer
   scores = (scores * (1.0 / std::sqrt(double(hd)))).view({B, kvh, groups, T, L});
   scores = scores.masked_fill(mask.logical_not().view({B, 1, 1, T, L}),
                               -std::numeric_limits<float>::infinity());
-  at::Tensor probs = at::softmax(scores, -1).to(x.scalar_type()).view({B, kvh, groups * T, L});
-  at::Tensor out = at::matmul(probs, values);  // [B, kvh, g*T, hd]
+  at::Tensor probs = at::softmax(scores, -1).view({B, kvh, groups * T, L});
+  at::Tensor out;  // [B, kvh, g*T, hd]
+  if (x.scalar_type() == at::kBFloat16 && x.device().is_cpu() && bf16_projections_in_kernels()) {
+    // LibTorch's bfloat16 GEMM is emulated on this CPU: the float32 one, rounded once.
+    out = at::matmul(probs, values.to(probs.scalar_type())).to(x.scalar_type());
+  } else {
+    out = at::matmul(probs.to(x.scalar_type()), values);
+  }
   out = out.view({B, kvh, groups, T, hd}).permute({0, 3, 1, 2, 4}).reshape({B, T, -1});
   return adapted(out, layer.o, layer.o_bias, layer, Projection::kO, context);
 }

@@ -1,10 +1,13 @@
 #include "flywheel/model/logprobs.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "flywheel/model/cpu/decode_rows.h"
+#include "flywheel/model/cpu/kernel_linear.h"
 #include "flywheel/model/cpu/small_gemm.h"
 
 namespace flywheel::model {
@@ -12,6 +15,13 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// Whether the head's bfloat16 products run in small_gemm.h's kernels, where LibTorch has no
+// bfloat16 GEMM (kernel_linear.h).
+bool head_in_kernels(const at::Tensor& weight) {
+  return weight.scalar_type() == at::kBFloat16 && weight.device().is_cpu() &&
+         weight.is_contiguous() && bf16_projections_in_kernels();
+}
 
 // The head's backward products for one chunk, from grad_logits [n, V] (float32):
 //   returns        grad_logits @ weight        [n, H] float32
@@ -31,6 +41,23 @@ at::Tensor head_backward(const at::Tensor& grad_logits, const at::Tensor& weight
   const at::Tensor g = grad_logits.to(weight.scalar_type());
   const at::Tensor h = hidden.to(weight.scalar_type());
   at::Tensor out = at::zeros({g.size(0), H}, grad_logits.options());
+  if (head_in_kernels(weight) && g.size(0) > 0 && H > 0) {
+    // The same products in small_gemm.h's kernels, which take both operands' rows along the
+    // summed dimension; their float32 sums are added without a rounding to bfloat16. Blocks of at
+    // most kKernelBlock vocabulary rows: the first product sums over a block, and the kernel
+    // widens fewer rows of x at once the longer they are (4 rows of a whole 32k vocabulary,
+    // which widened the weight block again every 4 rows).
+    constexpr int64_t kKernelBlock = 2048;
+    const at::Tensor h_t = h.t().contiguous();  // [H, n]
+    const SmallLinearOptions to_float{GemmIsa::kAuto, nullptr, at::kFloat};
+    for (int64_t v0 = 0; v0 < V; v0 += std::min(rows, kKernelBlock)) {
+      const int64_t r = std::min({rows, kKernelBlock, V - v0});
+      const at::Tensor block = g.narrow(1, v0, r);  // rows of stride V
+      out.add_(small_linear(block, weight.narrow(0, v0, r).t().contiguous(), {}, to_float));
+      grad_weight.narrow(0, v0, r).add_(small_linear(block.t().contiguous(), h_t, {}, to_float));
+    }
+    return out;
+  }
   for (int64_t v0 = 0; v0 < V; v0 += rows) {
     const int64_t r = std::min(rows, V - v0);
     at::Tensor block = g.narrow(1, v0, r);
@@ -42,7 +69,10 @@ at::Tensor head_backward(const at::Tensor& grad_logits, const at::Tensor& weight
 
 // float32 logits / temperature of one chunk (no extra pass when the temperature is 1).
 at::Tensor scaled_logits(const at::Tensor& h, const at::Tensor& weight, double temperature) {
-  at::Tensor z = at::matmul(h, weight.t()).to(at::kFloat);
+  at::Tensor z =
+      head_in_kernels(weight) && h.scalar_type() == weight.scalar_type()
+          ? small_linear(h.contiguous(), weight, {}, {GemmIsa::kAuto, nullptr, at::kFloat})
+          : at::matmul(h, weight.t()).to(at::kFloat);
   return temperature == 1.0 ? z : z.div_(temperature);
 }
 

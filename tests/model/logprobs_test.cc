@@ -7,6 +7,7 @@
 
 #include <atomic>
 
+#include "flywheel/model/cpu/kernel_linear.h"
 #include "gtest/gtest.h"
 
 namespace flywheel::model {
@@ -73,11 +74,17 @@ TEST(TokenLogprobsTest, Bfloat16HiddenIsAccumulatedInFloat32) {
   Inputs a = make_inputs(1, 6, 8, 29, 9);
   at::Tensor h = a.hidden.detach().to(at::kBFloat16), w = a.weight.detach().to(at::kBFloat16);
   TokenLogprobs lp = token_logprobs(h, w, a.targets);
-  at::Tensor ref = at::log_softmax(at::matmul(h, w.t()).to(at::kFloat), -1)
-                       .gather(-1, a.targets.unsqueeze(-1))
-                       .squeeze(-1);
+  // LibTorch's bfloat16 GEMM rounds the logits to bfloat16; flywheel's kernels, which take the
+  // head's products where LibTorch has no native bfloat16 (kernel_linear.h), keep their float32
+  // sums.
+  const at::Tensor logits = bf16_projections_in_kernels()
+                                ? at::matmul(h.to(at::kDouble), w.to(at::kDouble).t())
+                                : at::matmul(h, w.t()).to(at::kDouble);
+  at::Tensor ref =
+      at::log_softmax(logits, -1).gather(-1, a.targets.unsqueeze(-1)).squeeze(-1).to(at::kFloat);
   EXPECT_EQ(lp.logprobs.scalar_type(), at::kFloat);
-  EXPECT_TRUE(at::allclose(lp.logprobs, ref, 1e-4, 1e-4));
+  EXPECT_TRUE(at::allclose(lp.logprobs, ref, 1e-4, 1e-4))
+      << (lp.logprobs - ref).abs().max().item<float>();
 }
 
 // Counts CPU allocations of at least `threshold` bytes while installed.
@@ -112,29 +119,37 @@ class CountingAllocator final : public c10::Allocator {
 };
 
 // The backward of a bfloat16 head converts it to float32 in blocks: the only float32 buffer of
-// the head's full size is its gradient (once), not a copy of the head per chunk.
+// the head's full size is its gradient (once), not a copy of the head per chunk. Chunks of 8
+// positions make blocks of 512 vocabulary rows; chunks of 48, where flywheel's kernels take the
+// products (kernel_linear.h), blocks of 2048 (their cap) and 1024 instead of 3072.
 TEST(TokenLogprobsTest, Bfloat16HeadIsNotCopiedToFloat32PerChunk) {
   const int64_t V = 4096, H = 64;
   Inputs a = make_inputs(1, 64, H, V, 3);
-  at::Tensor h = a.hidden.detach().to(at::kBFloat16).requires_grad_(true);
-  // Small logits, so that bfloat16 rounding of the forward leaves the gradients comparable.
-  at::Tensor w = (a.weight.detach() * 0.1).to(at::kBFloat16).requires_grad_(true);
-  TokenLogprobOptions options;
-  options.chunk_size = 8;  // 8 chunks
-  TokenLogprobs lp = token_logprobs(h, w, a.targets, options);
-  int64_t large = 0;
-  {
-    CountingAllocator counting(/*threshold=*/V * H * sizeof(float));
-    lp.logprobs.sum().backward();
-    large = counting.large();
+  for (int64_t chunk_size : {8, 48}) {
+    at::Tensor h = a.hidden.detach().to(at::kBFloat16).requires_grad_(true);
+    // Small logits, so that bfloat16 rounding of the forward leaves the gradients comparable.
+    at::Tensor w = (a.weight.detach() * 0.1).to(at::kBFloat16).requires_grad_(true);
+    TokenLogprobOptions options;
+    options.chunk_size = chunk_size;
+    TokenLogprobs lp = token_logprobs(h, w, a.targets, options);
+    int64_t large = 0;
+    {
+      CountingAllocator counting(/*threshold=*/V * H * sizeof(float));
+      lp.logprobs.sum().backward();
+      large = counting.large();
+    }
+    EXPECT_LE(large, 1) << "float32 buffers of the head's size allocated in backward, chunks of "
+                        << chunk_size;
+    // And the gradients still equal float32 arithmetic on the bfloat16 values.
+    at::Tensor hf = h.detach().to(at::kFloat).requires_grad_(true);
+    at::Tensor wf = w.detach().to(at::kFloat).requires_grad_(true);
+    at::log_softmax(at::matmul(hf, wf.t()), -1)
+        .gather(-1, a.targets.unsqueeze(-1))
+        .sum()
+        .backward();
+    EXPECT_TRUE(at::allclose(w.grad().to(at::kFloat), wf.grad(), 1e-2, 1e-2)) << chunk_size;
+    EXPECT_TRUE(at::allclose(h.grad().to(at::kFloat), hf.grad(), 1e-2, 1e-2)) << chunk_size;
   }
-  EXPECT_LE(large, 1) << "float32 buffers of the head's size allocated in backward";
-  // And the gradients still equal float32 arithmetic on the bfloat16 values.
-  at::Tensor hf = h.detach().to(at::kFloat).requires_grad_(true);
-  at::Tensor wf = w.detach().to(at::kFloat).requires_grad_(true);
-  at::log_softmax(at::matmul(hf, wf.t()), -1).gather(-1, a.targets.unsqueeze(-1)).sum().backward();
-  EXPECT_TRUE(at::allclose(w.grad().to(at::kFloat), wf.grad(), 1e-2, 1e-2));
-  EXPECT_TRUE(at::allclose(h.grad().to(at::kFloat), hf.grad(), 1e-2, 1e-2));
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
 
+#include "flywheel/model/cpu/kernel_linear.h"
+
 namespace flywheel::model {
 namespace {
 
@@ -52,6 +54,7 @@ at::Tensor prefill_attention(const PrefillAttentionInputs& in,
   // mode, inference mode), and only where ATen runs each op on one thread: otherwise every
   // thread's matmul would start a team of its own on the same cores.
   WorkerPool* pool = at::get_num_threads() == 1 ? options.pool : nullptr;
+  const bool float_values = q.scalar_type() == at::kBFloat16 && bf16_projections_in_kernels();
   const at::ThreadLocalState caller;
   parallel_chunks(pool, B * chunks, /*chunk=*/1, [&](int64_t begin, int64_t end) {
     const at::ThreadLocalStateGuard same_state(caller);
@@ -70,13 +73,15 @@ at::Tensor prefill_attention(const PrefillAttentionInputs& in,
       at::Tensor scores = at::matmul(qg, keys.transpose(-1, -2)) * in.scale;
       scores = scores.view({kvh, groups, tc, lc})
                    .masked_fill(allowed.narrow(1, 0, lc).logical_not().view({1, 1, tc, lc}), -inf);
-      const at::Tensor probs =
-          at::softmax(scores, -1).to(q.scalar_type()).view({kvh, groups * tc, lc});
+      const at::Tensor probs = at::softmax(scores, -1).view({kvh, groups * tc, lc});
       const at::Tensor values = in.values[b].narrow(1, 0, lc);  // [kvh, lc, hd]
-      const at::Tensor part = at::matmul(probs, values.to(q.scalar_type()))
-                                  .view({kvh, groups, tc, hd})
-                                  .permute({2, 0, 1, 3})
-                                  .reshape({tc, heads * hd});
+      // As the decoder's attention with gradients: bfloat16 probabilities times values, or where
+      // LibTorch only emulates bfloat16 GEMM, float32 ones rounded once.
+      const at::Tensor product =
+          float_values ? at::matmul(probs, values.to(at::kFloat)).to(q.scalar_type())
+                       : at::matmul(probs.to(q.scalar_type()), values.to(q.scalar_type()));
+      const at::Tensor part =
+          product.view({kvh, groups, tc, hd}).permute({2, 0, 1, 3}).reshape({tc, heads * hd});
       out[b].narrow(0, t0, tc).copy_(part);
     }
   });

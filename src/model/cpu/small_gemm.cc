@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 
 #include "small_gemm_kernels.h"
 
@@ -132,6 +133,7 @@ KernelFns kernel_fns(GemmKernel kernel) {
 
 at::Tensor small_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                         const SmallLinearOptions& options) {
+  RECORD_USER_SCOPE("flywheel::matmul");  // profilers' matmuls (learner_bench --profile)
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1),
               "small_linear: x [M, K] and w [N, K] expected, got ", x.sizes(), " and ", w.sizes());
   const at::ScalarType dtype = x.scalar_type();
@@ -139,7 +141,8 @@ at::Tensor small_linear(const at::Tensor& x, const at::Tensor& w, const at::Tens
                   (dtype == at::kFloat || dtype == at::kBFloat16) && w.scalar_type() == dtype,
               "small_linear: float32 or bfloat16 CPU tensors of one dtype expected, got ",
               x.scalar_type(), " and ", w.scalar_type());
-  TORCH_CHECK(w.is_contiguous() && x.stride(1) == 1,
+  // A column of size 1 may have any stride (a contiguous tensor's size-1 dimensions do).
+  TORCH_CHECK(w.is_contiguous() && (x.stride(1) == 1 || x.size(1) <= 1),
               "small_linear: w contiguous and x with contiguous rows expected");
   TORCH_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0) && b.is_contiguous() &&
                                b.scalar_type() == dtype),

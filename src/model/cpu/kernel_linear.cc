@@ -1,0 +1,88 @@
+#include "flywheel/model/cpu/kernel_linear.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <vector>
+
+namespace flywheel::model {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// a [M, K] b^T in the kernels, with M, N or K possibly 0.
+at::Tensor product(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias,
+                   const KernelLinearOptions& options) {
+  if (a.size(1) == 0) {
+    at::Tensor y = at::zeros({a.size(0), b.size(0)}, a.options());
+    return bias.defined() ? y.add_(bias) : y;
+  }
+  return small_linear(a, b, bias, {options.isa, options.pool});
+}
+
+class KernelLinear : public torch::autograd::Function<KernelLinear> {
+ public:
+  // x [M, K] with contiguous rows; b optional (an undefined tensor cannot be a Function's input).
+  // The options come as integers, which the context's saved_data (IValues) keeps for backward.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            const c10::optional<at::Tensor>& b, int64_t isa, int64_t pool) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    const KernelLinearOptions options{static_cast<GemmIsa>(isa),
+                                      reinterpret_cast<WorkerPool*>(pool)};
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["bias"] = b.has_value();
+    ctx->saved_data["isa"] = isa;
+    ctx->saved_data["pool"] = pool;
+    return product(x, w, b.value_or(at::Tensor()), options);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& w = saved[1];
+    const KernelLinearOptions options{
+        static_cast<GemmIsa>(ctx->saved_data["isa"].toInt()),
+        reinterpret_cast<WorkerPool*>(ctx->saved_data["pool"].toInt())};
+    at::Tensor dx, dw, db;
+    if (grad_outputs[0].defined()) {
+      const at::Tensor dy = grad_outputs[0].to(x.scalar_type()).contiguous();
+      if (ctx->needs_input_grad(0)) dx = product(dy, w.t().contiguous(), {}, options);
+      if (ctx->needs_input_grad(1)) {
+        dw = product(dy.t().contiguous(), x.t().contiguous(), {}, options);
+      }
+      if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) {
+        db = dy.sum(0, /*keepdim=*/false, at::kFloat).to(w.scalar_type());
+      }
+    }
+    return {dx, dw, db, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool bf16_projections_in_kernels() {
+  static const bool in_kernels = !avx512_bf16_supported() && bf16_gemm_supported();
+  return in_kernels;
+}
+
+at::Tensor kernel_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                         const KernelLinearOptions& options) {
+  TORCH_CHECK(x.dim() >= 1 && w.dim() == 2 && x.size(-1) == w.size(1),
+              "kernel_linear: x [..., K] and w [N, K] expected, got ", x.sizes(), " and ",
+              w.sizes());
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = w.size(0);
+  int64_t M = 1;  // from the sizes: with K = 0 the element count says nothing
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) M *= x.size(d);
+  at::Tensor rows = x.reshape({M, x.size(-1)});
+  if (rows.stride(1) != 1 && rows.size(1) > 1) rows = rows.contiguous();
+  const c10::optional<at::Tensor> bias =
+      b.defined() ? c10::optional<at::Tensor>(b.contiguous()) : c10::nullopt;
+  const at::Tensor y =
+      KernelLinear::apply(rows, w.contiguous(), bias, static_cast<int64_t>(options.isa),
+                          reinterpret_cast<int64_t>(options.pool));
+  return y.view(shape);
+}
+
+}  // namespace flywheel::model
