@@ -211,7 +211,8 @@ at::Tensor greedy_tokens(const at::Tensor& hidden, const at::Tensor& weight, int
   at::Tensor out = at::empty({flat.size(0)}, flat.options().dtype(at::kLong));
   for (int64_t start = 0; start < flat.size(0); start += chunk_size) {
     const int64_t len = std::min(chunk_size, flat.size(0) - start);
-    out.narrow(0, start, len).copy_(at::matmul(flat.narrow(0, start, len), weight.t()).argmax(-1));
+    out.narrow(0, start, len)
+        .copy_(scaled_logits(flat.narrow(0, start, len), weight, 1.0).argmax(-1));
   }
   return out.view(hidden.sizes().slice(0, hidden.dim() - 1));
 }
