@@ -66,21 +66,23 @@ double flops_per_token(const flywheel::model::ModelConfig& c) {
 }
 
 // The matmul peak of a `dtype` learner, given LibTorch's (`libtorch_peak`): for bfloat16 on CPUs
-// where the learner's products run in flywheel's kernels (kernel_linear.h), the higher of that and
-// the kernels' 1024^3 rate on one thread (the learner calls them on its own thread). `source`
-// says which it is.
+// where the learner's products run in model::kernel_linear (flywheel's kernels, or float32 BLAS on
+// widened copies), the higher of that and kernel_linear's 1024^3 rate on the learner's thread.
+// `source` says which it is.
 double learner_peak(at::ScalarType dtype, double libtorch_peak, std::string* source) {
   *source = "LibTorch";
   if (dtype != at::kBFloat16 || !flywheel::model::bf16_projections_in_kernels()) {
     return libtorch_peak;
   }
-  const double kernels = flywheel::bench::kernel_matmul_gflops(nullptr, at::kBFloat16);
+  const int64_t n = 1024;
+  const at::Tensor x = at::randn({n, n}).to(dtype), w = at::randn({n, n}).to(dtype);
+  const double t = flywheel::bench::best_time(5, [&] { flywheel::model::kernel_linear(x, w); });
+  const double ours = 2.0 * n * n * n / t / 1e9;
   char text[96];
-  std::snprintf(text, sizeof(text), "%s; LibTorch %.1f, flywheel's kernels %.1f",
-                kernels > libtorch_peak ? "flywheel's kernels" : "LibTorch", libtorch_peak,
-                kernels);
+  std::snprintf(text, sizeof(text), "%s; LibTorch %.1f, kernel_linear %.1f",
+                ours > libtorch_peak ? "kernel_linear" : "LibTorch", libtorch_peak, ours);
   *source = text;
-  return std::max(kernels, libtorch_peak);
+  return std::max(ours, libtorch_peak);
 }
 
 // One measured configuration: what run_worker passes to the --worker process.

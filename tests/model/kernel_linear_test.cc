@@ -42,46 +42,50 @@ void expect_rounded_once(const at::Tensor& got, const at::Tensor& exact, at::Sca
       << where << ": max error " << (got.to(at::kFloat) - exact).abs().max().item<float>();
 }
 
-// The forward and the three backward products against exact sums, for every kernel, at the
-// tiles' edges, with and without a bias, and with rows, outputs or depth 0.
+// The forward and the backward products against exact sums, for every kernel, at the tiles'
+// edges, with and without a bias, and with rows, outputs or depth 0; all in the kernels
+// (blas_rows 0), and with the products of 16 rows or more in BLAS.
 TEST(KernelLinearTest, ForwardAndGradientsAreTheExactSumsRoundedOnce) {
   if (kernels().empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
   at::manual_seed(4);
   WorkerPool pool(2);
   int checked = 0;
   for (const Kernel& kernel : kernels()) {
-    for (int64_t m : {0, 1, 5, 17, 70}) {
-      for (int64_t n : {1, 4, 33}) {
-        for (int64_t k : {0, 1, 16, 40}) {
-          for (bool bias : {false, true}) {
-            const std::string where = std::string(c10::toString(kernel.dtype)) + " " +
-                                      gemm_isa_name(kernel.isa) + " m=" + std::to_string(m) +
-                                      " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-                                      " bias=" + std::to_string(bias);
-            const at::TensorOptions options = at::TensorOptions().dtype(kernel.dtype);
-            at::Tensor x = at::randn({m, k}).to(options).requires_grad_(true);
-            at::Tensor w = at::randn({n, k}).to(options).requires_grad_(true);
-            at::Tensor b = bias ? at::randn({n}).to(options).requires_grad_(true) : at::Tensor();
-            const at::Tensor dy = at::randn({m, n}).to(options);
-            at::Tensor y = kernel_linear(x, w, b, {kernel.isa, &pool});
-            at::Tensor exact_y = exact_mm(x.detach(), w.detach().t());
-            if (bias) exact_y += b.detach().to(at::kFloat);
-            expect_rounded_once(y, exact_y, kernel.dtype, "y " + where);
-            y.backward(dy);
-            expect_rounded_once(x.grad(), exact_mm(dy, w.detach()), kernel.dtype, "dx " + where);
-            expect_rounded_once(w.grad(), exact_mm(dy.t(), x.detach()), kernel.dtype,
-                                "dw " + where);
-            if (bias) {
-              expect_rounded_once(b.grad(), dy.to(at::kDouble).sum(0).to(at::kFloat), kernel.dtype,
-                                  "db " + where);
+    for (int64_t blas_rows : {0, 16}) {
+      for (int64_t m : {0, 1, 5, 17, 70}) {
+        for (int64_t n : {1, 4, 33}) {
+          for (int64_t k : {0, 1, 16, 40}) {
+            for (bool bias : {false, true}) {
+              const std::string where = std::string(c10::toString(kernel.dtype)) + " " +
+                                        gemm_isa_name(kernel.isa) +
+                                        " blas_rows=" + std::to_string(blas_rows) +
+                                        " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                                        " k=" + std::to_string(k) + " bias=" + std::to_string(bias);
+              const at::TensorOptions options = at::TensorOptions().dtype(kernel.dtype);
+              at::Tensor x = at::randn({m, k}).to(options).requires_grad_(true);
+              at::Tensor w = at::randn({n, k}).to(options).requires_grad_(true);
+              at::Tensor b = bias ? at::randn({n}).to(options).requires_grad_(true) : at::Tensor();
+              const at::Tensor dy = at::randn({m, n}).to(options);
+              at::Tensor y = kernel_linear(x, w, b, {kernel.isa, &pool, blas_rows});
+              at::Tensor exact_y = exact_mm(x.detach(), w.detach().t());
+              if (bias) exact_y += b.detach().to(at::kFloat);
+              expect_rounded_once(y, exact_y, kernel.dtype, "y " + where);
+              y.backward(dy);
+              expect_rounded_once(x.grad(), exact_mm(dy, w.detach()), kernel.dtype, "dx " + where);
+              expect_rounded_once(w.grad(), exact_mm(dy.t(), x.detach()), kernel.dtype,
+                                  "dw " + where);
+              if (bias) {
+                expect_rounded_once(b.grad(), dy.to(at::kDouble).sum(0).to(at::kFloat),
+                                    kernel.dtype, "db " + where);
+              }
+              ++checked;
             }
-            ++checked;
           }
         }
       }
     }
   }
-  EXPECT_EQ(checked, 120 * static_cast<int>(kernels().size()));
+  EXPECT_EQ(checked, 240 * static_cast<int>(kernels().size()));
 }
 
 // Inputs of any leading shape and with strided rows, and gradients only where asked for.

@@ -4,15 +4,17 @@
 // Without AVX512-BF16, LibTorch 1.13 to 2.x multiply bfloat16 matrices in an emulation that runs
 // at 1.6-5 GFLOP/s on an AVX2 core (benchmarks/gemm_bench), and a bfloat16 learner spent 98% of
 // its step there (docs/benchmarks.md). small_gemm.h's AVX2 kernel widens bfloat16 to float32 for
-// FMA and runs at the float32 tiles' rate. kernel_linear runs a projection's forward and its
-// three backward products in it:
+// FMA. kernel_linear runs a projection's forward and its backward products there:
 //   y  = x w^T + b   small_linear(x, w, b)
 //   dx = dy w        small_linear(dy, w^T)
 //   dw = dy^T x      small_linear(dy^T, x^T)
 //   db = sum of dy over the rows
 // Each product multiplies bfloat16 pairs into float32 sums, rounded once per output, as
-// LibTorch's bfloat16 GEMM does; the transposes copy w, x and dy once per call (1/M, 1/N and 1/K
-// of the product's work).
+// LibTorch's bfloat16 GEMM does; the transposes copy w, x and dy (1/M, 1/N and 1/K of the
+// product's work). A product with many rows runs instead as a float32 GEMM in LibTorch (BLAS) on
+// float32 copies of its operands: a product of two bfloat16 values is exact in float32, so the
+// arithmetic is the same in another order, and BLAS, which packs its operands for the caches,
+// ran the learner's shapes 10-40% faster than the kernels from 512 rows (one AVX2 core).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -29,6 +31,10 @@ bool bf16_projections_in_kernels();
 struct KernelLinearOptions {
   GemmIsa isa = GemmIsa::kAuto;  // as SmallLinearOptions::isa
   WorkerPool* pool = nullptr;    // null: the calling thread alone
+  // Products of at least this many rows (M for y and dx, N for dw) run as float32 GEMMs in
+  // LibTorch on float32 copies; 0: none. The kernels read their operands in place, which wins
+  // for few rows (at 8 rows they ran 2.8x OpenBLAS's float32), BLAS for many.
+  int64_t blas_rows = 64;
 };
 
 // y [..., N] = x [..., K] w^T + b, differentiable in x, w and b (once: no double backward). x, w
