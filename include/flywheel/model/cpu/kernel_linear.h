@@ -33,7 +33,7 @@ struct KernelLinearOptions {
   WorkerPool* pool = nullptr;    // null: the calling thread alone
   // Products of at least this many rows (M for y and dx, N for dw) run as float32 GEMMs in
   // LibTorch on float32 copies; 0: none. The kernels read their operands in place, which wins
-  // for few rows (at 8 rows they ran 2.8x OpenBLAS's float32), BLAS for many.
+  // for few rows (at 8 rows, 2.8x OpenBLAS's float32 in gemm_bench on 2 threads), BLAS for many.
   int64_t blas_rows = 64;
 };
 
