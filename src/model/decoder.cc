@@ -47,10 +47,10 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
 }
 
 // x @ w^T + b, in out_dtype (Undefined: x's). With a pool, float32 and bfloat16 CPU projections
-// that need no gradient run in flywheel's kernels (small_gemm.h), which read w in place; bfloat16
-// ones run there without a pool too, and with gradients (kernel_linear.h), where LibTorch has no
-// bfloat16 GEMM (bf16_projections_in_kernels). Otherwise a single float32 row takes the
-// matrix-vector kernel: GEMM with one row repacks the weight matrix and runs 2-3x slower on CPU
+// that need no gradient run in flywheel's kernels (small_gemm.h), which read w in place. The
+// other bfloat16 CPU projections run in kernel_linear.h where LibTorch has no bfloat16 GEMM
+// (bf16_projections_in_kernels). Otherwise a single float32 row takes the matrix-vector kernel:
+// GEMM with one row repacks the weight matrix and runs 2-3x slower on CPU
 // (../shared/CPU_PERFORMANCE.md).
 at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {},
                    WorkerPool* pool = nullptr,
@@ -64,19 +64,16 @@ at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b
                                                          (b.defined() && b.requires_grad()));
   const bool one_dtype = x.device().is_cpu() && w.device().is_cpu() && w.scalar_type() == dtype &&
                          (!b.defined() || b.scalar_type() == dtype);
-  const bool bf16_in_kernels = one_dtype && dtype == at::kBFloat16 && bf16_projections_in_kernels();
-  if (needs_grad && bf16_in_kernels) {
-    const at::Tensor y = kernel_linear(x, w, b);
-    return out_dtype == at::ScalarType::Undefined ? y : y.to(out_dtype);
-  }
-  if ((pool != nullptr || bf16_in_kernels) && one_dtype && !needs_grad && w.is_contiguous() &&
+  if (pool != nullptr && one_dtype && !needs_grad && w.is_contiguous() &&
       small_gemm_supports(dtype)) {
     return small_linear(rows.stride(-1) == 1 ? rows : rows.contiguous(), w, b,
                         {GemmIsa::kAuto, pool, out_dtype})
         .view(shape);
   }
   at::Tensor y;
-  if (rows.size(0) == 1 && float_cpu) {
+  if (one_dtype && dtype == at::kBFloat16 && bf16_projections_in_kernels()) {
+    y = kernel_linear(x, w, b);
+  } else if (rows.size(0) == 1 && float_cpu) {
     at::Tensor v = rows.view({-1});
     y = (b.defined() ? at::addmv(b, w, v) : at::mv(w, v)).view(shape);
   } else {

@@ -42,19 +42,17 @@ at::Tensor head_backward(const at::Tensor& grad_logits, const at::Tensor& weight
   const at::Tensor h = hidden.to(weight.scalar_type());
   at::Tensor out = at::zeros({g.size(0), H}, grad_logits.options());
   if (head_in_kernels(weight) && g.size(0) > 0 && H > 0) {
-    // The same products in small_gemm.h's kernels, which take both operands' rows along the
-    // summed dimension; their float32 sums are added without a rounding to bfloat16. Blocks of at
-    // most kKernelBlock vocabulary rows: the first product sums over a block, and the kernel
-    // widens fewer rows of x at once the longer they are (4 rows of a whole 32k vocabulary,
-    // which widened the weight block again every 4 rows).
+    // The same products as kernel_linear's backward (kernel_product), their float32 sums added
+    // without a rounding to bfloat16. Blocks of at most kKernelBlock vocabulary rows: the first
+    // product sums over a block, and both copy their block of the head (to float32 for BLAS, or
+    // transposed for the kernels, which also widen fewer rows of x at once the longer they are:
+    // 4 rows of a whole 32k vocabulary).
     constexpr int64_t kKernelBlock = 2048;
-    const at::Tensor h_t = h.t().contiguous();  // [H, n]
-    const SmallLinearOptions to_float{GemmIsa::kAuto, nullptr, at::kFloat};
     for (int64_t v0 = 0; v0 < V; v0 += std::min(rows, kKernelBlock)) {
       const int64_t r = std::min({rows, kKernelBlock, V - v0});
       const at::Tensor block = g.narrow(1, v0, r);  // rows of stride V
-      out.add_(small_linear(block, weight.narrow(0, v0, r).t().contiguous(), {}, to_float));
-      grad_weight.narrow(0, v0, r).add_(small_linear(block.t().contiguous(), h_t, {}, to_float));
+      out.add_(kernel_product(block, weight.narrow(0, v0, r).t(), {}, at::kFloat));
+      grad_weight.narrow(0, v0, r).add_(kernel_product(block.t(), h.t(), {}, at::kFloat));
     }
     return out;
   }

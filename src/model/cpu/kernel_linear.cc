@@ -11,11 +11,14 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// a [M, K] b^T [+ bias] in a's dtype, with M, N or K possibly 0; a and b may be transposed views.
+// a [M, K] b^T [+ bias] in out_dtype (Undefined: a's), with M, N or K possibly 0; a and b may be
+// transposed views.
 at::Tensor product(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias,
-                   const KernelLinearOptions& options) {
+                   const KernelLinearOptions& options,
+                   at::ScalarType out_dtype = at::ScalarType::Undefined) {
+  const at::ScalarType dtype = out_dtype == at::ScalarType::Undefined ? a.scalar_type() : out_dtype;
   if (a.size(1) == 0) {
-    at::Tensor y = at::zeros({a.size(0), b.size(0)}, a.options());
+    at::Tensor y = at::zeros({a.size(0), b.size(0)}, a.options().dtype(dtype));
     return bias.defined() ? y.add_(bias) : y;
   }
   if (options.blas_rows > 0 && a.size(0) >= options.blas_rows) {
@@ -24,10 +27,10 @@ at::Tensor product(const at::Tensor& a, const at::Tensor& b, const at::Tensor& b
     const at::Tensor a32 = a.to(at::kFloat), b32 = b.to(at::kFloat).t();
     const at::Tensor y =
         bias.defined() ? at::addmm(bias.to(at::kFloat), a32, b32) : at::mm(a32, b32);
-    return y.to(a.scalar_type());
+    return y.to(dtype);
   }
   return small_linear(a.stride(1) == 1 ? a : a.contiguous(), b.contiguous(), bias,
-                      {options.isa, options.pool});
+                      {options.isa, options.pool, dtype});
 }
 
 class KernelLinear : public torch::autograd::Function<KernelLinear> {
@@ -78,6 +81,14 @@ class KernelLinear : public torch::autograd::Function<KernelLinear> {
 bool bf16_projections_in_kernels() {
   static const bool in_kernels = !avx512_bf16_supported() && bf16_gemm_supported();
   return in_kernels;
+}
+
+at::Tensor kernel_product(const at::Tensor& a, const at::Tensor& b,
+                          const KernelLinearOptions& options, at::ScalarType out_dtype) {
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(1),
+              "kernel_product: a [M, K] and b [N, K] expected, got ", a.sizes(), " and ",
+              b.sizes());
+  return product(a, b, {}, options, out_dtype);
 }
 
 at::Tensor kernel_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,

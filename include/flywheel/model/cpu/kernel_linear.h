@@ -43,4 +43,12 @@ struct KernelLinearOptions {
 at::Tensor kernel_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {},
                          const KernelLinearOptions& options = {});
 
+// a [M, K] b^T for b [N, K], without gradients, as kernel_linear runs its products: a and b
+// float32 or bfloat16 CPU tensors of one dtype, possibly strided (copied where the kernels need
+// contiguous rows); out_dtype a's (Undefined) or float32. BLAS copies b to float32 whole: block a
+// large b (the log-prob head's backward takes 2048 vocabulary rows at a time).
+at::Tensor kernel_product(const at::Tensor& a, const at::Tensor& b,
+                          const KernelLinearOptions& options = {},
+                          at::ScalarType out_dtype = at::ScalarType::Undefined);
+
 }  // namespace flywheel::model
