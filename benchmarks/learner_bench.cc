@@ -184,6 +184,7 @@ int worker(int argc, char** argv, const WorkerArgs& args) {
     at::set_num_threads(args.threads);
   }
   flywheel::model::use_huge_pages_for_large_cpu_tensors();
+  flywheel::model::keep_freed_cpu_memory_for_reuse(flywheel::model::FreedMemoryReuse::kLearner);
   auto runtime = flywheel::comm::MpiRuntime::init(&argc, &argv);
   if (!runtime.ok()) return 1;
   flywheel::comm::CommunicatorOptions world_options;

@@ -11,6 +11,7 @@
 #include "flywheel/core/builtins.h"
 #include "flywheel/core/logging.h"
 #include "flywheel/core/status_macros.h"
+#include "flywheel/model/cpu/cpu_allocator.h"
 #include "flywheel/rewards/builtins.h"
 #include "flywheel/rewards/model/process_reward_model.h"
 #include "flywheel/rewards/model/reward_model.h"
@@ -70,6 +71,7 @@ absl::StatusOr<TrainingWorld> join_training_world(const core::Config& config,
                                            *out.mpi, comm::collective_options("learners", config)));
   core::set_log_prefix(log_name, out.world->rank());
   at::set_num_threads(static_cast<int>(config.cluster.threads_per_process));
+  model::keep_freed_cpu_memory_for_reuse(model::FreedMemoryReuse::kLearner);
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include "flywheel/core/status_macros.h"
 #include "flywheel/eval/held_out_eval.h"
 #include "flywheel/jobs/controller_host.h"
+#include "flywheel/model/cpu/cpu_allocator.h"
 #include "flywheel/model/device_choice.h"
 #include "flywheel/model/hf_checkpoint.h"
 #include "flywheel/model/tokenizer/tokenizer_setup.h"
@@ -328,6 +329,7 @@ absl::Status RlLearnerJob::finish(const trainer::RlLoopResult& result) {
 
 absl::Status run_rl_learner(const JobSetup& job, comm::MpiRuntime& mpi,
                             const std::function<bool()>& stop) {
+  model::keep_freed_cpu_memory_for_reuse(model::FreedMemoryReuse::kLearner);
   RlLearnerJob learner_job(job, mpi);
   return learner_job.run(stop);
 }

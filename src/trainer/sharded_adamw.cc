@@ -8,8 +8,24 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "flywheel/trainer/adamw_rows.h"
 
 namespace flywheel::trainer {
+namespace {
+
+// Whether one AdamW update runs in adamw_update_rows: contiguous float32 CPU tensors of one size.
+bool in_one_pass(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, const at::Tensor& v,
+                 const at::Tensor& mask) {
+  for (const at::Tensor* t : {&p, &g, &m, &v, &mask}) {
+    if (!t->device().is_cpu() || t->scalar_type() != at::kFloat || !t->is_contiguous() ||
+        t->numel() != p.numel()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
 
 ShardedAdamW::ShardedAdamW(std::vector<FlatUnit*> units, comm::Communicator* comm,
                            const AdamWOptions& options)
@@ -50,10 +66,30 @@ void ShardedAdamW::step(double lr, double grad_scale) {
   const double b1 = options_.beta1, b2 = options_.beta2;
   const double bias1 = 1 - std::pow(b1, static_cast<double>(steps_));
   const double bias2 = 1 - std::pow(b2, static_cast<double>(steps_));
+  AdamWCoefficients c;
+  c.lr = lr;
+  c.grad_scale = grad_scale;
+  c.weight_decay = options_.weight_decay;
+  c.beta1 = b1;
+  c.beta2 = b2;
+  c.eps = options_.eps;
+  c.bias1 = bias1;
+  c.bias2 = bias2;
   for (size_t i = 0; i < units_.size(); ++i) {
     at::Tensor p = units_[i]->shard().detach();
     at::Tensor g = units_[i]->shard().grad();
     if (!g.defined()) g = at::zeros_like(p);
+    if (in_one_pass(p, g, exp_avg_[i], exp_avg_sq_[i], units_[i]->decay_mask())) {
+      AdamWRows rows;
+      rows.param = p.data_ptr<float>();
+      rows.grad = g.data_ptr<float>();
+      rows.exp_avg = exp_avg_[i].data_ptr<float>();
+      rows.exp_avg_sq = exp_avg_sq_[i].data_ptr<float>();
+      rows.decay_mask = units_[i]->decay_mask().data_ptr<float>();
+      rows.n = p.numel();
+      adamw_update_rows(rows, c);
+      continue;
+    }
     if (grad_scale != 1.0) g.mul_(grad_scale);  // the gradient is zeroed after the step
     if (options_.weight_decay != 0)
       p.mul_(1 - lr * options_.weight_decay * units_[i]->decay_mask());

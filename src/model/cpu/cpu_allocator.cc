@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <sys/mman.h>
 
+#include <climits>
 #include <cstdlib>
 #include <mutex>
 
@@ -14,11 +15,6 @@ namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kThreshold = size_t{4} << 20;
-// keep_freed_cpu_memory_for_reuse(): glibc's malloc keeps freed blocks below kMmapThreshold for
-// reuse instead of unmapping them, and returns free memory at the top of its heap only beyond
-// kTrimThreshold.
-constexpr int kMmapThreshold = 64 << 20;
-constexpr int kTrimThreshold = 256 << 20;
 
 // Both LibTorch's default allocator and this one hand out memory that free() releases, so one raw
 // deleter serves every pointer (LibTorch's raw_allocate/raw_deallocate need one).
@@ -62,9 +58,12 @@ void use_huge_pages_for_large_cpu_tensors() {
   });
 }
 
-void keep_freed_cpu_memory_for_reuse() {
-  mallopt(M_MMAP_THRESHOLD, kMmapThreshold);
-  mallopt(M_TRIM_THRESHOLD, kTrimThreshold);
+void keep_freed_cpu_memory_for_reuse(FreedMemoryReuse use) {
+  // glibc's malloc keeps freed blocks below the mmap threshold for reuse instead of unmapping
+  // them, and returns free memory at the top of its heap only beyond the trim threshold.
+  const bool learner = use == FreedMemoryReuse::kLearner;
+  mallopt(M_MMAP_THRESHOLD, learner ? 1 << 30 : 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, learner ? INT_MAX : 256 << 20);
 }
 
 }  // namespace flywheel::model

@@ -14,11 +14,24 @@ namespace flywheel::model {
 // allocator.
 void use_huge_pages_for_large_cpu_tensors();
 
-// Tells glibc's malloc to keep freed blocks below 64 MiB for reuse instead of returning them to
-// the kernel (M_MMAP_THRESHOLD), and up to 256 MiB of free heap (M_TRIM_THRESHOLD). For processes
-// that generate: a decode step frees and reallocates the same activation sizes every step, and
-// page faults on fresh ones took ~10% of a float32 batch-64 step. Not for servers whose memory
-// must shrink back (the buffer). Process-wide; call it at startup.
-void keep_freed_cpu_memory_for_reuse();
+// What a process keeps of the CPU memory it frees (keep_freed_cpu_memory_for_reuse).
+enum class FreedMemoryReuse {
+  // Processes that generate: a decode step frees and reallocates the same activation sizes every
+  // step, and page faults on fresh ones took ~10% of a float32 batch-64 step. glibc keeps freed
+  // blocks below 64 MiB for reuse (M_MMAP_THRESHOLD) and up to 256 MiB of free heap
+  // (M_TRIM_THRESHOLD).
+  kGenerator,
+  // Learners: a step frees and reallocates the same gradients, gathered weights and log-prob
+  // chunks (131 MB of float32 logits per 1024 positions of a 32k vocabulary) every step. Blocks
+  // below 1 GiB are kept, and up to 2 GiB of free heap, so that the process holds about its
+  // step's peak, as LibTorch's CUDA caching allocator does. Zeroing fresh pages had cost a bf16
+  // learner 18-29% of its step (docs/benchmarks.md, learner_bench).
+  kLearner,
+};
+
+// Tells glibc's malloc to keep freed memory for reuse instead of returning it to the kernel, as
+// `use` says. Not for servers whose memory must shrink back (the buffer). Process-wide; call it
+// at startup.
+void keep_freed_cpu_memory_for_reuse(FreedMemoryReuse use = FreedMemoryReuse::kGenerator);
 
 }  // namespace flywheel::model
