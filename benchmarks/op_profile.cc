@@ -2,9 +2,11 @@
 
 #include <ATen/record_function.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 
 namespace flywheel::bench {
@@ -83,7 +85,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* context) {
   OpProfile* profile = recording.load();
   if (profile == nullptr) return;
   auto [phase, what] = classify(f, open_frames);
-  profile->add(phase, what, total - f.children);
+  profile->add(phase, what, f.name, total - f.children);
   (void)fn;
 }
 
@@ -102,12 +104,15 @@ OpProfile::~OpProfile() {
 void OpProfile::reset() {
   std::lock_guard<std::mutex> lock(mu_);
   seconds_.clear();
+  op_seconds_.clear();
   start_ = Clock::now();
 }
 
-void OpProfile::add(const std::string& phase, const std::string& what, double seconds) {
+void OpProfile::add(const std::string& phase, const std::string& what, const std::string& op,
+                    double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
   seconds_[{phase, what}] += seconds;
+  op_seconds_[{phase + ": " + what, op}] += seconds;
 }
 
 std::vector<OpProfile::Row> OpProfile::rows() const {
@@ -136,6 +141,21 @@ std::string OpProfile::table() const {
   for (const Row& r : all) {
     std::snprintf(line, sizeof(line), "| %s | %s | %.3f | %.1f%% |\n", r.phase.c_str(),
                   r.what.c_str(), r.seconds, wall > 0 ? 100 * r.seconds / wall : 0.0);
+    out += line;
+  }
+  // The ops (and autograd nodes) behind the phases, by their exclusive time.
+  std::vector<std::pair<double, std::pair<std::string, std::string>>> ops;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, seconds] : op_seconds_) ops.push_back({seconds, key});
+  }
+  std::sort(ops.begin(), ops.end(), std::greater<>());
+  if (ops.size() > kTopOps) ops.resize(kTopOps);
+  out += "\n| op (the " + std::to_string(kTopOps) +
+         " longest) | phase: what | seconds | share of the steps |\n| --- | --- | --- | --- |\n";
+  for (const auto& [seconds, key] : ops) {
+    std::snprintf(line, sizeof(line), "| %s | %s | %.3f | %.1f%% |\n", key.second.c_str(),
+                  key.first.c_str(), seconds, wall > 0 ? 100 * seconds / wall : 0.0);
     out += line;
   }
   return out;

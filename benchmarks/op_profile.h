@@ -32,15 +32,19 @@ class OpProfile {
   // Seconds per (phase, what), in a fixed order, and a last row for the wall time spent outside
   // any op or node (MPI waits, flywheel's own loops, allocation).
   std::vector<Row> rows() const;
-  // rows() as a Markdown table with each row's share of the wall time since reset().
+  // rows() as a Markdown table with each row's share of the wall time since reset(), then the
+  // kTopOps ops and autograd nodes that took the longest (exclusive time) in one (phase, what).
   std::string table() const;
+  static constexpr size_t kTopOps = 15;
 
-  // Called by the callbacks.
-  void add(const std::string& phase, const std::string& what, double seconds);
+  // Called by the callbacks: `op` is the ATen op or autograd node's name.
+  void add(const std::string& phase, const std::string& what, const std::string& op,
+           double seconds);
 
  private:
   mutable std::mutex mu_;
-  std::map<std::pair<std::string, std::string>, double> seconds_;
+  std::map<std::pair<std::string, std::string>, double> seconds_;     // (phase, what)
+  std::map<std::pair<std::string, std::string>, double> op_seconds_;  // ("phase: what", op)
   std::chrono::steady_clock::time_point start_;
   uint64_t handle_ = 0;
 };

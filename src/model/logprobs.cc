@@ -26,18 +26,27 @@ bool head_in_kernels(const at::Tensor& weight) {
 // The head's backward products for one chunk, from grad_logits [n, V] (float32):
 //   returns        grad_logits @ weight        [n, H] float32
 //   grad_weight += grad_logits^T @ hidden      [V, H] float32
+// An undefined grad_weight is the only chunk's: it is set, in the weight's dtype where LibTorch
+// multiplies the whole head at once (the same bits as zeros + the product, rounded back).
 // A float32 weight multiplies in float32. Another dtype multiplies in that dtype (bfloat16 runs
 // ~4x float32 on CPUs with native bf16) with float32 accumulation, a block of vocabulary rows at
 // a time so that no temporary exceeds chunk_size x V elements: a whole float32 copy of a
 // bfloat16 lm_head (2.2 GB for 152k x 3.5k) per chunk is what this replaced.
 at::Tensor head_backward(const at::Tensor& grad_logits, const at::Tensor& weight,
                          const at::Tensor& hidden, at::Tensor& grad_weight, int64_t chunk_size) {
+  const int64_t V = weight.size(0), H = weight.size(1);
+  const int64_t rows = std::max<int64_t>(1, std::min(V, chunk_size * V / std::max<int64_t>(H, 1)));
+  const bool whole = weight.scalar_type() != at::kFloat && !head_in_kernels(weight) && rows == V;
+  if (!grad_weight.defined() && whole) {
+    const at::Tensor g = grad_logits.to(weight.scalar_type());
+    grad_weight = at::mm(g.t(), hidden.to(weight.scalar_type()));
+    return at::mm(g, weight).to(at::kFloat);
+  }
+  if (!grad_weight.defined()) grad_weight = at::zeros(weight.sizes(), grad_logits.options());
   if (weight.scalar_type() == at::kFloat) {
     grad_weight.addmm_(grad_logits.t(), hidden.to(at::kFloat));  // in place: no [V, H] temporary
     return at::matmul(grad_logits, weight);
   }
-  const int64_t V = weight.size(0), H = weight.size(1);
-  const int64_t rows = std::max<int64_t>(1, std::min(V, chunk_size * V / std::max<int64_t>(H, 1)));
   const at::Tensor g = grad_logits.to(weight.scalar_type());
   const at::Tensor h = hidden.to(weight.scalar_type());
   at::Tensor out = at::zeros({g.size(0), H}, grad_logits.options());
@@ -119,7 +128,8 @@ class ChunkedLogprobs : public torch::autograd::Function<ChunkedLogprobs> {
 
     const int64_t n = hidden.size(0);
     at::Tensor grad_hidden = at::zeros_like(hidden);
-    at::Tensor grad_weight = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
+    at::Tensor grad_weight;  // head_backward's: set by the first chunk when it is the only one
+    if (n > chunk_size) grad_weight = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
     for (int64_t start = 0; start < n; start += chunk_size) {
       const int64_t len = std::min(chunk_size, n - start);
       at::Tensor h = hidden.narrow(0, start, len);
@@ -148,6 +158,7 @@ class ChunkedLogprobs : public torch::autograd::Function<ChunkedLogprobs> {
           .copy_(head_backward(grad_logits, weight, h, grad_weight, chunk_size)
                      .to(hidden.scalar_type()));
     }
+    if (!grad_weight.defined()) grad_weight = at::zeros_like(weight);  // no positions
     return {grad_hidden,  grad_weight.to(weight.scalar_type()),
             at::Tensor(), at::Tensor(),
             at::Tensor(), at::Tensor()};

@@ -152,5 +152,33 @@ TEST(TokenLogprobsTest, Bfloat16HeadIsNotCopiedToFloat32PerChunk) {
   }
 }
 
+// One chunk of every position, of at least H positions so that LibTorch multiplies the bfloat16
+// head whole (CPUs with native bf16, and CUDA; head_backward's blocks): the head's gradient is the
+// bfloat16 product itself, with no float32 buffer of the head's size (the float32 sum of one
+// product, rounded back, had the same bits).
+TEST(TokenLogprobsTest, Bfloat16HeadOfOneChunkHasNoFloat32Gradient) {
+  const int64_t V = 4096, H = 128, n = 32;  // logits [n, V] stay below the head's size
+  Inputs a = make_inputs(1, n, H, V, 5);
+  at::Tensor h = a.hidden.detach().to(at::kBFloat16).requires_grad_(true);
+  at::Tensor w = (a.weight.detach() * 0.1).to(at::kBFloat16).requires_grad_(true);
+  TokenLogprobOptions options;
+  options.chunk_size = 2 * H;
+  TokenLogprobs lp = token_logprobs(h, w, a.targets, options);
+  int64_t large = 0;
+  {
+    CountingAllocator counting(/*threshold=*/V * H * sizeof(float));
+    lp.logprobs.sum().backward();
+    large = counting.large();
+  }
+  // Flywheel's kernels (CPUs without native bf16) sum the head's blocks into one float32 buffer.
+  EXPECT_EQ(large, bf16_projections_in_kernels() ? 1 : 0);
+  EXPECT_EQ(w.grad().scalar_type(), at::kBFloat16);
+  at::Tensor hf = h.detach().to(at::kFloat).requires_grad_(true);
+  at::Tensor wf = w.detach().to(at::kFloat).requires_grad_(true);
+  at::log_softmax(at::matmul(hf, wf.t()), -1).gather(-1, a.targets.unsqueeze(-1)).sum().backward();
+  EXPECT_TRUE(at::allclose(w.grad().to(at::kFloat), wf.grad(), 1e-2, 1e-2));
+  EXPECT_TRUE(at::allclose(h.grad().to(at::kFloat), hf.grad(), 1e-2, 1e-2));
+}
+
 }  // namespace
 }  // namespace flywheel::model
