@@ -28,13 +28,21 @@ at::Tensor gather(const FlatUnit& unit, const GatherSpec& spec) {
 at::Tensor scatter_grad(const FlatUnit& unit, const std::vector<at::Tensor>& grads,
                         const GatherSpec& spec) {
   RECORD_USER_SCOPE("flywheel::collective");
-  at::Tensor full = at::zeros({unit.padded_numel()},
+  // Every element is written once: the parameters lie back to back from offset 0 (FlatUnit), then
+  // the padding up to padded_numel(). (Zeroing the whole buffer first cost a bfloat16 learner
+  // ~3% of its step.)
+  at::Tensor full = at::empty({unit.padded_numel()},
                               unit.shard().options().dtype(spec.reduce_dtype).requires_grad(false));
-  for (size_t i = 0; i < grads.size(); ++i) {
-    if (!grads[i].defined()) continue;
+  for (size_t i = 0; i < unit.params().size(); ++i) {
     const FlatParam& p = unit.params()[i];
-    full.narrow(0, p.offset, p.numel).copy_(grads[i].reshape({-1}));
+    at::Tensor part = full.narrow(0, p.offset, p.numel);
+    if (i < grads.size() && grads[i].defined()) {
+      part.copy_(grads[i].reshape({-1}));
+    } else {
+      part.zero_();
+    }
   }
+  full.narrow(0, unit.numel(), unit.padded_numel() - unit.numel()).zero_();
   if (spec.comm->size() == 1) return full.to(at::kFloat);  // nothing to sum over
   at::Tensor shard = at::empty({unit.shard_numel()}, full.options());
   spec.comm->reduce_scatter(full, shard, comm::ReduceOp::kSum);

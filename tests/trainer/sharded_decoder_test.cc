@@ -59,10 +59,18 @@ at::Tensor reference_outputs(const model::DecoderModel& m, const at::Tensor& sco
   return model::token_logprobs(hidden, m.lm_head_weight(), b.targets).logprobs;
 }
 
-void check_against_reference(const std::string& family, bool reshard, bool value_head) {
-  SCOPED_TRACE(family + (reshard ? " reshard" : " keep") + (value_head ? " critic" : ""));
+// odd_sizes: one head of 34 dimensions, so that a unit's size (97 x 34 for the embedding) is not a
+// multiple of 4 ranks and its last shard ends in padding.
+void check_against_reference(const std::string& family, bool reshard, bool value_head,
+                             bool odd_sizes = false) {
+  SCOPED_TRACE(family + (reshard ? " reshard" : " keep") + (value_head ? " critic" : "") +
+               (odd_sizes ? " odd sizes" : ""));
   auto world = testing::world_communicator();
-  const model::ModelConfig config = model::testing::tiny_config(family);
+  model::ModelConfig config = model::testing::tiny_config(family);
+  if (odd_sizes) {
+    config.hidden_size = config.head_dim = 34;
+    config.num_attention_heads = config.num_key_value_heads = 1;
+  }
   ShardingOptions options;
   options.reshard_after_forward = reshard;
   options.value_head = value_head;
@@ -108,10 +116,16 @@ void check_against_reference(const std::string& family, bool reshard, bool value
   if (value_head) ref_grads["score.weight"] = score.grad();
 
   double worst = 0;
+  int64_t padding = 0;
   for (FlatUnit& unit : (*sharded)->units()) {
     ASSERT_TRUE(unit.shard().grad().defined()) << unit.name();
     at::Tensor full = at::empty({unit.padded_numel()});
     world->all_gather(unit.shard().grad(), full);
+    // The padding past the unit's parameters (numel not a multiple of the ranks) has no gradient.
+    padding += unit.padded_numel() - unit.numel();
+    EXPECT_TRUE(
+        full.narrow(0, unit.numel(), unit.padded_numel() - unit.numel()).eq(0).all().item<bool>())
+        << unit.name();
     for (auto& [name, grad] : unit.views(full)) {
       at::Tensor want = ref_grads.at(name);
       ASSERT_TRUE(want.defined()) << name;
@@ -119,8 +133,10 @@ void check_against_reference(const std::string& family, bool reshard, bool value
     }
   }
   if (world->rank() == 0) {
-    std::printf("  %s reshard=%d critic=%d ranks=%d: max |grad - reference| = %.3g\n",
-                family.c_str(), reshard, value_head, world->size(), worst);
+    std::printf(
+        "  %s reshard=%d critic=%d ranks=%d: max |grad - reference| = %.3g (%lld padding "
+        "elements)\n",
+        family.c_str(), reshard, value_head, world->size(), worst, static_cast<long long>(padding));
   }
   EXPECT_LE(worst, 1e-5);
 }
@@ -129,6 +145,7 @@ TEST(ShardedDecoderTest, GradientsEqualSingleProcessAutograd) {
   for (const char* family : {"qwen2", "qwen3", "qwen3_moe", "llama"}) {
     for (bool reshard : {true, false}) check_against_reference(family, reshard, false);
   }
+  check_against_reference("qwen2", /*reshard=*/true, /*value_head=*/false, /*odd_sizes=*/true);
 }
 
 TEST(ShardedDecoderTest, CriticGradientsEqualSingleProcessAutograd) {
