@@ -3,7 +3,8 @@
 // LibTorch's tensor ops take the update in ~12 passes over the shard, with 400 MB temporaries for
 // a 100M-parameter model (learner_bench: 0.25 s of a 2.9 s bf16 step on one core). This reads
 // each element of the parameters, gradient, moments and decay mask once and writes parameters and
-// moments once, in the same float32 arithmetic and order as the tensor ops:
+// moments once, with the tensor ops' float32 operations in their order (LibTorch may fuse a
+// multiply-add where this rounds twice: a few units in the last place):
 //   g  = grad * grad_scale
 //   p  = p * (1 - lr * weight_decay * mask)          (mask null: no decay)
 //   m  = m * beta1 + g * (1 - beta1)

@@ -24,8 +24,9 @@ enum class FreedMemoryReuse {
   // Learners: a step frees and reallocates the same gradients, gathered weights and log-prob
   // chunks (131 MB of float32 logits per 1024 positions of a 32k vocabulary) every step. Blocks
   // below 1 GiB are kept, and up to 2 GiB of free heap, so that the process holds about its
-  // step's peak, as LibTorch's CUDA caching allocator does. Zeroing fresh pages had cost a bf16
-  // learner 18-29% of its step (docs/benchmarks.md, learner_bench).
+  // step's peak, as LibTorch's CUDA caching allocator does (rank 0's controller, which shares
+  // the process, bounds its buffer by capacity). Zeroing fresh pages had cost a bf16 learner
+  // 18-29% of its step (docs/benchmarks.md, learner_bench).
   kLearner,
 };
 
