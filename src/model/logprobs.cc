@@ -26,8 +26,9 @@ bool head_in_kernels(const at::Tensor& weight) {
 // The head's backward products for one chunk, from grad_logits [n, V] (float32):
 //   returns        grad_logits @ weight        [n, H] float32
 //   grad_weight += grad_logits^T @ hidden      [V, H] float32
-// An undefined grad_weight is the only chunk's: it is set, in the weight's dtype where LibTorch
-// multiplies the whole head at once (the same bits as zeros + the product, rounded back).
+// An undefined grad_weight is the only chunk's: where LibTorch multiplies the whole head at once
+// (float32, or another dtype whose block is every vocabulary row) it is set to the product itself,
+// in the weight's dtype (the same bits as zeros plus the product, rounded back).
 // A float32 weight multiplies in float32. Another dtype multiplies in that dtype (bfloat16 runs
 // ~4x float32 on CPUs with native bf16) with float32 accumulation, a block of vocabulary rows at
 // a time so that no temporary exceeds chunk_size x V elements: a whole float32 copy of a
@@ -36,7 +37,7 @@ at::Tensor head_backward(const at::Tensor& grad_logits, const at::Tensor& weight
                          const at::Tensor& hidden, at::Tensor& grad_weight, int64_t chunk_size) {
   const int64_t V = weight.size(0), H = weight.size(1);
   const int64_t rows = std::max<int64_t>(1, std::min(V, chunk_size * V / std::max<int64_t>(H, 1)));
-  const bool whole = weight.scalar_type() != at::kFloat && !head_in_kernels(weight) && rows == V;
+  const bool whole = !head_in_kernels(weight) && (weight.scalar_type() == at::kFloat || rows == V);
   if (!grad_weight.defined() && whole) {
     const at::Tensor g = grad_logits.to(weight.scalar_type());
     grad_weight = at::mm(g.t(), hidden.to(weight.scalar_type()));
