@@ -3,6 +3,8 @@
 // one row) and flywheel's small_linear kernels, and in bfloat16 through LibTorch (oneDNN) and
 // small_linear's bfloat16 kernels (AVX512-BF16, and AVX2 widening to float32), beside the machine's
 // memory bandwidth and matmul peaks measured in the same run at the same thread count.
+// AVX512-BF16 runs twice: packing w's panels on every call ("avx512 bf16") and reading them packed
+// by PackedWeights ("avx512 bf16 pk"), as the engine's decoder does.
 //
 //   build/benchmarks/gemm_bench [--threads N] [--rows 1,8,32,64,128,512]
 //
@@ -21,6 +23,7 @@
 
 #include "bench_util.h"
 #include "flywheel/model/cpu/cpu_features.h"
+#include "flywheel/model/cpu/packed_weights.h"
 #include "flywheel/model/cpu/small_gemm.h"
 #include "flywheel/model/cpu/thread_layout.h"
 
@@ -76,6 +79,7 @@ int main(int argc, char** argv) {
     GemmIsa isa;  // kNone: LibTorch
     flywheel::model::ThreadSplit split;
     bool runs;
+    bool packed = false;  // w's panels kept packed (PackedWeights)
   };
   const Column columns[] = {
       {"BLAS f32", at::kFloat, GemmIsa::kNone, flywheel::model::ThreadSplit::kBlas, true},
@@ -86,6 +90,8 @@ int main(int argc, char** argv) {
       {"LibTorch bf16", at::kBFloat16, GemmIsa::kNone, flywheel::model::ThreadSplit::kAten, true},
       {"avx512 bf16", at::kBFloat16, GemmIsa::kAvx512, flywheel::model::ThreadSplit::kKernels,
        flywheel::model::avx512_bf16_supported()},
+      {"avx512 bf16 pk", at::kBFloat16, GemmIsa::kAvx512, flywheel::model::ThreadSplit::kKernels,
+       flywheel::model::avx512_bf16_supported(), true},
       {"avx2 bf16", at::kBFloat16, GemmIsa::kAvx2, flywheel::model::ThreadSplit::kKernels,
        flywheel::model::gemm_isa_supported(GemmIsa::kAvx2)},
   };
@@ -122,7 +128,9 @@ int main(int argc, char** argv) {
       at::Tensor w = at::randn({s.n, s.k}).to(options), b = at::randn({s.n}).to(options);
       at::Tensor x = at::randn({c.m, s.k}).to(options);
       const int reps = s.n * s.k * c.m > (int64_t{1} << 28) ? 3 : 10;
-      const flywheel::model::SmallLinearOptions kernel{col.isa, &pool};
+      flywheel::model::PackedWeights packs;
+      flywheel::model::SmallLinearOptions kernel{col.isa, &pool};
+      if (col.packed) kernel.packs = &packs;
       c.seconds[column] = best_time(reps, [&] {
         if (col.isa != GemmIsa::kNone) {
           flywheel::model::small_linear(x, w, b, kernel);

@@ -52,9 +52,17 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
 // (bf16_projections_in_kernels). Otherwise a single float32 row takes the matrix-vector kernel:
 // GEMM with one row repacks the weight matrix and runs 2-3x slower on CPU
 // (../shared/CPU_PERFORMANCE.md).
+// Where project() runs its CPU projections: on the kernels' threads (null: LibTorch), reading
+// bfloat16 weights packed by `packs` where the AVX512-BF16 kernel runs (null: packed per call).
+struct Kernels {
+  WorkerPool* pool = nullptr;
+  PackedWeights* packs = nullptr;
+};
+
 at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {},
-                   WorkerPool* pool = nullptr,
+                   const Kernels& kernels = {},
                    at::ScalarType out_dtype = at::ScalarType::Undefined) {
+  WorkerPool* pool = kernels.pool;
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = w.size(0);
   at::Tensor rows = x.reshape({-1, x.size(-1)});
@@ -67,7 +75,7 @@ at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b
   if (pool != nullptr && one_dtype && !needs_grad && w.is_contiguous() &&
       small_gemm_supports(dtype)) {
     return small_linear(rows.stride(-1) == 1 ? rows : rows.contiguous(), w, b,
-                        {GemmIsa::kAuto, pool, out_dtype})
+                        {GemmIsa::kAuto, pool, out_dtype, kernels.packs})
         .view(shape);
   }
   at::Tensor y;
@@ -133,6 +141,9 @@ struct LayerContext {
   const KeySlots* key_slots = nullptr;  // without a cache: attention in the engine's kernel
   double lora_dropout = 0;              // SequenceContext::lora_dropout and dropout_seed
   uint64_t dropout_seed = 0;
+  PackedWeights* packs = nullptr;  // the decoder's packed weights (Kernels::packs)
+
+  Kernels kernels() const { return {pool, packs}; }
 };
 
 // project() plus the layer's unmerged LoRA adapter of that projection, if any:
@@ -140,7 +151,7 @@ struct LayerContext {
 at::Tensor adapted(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                    const DecoderLayerWeights& layer, Projection which,
                    const LayerContext& context) {
-  at::Tensor y = project(x, w, b, context.pool);
+  at::Tensor y = project(x, w, b, context.kernels());
   const LoraAdapter* adapters[] = {&layer.q_lora,    &layer.k_lora,  &layer.v_lora,   &layer.o_lora,
                                    &layer.gate_lora, &layer.up_lora, &layer.down_lora};
   const LoraAdapter& lora = *adapters[static_cast<int>(which)];
@@ -151,7 +162,7 @@ at::Tensor adapted(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b
                           static_cast<uint64_t>(layer.layer) * 8u + static_cast<uint64_t>(which);
     in = seeded_dropout(x, context.lora_dropout, seed);
   }
-  return y + project(project(in, lora.a, {}, context.pool), lora.b, {}, context.pool) *
+  return y + project(project(in, lora.a, {}, context.kernels()), lora.b, {}, context.kernels()) *
                  layer.lora_scale;
 }
 
@@ -317,10 +328,11 @@ at::Tensor row_norm(const at::Tensor& t, const at::Tensor& weight, double eps,
 // expert.
 at::Tensor swiglu(const at::Tensor& m, const at::Tensor& gate_w, const at::Tensor& up_w,
                   const at::Tensor& down_w, const LayerContext& context) {
-  WorkerPool* pool = context.pool;
-  const at::Tensor gate = project(m, gate_w, {}, pool), up = project(m, up_w, {}, pool);
-  const at::Tensor act = context.fused_rows ? silu_mul_rows(gate, up, pool) : at::silu(gate) * up;
-  return project(act, down_w, {}, pool);
+  const Kernels kernels = context.kernels();
+  const at::Tensor gate = project(m, gate_w, {}, kernels), up = project(m, up_w, {}, kernels);
+  const at::Tensor act =
+      context.fused_rows ? silu_mul_rows(gate, up, context.pool) : at::silu(gate) * up;
+  return project(act, down_w, {}, kernels);
 }
 at::Tensor swiglu(const at::Tensor& m, const DecoderLayerWeights& layer,
                   const LayerContext& context) {
@@ -343,9 +355,9 @@ at::Tensor moe_mlp(const ModelConfig& config, const DecoderLayerWeights& layer, 
   const int64_t E = static_cast<int64_t>(layer.experts.size());
   const at::Tensor rows = m.reshape({-1, m.size(-1)});
   const int64_t N = rows.size(0);
-  const at::Tensor probs =
-      at::softmax(project(rows, layer.router, {}, context.pool).to(reduction_type(m.scalar_type())),
-                  -1);  // [N, E]
+  const at::Tensor probs = at::softmax(
+      project(rows, layer.router, {}, context.kernels()).to(reduction_type(m.scalar_type())),
+      -1);  // [N, E]
   at::Tensor weights, chosen;
   std::tie(weights, chosen) = probs.topk(k, -1);
   if (context.router != nullptr) *context.router = {probs, chosen};
@@ -469,6 +481,7 @@ at::Tensor DecoderModel::forward(const ForwardBatch& batch, KvCache* cache,
       sequence_context(config_, batch, options_.dtype, options_.device);
   LayerContext context{sequence.cos, sequence.sin, sequence.mask};
   context.pool = pool_.get();
+  context.packs = packs_.get();
   context.routes = batch.routes;
   context.replay = batch.replay;
   context.record = record;
@@ -553,6 +566,7 @@ at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* 
   }
 
   LayerContext layer_context{cos, sin, mask, &index, cache, pool_.get()};
+  layer_context.packs = packs_.get();
   layer_context.routes = batch.routes;
   layer_context.replay = batch.replay;
   layer_context.record = record;
@@ -565,7 +579,7 @@ at::Tensor DecoderModel::forward_with_cache(const ForwardBatch& batch, KvCache* 
 }
 
 at::Tensor DecoderModel::logits(const at::Tensor& hidden) const {
-  return project(hidden, lm_head_, {}, pool_.get(), at::kFloat);
+  return project(hidden, lm_head_, {}, {pool_.get(), packs_.get()}, at::kFloat);
 }
 
 }  // namespace flywheel::model

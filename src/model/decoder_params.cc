@@ -174,6 +174,7 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelCo
   if (options.device.is_cpu() && small_gemm_supports(options.dtype)) {
     model->pool_ = std::make_shared<WorkerPool>(
         options.threads > 0 ? options.threads : std::max(1, at::get_num_threads()));
+    if (PackedWeights::used_for(options.dtype)) model->packs_ = std::make_unique<PackedWeights>();
   }
   return model;
 }
@@ -234,6 +235,7 @@ void DecoderModel::init_random(uint64_t seed) {
 }
 
 void DecoderModel::merge_adapters() {
+  if (packs_ != nullptr) packs_->clear();  // the parameters may have changed in place
   at::NoGradGuard no_grad;
   const double scale = options_.lora.scale();
   for (MergedProjection& m : merged_) {

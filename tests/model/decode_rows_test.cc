@@ -150,6 +150,25 @@ TEST(DecodeRowsTest, LogsumexpRowsMatchesLibTorchAndDependsOnEachRowAlone) {
   EXPECT_EQ(out[1].item<float>(), inf);
   EXPECT_TRUE(std::isnan(out[2].item<float>()));
   EXPECT_FLOAT_EQ(out[3].item<float>(), 0.0f);  // exp(-200) is below float32's range: 0
+  // The same cases in rows long enough for the 16-lane loop (the maximum is kept as integer
+  // keys there), a NaN of either sign, and rows of negative values only.
+  at::Tensor lanes = at::randn({7, 40}) - 10;
+  lanes[0].fill_(-inf);
+  lanes[1][20] = inf;
+  lanes[2][5] = NAN;
+  lanes[3][33] = -std::numeric_limits<float>::quiet_NaN();
+  lanes[4][17] = -3.0f;  // the maximum, in the second block of 16
+  lanes[5].fill_(0.0f);
+  lanes[5][3] = -0.0f;
+  const at::Tensor long_out = logsumexp_rows(lanes);
+  EXPECT_EQ(long_out[0].item<float>(), -inf);
+  EXPECT_EQ(long_out[1].item<float>(), inf);
+  EXPECT_TRUE(std::isnan(long_out[2].item<float>()));
+  EXPECT_TRUE(std::isnan(long_out[3].item<float>()));
+  for (int64_t r = 4; r < 7; ++r) {
+    EXPECT_LE(max_ulps(long_out.narrow(0, r, 1), at::logsumexp(lanes.narrow(0, r, 1), -1)), 2.0)
+        << r;
+  }
 }
 
 TEST(DecodeRowsTest, RejectsWhatItCannotServeWithAnErrorNamingIt) {

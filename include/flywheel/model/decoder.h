@@ -16,6 +16,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
+#include "flywheel/model/cpu/packed_weights.h"
 #include "flywheel/model/cpu/worker_pool.h"
 #include "flywheel/model/kv_cache.h"
 #include "flywheel/model/lora.h"
@@ -218,7 +219,8 @@ class DecoderModel {
 
   // Merged LoRA adapters (DecoderOptions::lora.merged): recomputes every adapted projection from
   // the current parameters, W + scale * B A. load() and init_random() call it; callers that
-  // change parameters in place (the engine's weight updates) call it after. No-op otherwise.
+  // change parameters in place (the engine's weight updates) call it after. It also drops the
+  // packed weights (packs_), which in-place writes LibTorch counts (copy_) renew by themselves.
   void merge_adapters();
 
   // Final hidden states [B, T, hidden] (after the last RMSNorm), in the model dtype. Without
@@ -261,6 +263,10 @@ class DecoderModel {
   // The threads of the kernels; null where they do not run (other dtypes, devices, or CPUs
   // without them: small_gemm_supports), and LibTorch projects.
   std::shared_ptr<WorkerPool> pool_;
+  // bfloat16 with AVX512-BF16 (PackedWeights::used_for), with a pool: the projections' weights in
+  // the kernel's layout, packed on first use and after in-place changes (as many bytes again as
+  // the weights); null otherwise.
+  std::unique_ptr<PackedWeights> packs_;
 };
 
 // RMSNorm as Hugging Face computes it: normalise in float32, cast back, multiply by weight.

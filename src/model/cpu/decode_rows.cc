@@ -112,12 +112,34 @@ FLYWHEEL_ROW_INLINE void silu_mul(const E* __restrict gate, const E* __restrict 
 // result (every x -inf, or one +inf); NaN anywhere gives NaN.
 FLYWHEEL_ROW_INLINE float logsumexp_row(const float* __restrict x, int64_t n) {
   constexpr int kLanes = 16;
-  float top = -kInfinity;
-  int nan = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    top = x[i] > top ? x[i] : top;
-    nan |= x[i] != x[i];
+  // The maximum and whether any x is NaN, over 16 lanes of integer keys (a loop GCC vectorises,
+  // where it keeps a float maximum scalar): a float's bits with the magnitude bits flipped when
+  // negative order as signed integers as the floats do, -0 below +0 (no result below depends on
+  // the sign of a zero); NaN is any pattern above infinity's in magnitude.
+  constexpr int32_t kMagnitude = 0x7fffffff, kInfinityBits = 0x7f800000;
+  constexpr int32_t kMinusInfinityKey = -kInfinityBits - 1;  // -inf's key, 0x807fffff: the least
+  int32_t keys[kLanes], nans[kLanes] = {};
+  for (int j = 0; j < kLanes; ++j) keys[j] = kMinusInfinityKey;
+  auto visit = [&](const float* at, int32_t& key, int32_t& nan) {
+    int32_t bits;
+    std::memcpy(&bits, at, sizeof(bits));
+    const int32_t order = bits ^ ((bits >> 31) & kMagnitude);
+    key = order > key ? order : key;
+    nan |= (bits & kMagnitude) > kInfinityBits;
+  };
+  int64_t k = 0;
+  for (; k + kLanes <= n; k += kLanes) {
+    for (int j = 0; j < kLanes; ++j) visit(x + k + j, keys[j], nans[j]);
   }
+  int32_t key = kMinusInfinityKey, nan = 0;
+  for (int j = 0; j < kLanes; ++j) {
+    key = keys[j] > key ? keys[j] : key;
+    nan |= nans[j];
+  }
+  for (; k < n; ++k) visit(x + k, key, nan);
+  const int32_t top_bits = key ^ ((key >> 31) & kMagnitude);
+  float top;
+  std::memcpy(&top, &top_bits, sizeof(top));
   if (nan != 0) return std::numeric_limits<float>::quiet_NaN();
   if (top == kInfinity || top == -kInfinity) return top;
   float lanes[kLanes] = {};

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
 
+#include "flywheel/model/cpu/packed_weights.h"
 #include "small_gemm_kernels.h"
 
 namespace flywheel::model {
@@ -116,7 +117,7 @@ KernelFns kernel_fns(GemmKernel kernel) {
 #if defined(FLYWHEEL_X86_GEMM)
   switch (kernel) {
     case GemmKernel::kAvx512Bf16:
-      return {run_avx512_bf16, attend_avx512_bf16};
+      return {run_avx512_bf16, attend_avx512_bf16, kPanelsPerTile * kPanelRows, pack_bf16_panels};
     case GemmKernel::kAvx2Bf16:
       return {run_avx2_bf16, attend_avx2_bf16};
     case GemmKernel::kAvx512:
@@ -152,7 +153,7 @@ at::Tensor small_linear(const at::Tensor& x, const at::Tensor& w, const at::Tens
   TORCH_CHECK(out_dtype == dtype || out_dtype == at::kFloat,
               "small_linear: the output is x's dtype or float32, not ", out_dtype);
   const GemmKernel kernel = resolve_gemm_kernel(dtype, options.isa, "small_linear");
-  const auto run = gemm::kernel_fns(kernel).run;
+  const gemm::KernelFns fns = gemm::kernel_fns(kernel);
   const int64_t M = x.size(0), N = w.size(0), K = x.size(1);
   at::Tensor y = at::empty({M, N}, x.options().dtype(out_dtype));
   if (M == 0 || N == 0) return y;
@@ -170,16 +171,21 @@ at::Tensor small_linear(const at::Tensor& x, const at::Tensor& w, const at::Tens
   p.ldx = M > 1 ? x.stride(0) : K;
   p.ldw = K;
   p.ldy = N;
-  // Blocks of kTileCols rows of w, in kChunksPerThread chunks per thread taken by whichever
-  // thread is free. Each output is one tile's, whichever thread runs it.
-  const int64_t blocks = (N + gemm::kTileCols - 1) / gemm::kTileCols;
+  p.N = N;
+  at::Tensor panels;  // held until the kernel is done with it
+  if (kernel == GemmKernel::kAvx512Bf16 && options.packs != nullptr) {
+    panels = options.packs->panels(w);
+    if (panels.defined()) p.w_panels = static_cast<const uint16_t*>(panels.data_ptr());
+  }
+  // Blocks of the kernel's block_cols rows of w, in kChunksPerThread chunks per thread taken by
+  // whichever thread is free. Each output is one tile's, whichever thread runs it.
+  const int64_t cols = fns.block_cols;
+  const int64_t blocks = (N + cols - 1) / cols;
   WorkerPool* pool = M * N * K < kMinParallelWork ? nullptr : options.pool;
   const int64_t threads = pool != nullptr ? pool->threads() : 1;
-  parallel_chunks(pool, blocks,
-                  (blocks + threads * kChunksPerThread - 1) / (threads * kChunksPerThread),
-                  [&](int64_t begin, int64_t end) {
-                    run(p, begin * gemm::kTileCols, std::min(N, end * gemm::kTileCols));
-                  });
+  parallel_chunks(
+      pool, blocks, (blocks + threads * kChunksPerThread - 1) / (threads * kChunksPerThread),
+      [&](int64_t begin, int64_t end) { fns.run(p, begin * cols, std::min(N, end * cols)); });
   return y;
 }
 

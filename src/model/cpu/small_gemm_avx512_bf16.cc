@@ -1,8 +1,9 @@
-// AVX512-BF16 kernels of model::small_gemm for bfloat16 weights and activations; compiled with
-// -mavx512f -mavx512bw -mavx512bf16 -mfma (see CMakeLists.txt). Each step multiplies 32 bfloat16
-// pairs with one vdpbf16ps into 16 float32 sums, twice the multiply-adds of a float32 FMA on half
-// the bytes. GCC 12's intrinsic headers trip -Wuninitialized on their own _mm*_undefined_*
-// placeholders once inlined at -O3; the warnings are about the headers, not this code.
+// AVX512-BF16 decode attention (decode_attention.h) for bfloat16 caches; compiled with -mavx512f
+// -mavx512bw -mavx512bf16 -mfma (see CMakeLists.txt). Each step multiplies 32 bfloat16 pairs with
+// one vdpbf16ps into 16 float32 sums, twice the multiply-adds of a float32 FMA on half the bytes.
+// The projections' kernel is small_gemm_avx512_bf16_panels.cc's. GCC 12's intrinsic headers trip
+// -Wuninitialized on their own _mm*_undefined_* placeholders once inlined at -O3; the warnings are
+// about the headers, not this code.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
@@ -55,10 +56,6 @@ struct V {
 #include "decode_attention_tasks.inc"
 
 }  // namespace
-
-void run_avx512_bf16(const Problem& p, int64_t n_begin, int64_t n_end) {
-  run_tiles(p, n_begin, n_end);
-}
 
 void attend_avx512_bf16(const AttentionProblem& p, int64_t begin, int64_t end, float* scratch) {
   attend_tasks(p, begin, end, scratch);

@@ -20,8 +20,28 @@ enum class GemmKernel;  // small_gemm.h
 
 namespace flywheel::model::gemm {
 
-// Rows of w one tile reads; callers split w between threads in multiples of it.
+// Rows of w one tile reads; callers split w between threads in multiples of it (KernelFns::
+// block_cols).
 constexpr int kTileCols = 4;
+
+// The AVX512-BF16 kernel's layout of a bfloat16 w [N, K]: panels of kPanelRows rows of w, each
+// [ceil(K / 2)][kPanelRows][2], so that one 64-byte load holds the 16 rows' elements k and k + 1
+// side by side, for one vdpbf16ps against a broadcast pair of x. Rows past N and the element past
+// an odd K are zero. A tile reads kPanelsPerTile panels; the kernel's block_cols is their rows.
+constexpr int64_t kPanelRows = 16;
+constexpr int64_t kPanelsPerTile = 3;
+
+// Elements of one panel, and of all of w's. Internal linkage, as every function here that units
+// with different instruction-set flags compile.
+static inline int64_t bf16_panel_elements(int64_t K) { return (K + 1) / 2 * kPanelRows * 2; }
+static inline int64_t bf16_panels_elements(int64_t N, int64_t K) {
+  return (N + kPanelRows - 1) / kPanelRows * bf16_panel_elements(K);
+}
+
+// Writes panels [panel_begin, panel_end) of w [N, K] (bfloat16 bits, row stride ldw) to out, the
+// first of them at out. AVX512-BF16's (KernelFns::pack).
+void pack_bf16_panels(const uint16_t* w, int64_t ldw, int64_t N, int64_t K, int64_t panel_begin,
+                      int64_t panel_end, uint16_t* out);
 
 // y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]) for m < M and n_begin <= n < n_end. x, w and bias
 // hold the kernel's element type; the sums are written as float32 to y or, rounded to nearest
@@ -33,6 +53,10 @@ struct Problem {
   float* y = nullptr;          // [M, N], row stride ldy
   uint16_t* y_bf16 = nullptr;  // the same, bfloat16
   int64_t M = 0, K = 0, ldx = 0, ldw = 0, ldy = 0;
+  int64_t N = 0;
+  // AVX512-BF16 only: all of w in pack_bf16_panels's layout, or null: the kernel packs the panels
+  // it reads as it goes (the same bits, one more pass over w).
+  const uint16_t* w_panels = nullptr;
 };
 
 void run_avx512(const Problem& p, int64_t n_begin, int64_t n_end);
@@ -71,6 +95,10 @@ void attend_avx2_bf16(const AttentionProblem& p, int64_t begin, int64_t end, flo
 struct KernelFns {
   void (*run)(const Problem&, int64_t, int64_t) = nullptr;
   void (*attend)(const AttentionProblem&, int64_t, int64_t, float*) = nullptr;
+  // run's n_begin is a multiple of it (and n_end too, or N).
+  int64_t block_cols = kTileCols;
+  // Packs w for Problem::w_panels (pack_bf16_panels); null for kernels that read w in place.
+  void (*pack)(const uint16_t*, int64_t, int64_t, int64_t, int64_t, int64_t, uint16_t*) = nullptr;
 };
 KernelFns kernel_fns(GemmKernel kernel);
 

@@ -10,6 +10,8 @@
 // bits). bfloat16 pairs are multiplied into float32 sums, rounded to bfloat16 (or kept in float32)
 // once per output: with AVX512-BF16's vdpbf16ps where the CPU has it (with AVX512-BW), else
 // widened to float32 for AVX2's FMA (the same arithmetic, on half the float32 kernel's bytes).
+// The AVX512-BF16 kernel reads w in panels of 16 rows (packed_weights.h) and sums each output over
+// k in pairs, in order.
 #pragma once
 
 #include <cstdint>
@@ -61,11 +63,16 @@ enum class GemmKernel { kAvx512, kAvx2, kAvx512Bf16, kAvx2Bf16 };
 // widening kernel, with kAuto the first of them this CPU has.
 GemmKernel resolve_gemm_kernel(at::ScalarType dtype, GemmIsa isa, const char* caller);
 
+class PackedWeights;  // packed_weights.h
+
 struct SmallLinearOptions {
   GemmIsa isa = GemmIsa::kAuto;  // bfloat16: kAvx512 is AVX512-BF16 (resolve_gemm_kernel)
   WorkerPool* pool = nullptr;    // null: the calling thread alone
   // y's dtype: x's (Undefined) or float32 (bfloat16 inputs, e.g. logits kept unrounded).
   at::ScalarType out_dtype = at::ScalarType::Undefined;
+  // AVX512-BF16: w's packed panels are kept there across calls (null: packed on every call).
+  // The same bits either way.
+  PackedWeights* packs = nullptr;
 };
 
 // y [M, N] = x [M, K] w^T + b: x on the CPU with contiguous rows (any M >= 0), w [N, K]

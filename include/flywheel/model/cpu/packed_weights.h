@@ -1,0 +1,56 @@
+// Weights kept in the layout of the AVX512-BF16 projection kernel (small_gemm.h), so that decode
+// steps read them as they are instead of packing them on every call.
+//
+// small_linear reads a bfloat16 w in panels of 16 rows with each pair of k side by side
+// (small_gemm_kernels.h). Without PackedWeights it packs the panels as it goes, one more pass
+// over w per call, which costs little when many rows of x share it (a prefill, the learner's
+// log-prob pass) and up to half a decode step's time at one row. The packed copies hold as many
+// bytes as the weights. Either way small_linear returns the same bits.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/TensorImpl.h>
+#include <c10/core/UndefinedTensorImpl.h>
+#include <c10/util/intrusive_ptr.h>
+
+namespace flywheel::model {
+
+class PackedWeights {
+ public:
+  // Whether small_linear reads packed weights on this CPU: bfloat16 with AVX512-BF16.
+  static bool used_for(at::ScalarType dtype);
+
+  // w [N, K] (bfloat16, contiguous, on the CPU) in the kernel's layout: packed on first use and
+  // again whenever w has changed since (its data pointer, shape or version counter: in-place
+  // writes such as copy_ bump it). Thread-safe. The result stays valid while the caller holds it.
+  at::Tensor panels(const at::Tensor& w);
+
+  // Forgets every packed copy; the next use packs again. For writes that bypass the version
+  // counter (the decoder calls it from merge_adapters, after its owner's in-place updates).
+  void clear();
+
+  // Bytes of the packed copies held.
+  int64_t bytes() const;
+
+ private:
+  struct Entry {
+    // Keeps w's TensorImpl from being freed (and its address reused by another) while listed.
+    c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> owner;
+    Entry(const c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>& impl)
+        : owner(impl) {}
+    const void* data = nullptr;
+    std::vector<int64_t> sizes;
+    uint32_t version = 0;
+    at::Tensor packed;
+  };
+
+  mutable std::mutex mu_;
+  std::unordered_map<const c10::TensorImpl*, Entry> entries_;
+};
+
+}  // namespace flywheel::model
