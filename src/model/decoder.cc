@@ -46,12 +46,6 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
   return x * cos + rotated * sin;
 }
 
-// x @ w^T + b, in out_dtype (Undefined: x's). With a pool, float32 and bfloat16 CPU projections
-// that need no gradient run in flywheel's kernels (small_gemm.h), which read w in place. The
-// other bfloat16 CPU projections run in kernel_linear.h where LibTorch has no bfloat16 GEMM
-// (bf16_projections_in_kernels). Otherwise a single float32 row takes the matrix-vector kernel:
-// GEMM with one row repacks the weight matrix and runs 2-3x slower on CPU
-// (../shared/CPU_PERFORMANCE.md).
 // Where project() runs its CPU projections: on the kernels' threads (null: LibTorch), reading
 // bfloat16 weights packed by `packs` where the AVX512-BF16 kernel runs (null: packed per call).
 struct Kernels {
@@ -59,6 +53,12 @@ struct Kernels {
   PackedWeights* packs = nullptr;
 };
 
+// x @ w^T + b, in out_dtype (Undefined: x's). With a pool, float32 and bfloat16 CPU projections
+// that need no gradient run in flywheel's kernels (small_gemm.h), which read w in place. The
+// other bfloat16 CPU projections run in kernel_linear.h where LibTorch has no bfloat16 GEMM
+// (bf16_projections_in_kernels). Otherwise a single float32 row takes the matrix-vector kernel:
+// GEMM with one row repacks the weight matrix and runs 2-3x slower on CPU
+// (../shared/CPU_PERFORMANCE.md).
 at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {},
                    const Kernels& kernels = {},
                    at::ScalarType out_dtype = at::ScalarType::Undefined) {

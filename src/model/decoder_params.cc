@@ -1,7 +1,10 @@
 // The decoder's parameters by Hugging Face name (dense and mixture-of-experts layers), a layer's
 // weights looked up by name, Hugging Face's random initialisation, and DecoderModel's parameters:
 // creation, loading, initialisation and merged LoRA adapters.
+#include <unistd.h>
+
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -16,6 +19,18 @@
 #include "flywheel/model/decoder.h"
 
 namespace flywheel::model {
+namespace {
+
+// Bytes of packed weights a decoder keeps (DecoderModel::packs_): a quarter of the machine's
+// memory, so that a model near the memory's size still loads and runs (its weights past the
+// budget packed per call, slower at small batches) where copies of all its weights would not fit.
+int64_t packed_weights_budget() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return std::numeric_limits<int64_t>::max();  // unknown
+  return static_cast<int64_t>(pages) * page_size / 4;
+}
+
+}  // namespace
 
 std::vector<ParamSpec> decoder_parameter_specs(const ModelConfig& c) {
   const int64_t h = c.hidden_size, hd = c.head_dim;
@@ -174,7 +189,9 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelCo
   if (options.device.is_cpu() && small_gemm_supports(options.dtype)) {
     model->pool_ = std::make_shared<WorkerPool>(
         options.threads > 0 ? options.threads : std::max(1, at::get_num_threads()));
-    if (PackedWeights::used_for(options.dtype)) model->packs_ = std::make_unique<PackedWeights>();
+    if (PackedWeights::used_for(options.dtype)) {
+      model->packs_ = std::make_unique<PackedWeights>(packed_weights_budget());
+    }
   }
   return model;
 }

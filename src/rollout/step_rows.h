@@ -19,7 +19,7 @@ constexpr int64_t kMinRowsPerThread = 8;
 
 struct ScaledRows {
   at::Tensor scale;   // [B, 1] each row's temperature (0 counts as 1)
-  at::Tensor scaled;  // [B, V] logits / scale
+  at::Tensor scaled;  // [B, V] logits / scale (the logits themselves when every scale is 1)
   at::Tensor norm;    // [B, 1] log-sum-exp of scaled
   at::Tensor finite;  // [B] bool: no NaN or +inf, and not every logit -inf
 };

@@ -95,6 +95,25 @@ TEST(PackedWeightsTest, DropsTheCopiesOfFreedWeights) {
   EXPECT_THROW(packs.panels(at::randn({4, 4})), c10::Error);  // float32
 }
 
+// Past its budget a PackedWeights packs nothing more, and small_linear packs those weights per
+// call, to the same bits.
+TEST(PackedWeightsTest, StopsPackingPastItsBudget) {
+  if (!PackedWeights::used_for(at::kBFloat16)) GTEST_SKIP() << "this CPU lacks AVX512-BF16";
+  PackedWeights packs(/*max_bytes=*/3 * 2 * 32 * 64);  // three 32 x 64 weights
+  std::vector<at::Tensor> weights;
+  for (int i = 0; i < 4; ++i) weights.push_back(bf16_randn({32, 64}));
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(packs.panels(weights[i]).defined()) << i;
+  EXPECT_FALSE(packs.panels(weights[3]).defined());
+  EXPECT_EQ(packs.bytes(), 3 * 2 * 32 * 64);
+  weights[0].copy_(bf16_randn({32, 64}));  // repacked in place: still within the budget
+  EXPECT_TRUE(packs.panels(weights[0]).defined());
+  const at::Tensor x = bf16_randn({3, 64});
+  SmallLinearOptions options{GemmIsa::kAvx512, nullptr};
+  const at::Tensor fresh = small_linear(x, weights[3], {}, options);
+  options.packs = &packs;
+  EXPECT_TRUE(at::equal(small_linear(x, weights[3], {}, options), fresh));
+}
+
 // The decoder's packed weights follow its parameters: a bfloat16 model given new weights in
 // place, as the engine's updates give them, computes what a model loaded with them computes.
 TEST(PackedWeightsTest, DecoderFollowsWeightsUpdatedInPlace) {

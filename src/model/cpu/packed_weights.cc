@@ -33,10 +33,21 @@ at::Tensor PackedWeights::panels(const at::Tensor& w) {
   const int64_t N = w.size(0), K = w.size(1);
   const int64_t elements = gemm::bf16_panels_elements(N, K);
   // w changed in place: its copy is rewritten where no caller still holds it (no fresh pages).
-  at::Tensor packed = it != entries_.end() && it->second.packed.numel() == elements &&
-                              it->second.packed.use_count() == 1
-                          ? it->second.packed
-                          : at::empty({elements}, w.options());
+  at::Tensor packed;
+  if (it != entries_.end() && it->second.packed.numel() == elements &&
+      it->second.packed.use_count() == 1) {
+    packed = it->second.packed;
+  } else {
+    int64_t held = 0;
+    for (const auto& [impl, entry] : entries_)
+      held += impl == w.unsafeGetTensorImpl() ? 0 : entry.packed.nbytes();
+    if (held + elements * 2 > max_bytes_) return {};
+    try {
+      packed = at::empty({elements}, w.options());
+    } catch (const std::exception&) {  // out of memory (c10::Error or std::bad_alloc)
+      return {};                       // packed per call instead
+    }
+  }
   const auto pack = gemm::kernel_fns(GemmKernel::kAvx512Bf16).pack;
   TORCH_CHECK(pack != nullptr && used_for(at::kBFloat16),
               "PackedWeights: this CPU lacks AVX512-BF16, whose kernel reads packed weights");

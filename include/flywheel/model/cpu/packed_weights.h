@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -22,12 +23,19 @@ namespace flywheel::model {
 
 class PackedWeights {
  public:
+  // Packs weights while the copies held stay within max_bytes; past it (or when memory runs out)
+  // panels() returns an undefined tensor and small_linear packs per call.
+  explicit PackedWeights(int64_t max_bytes = std::numeric_limits<int64_t>::max())
+      : max_bytes_(max_bytes) {}
+
   // Whether small_linear reads packed weights on this CPU: bfloat16 with AVX512-BF16.
   static bool used_for(at::ScalarType dtype);
 
   // w [N, K] (bfloat16, contiguous, on the CPU) in the kernel's layout: packed on first use and
   // again whenever w has changed since (its data pointer, shape or version counter: in-place
   // writes such as copy_ bump it). Thread-safe. The result stays valid while the caller holds it.
+  // Undefined where w is not kept packed: an inference tensor (it counts no versions), or past
+  // max_bytes.
   at::Tensor panels(const at::Tensor& w);
 
   // Forgets every packed copy; the next use packs again. For writes that bypass the version
@@ -49,6 +57,7 @@ class PackedWeights {
     at::Tensor packed;
   };
 
+  const int64_t max_bytes_;
   mutable std::mutex mu_;
   std::unordered_map<const c10::TensorImpl*, Entry> entries_;
 };
