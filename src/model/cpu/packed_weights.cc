@@ -43,7 +43,7 @@ at::Tensor PackedWeights::panels(const at::Tensor& w) {
       held += impl == w.unsafeGetTensorImpl() ? 0 : entry.packed.nbytes();
     if (held + elements * 2 > max_bytes_) return {};
     try {
-      packed = at::empty({elements}, w.options());
+      packed = allocate(elements, w.options());
     } catch (const std::exception&) {  // out of memory (c10::Error or std::bad_alloc)
       return {};                       // packed per call instead
     }
@@ -62,9 +62,24 @@ at::Tensor PackedWeights::panels(const at::Tensor& w) {
   return packed;
 }
 
+at::Tensor PackedWeights::allocate(int64_t elements, const at::TensorOptions& options) {
+  constexpr int64_t kSlabElements = int64_t{32} << 20;  // 64 MiB of bfloat16
+  constexpr int64_t kAlign = 32;                        // elements: 64-byte aligned copies
+  if (elements > kSlabElements) return at::empty({elements}, options);
+  if (!slab_.defined() || slab_used_ + elements > slab_.numel()) {
+    slab_ = at::empty({kSlabElements}, options);
+    slab_used_ = 0;
+  }
+  at::Tensor view = slab_.narrow(0, slab_used_, elements);
+  slab_used_ += (elements + kAlign - 1) / kAlign * kAlign;
+  return view;
+}
+
 void PackedWeights::clear() {
   std::lock_guard<std::mutex> lock(mu_);
   entries_.clear();
+  slab_ = at::Tensor();  // freed with the last copy a caller still holds
+  slab_used_ = 0;
 }
 
 int64_t PackedWeights::bytes() const {

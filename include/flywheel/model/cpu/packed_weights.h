@@ -57,9 +57,18 @@ class PackedWeights {
     at::Tensor packed;
   };
 
+  // Room for a packed copy: a view of the current 64 MiB slab (a new one when it is full), or a
+  // tensor of its own past that size. Slabs are large enough for LibTorch's allocator to give
+  // them transparent huge pages (cpu_allocator.h), where a copy of its own (most weights: 0.4-3 MB
+  // in a 125M model) would be faulted in 4 KiB pages, ~0.7 s for 250 MB on the VMs measured, on
+  // the first request; the decode steps that read them every step then miss the TLB less.
+  at::Tensor allocate(int64_t elements, const at::TensorOptions& options);
+
   const int64_t max_bytes_;
   mutable std::mutex mu_;
   std::unordered_map<const c10::TensorImpl*, Entry> entries_;
+  at::Tensor slab_;  // bfloat16 [kSlabElements]; entries hold views of it (and of earlier ones)
+  int64_t slab_used_ = 0;
 };
 
 }  // namespace flywheel::model
