@@ -38,10 +38,7 @@ at::Tensor PackedWeights::panels(const at::Tensor& w) {
       it->second.packed.use_count() == 1) {
     packed = it->second.packed;
   } else {
-    int64_t held = 0;
-    for (const auto& [impl, entry] : entries_)
-      held += impl == w.unsafeGetTensorImpl() ? 0 : entry.packed.nbytes();
-    if (held + elements * 2 > max_bytes_) return {};
+    if (held_bytes(w.unsafeGetTensorImpl()) + elements * 2 > max_bytes_) return {};
     try {
       packed = allocate(elements, w.options());
     } catch (const std::exception&) {  // out of memory (c10::Error or std::bad_alloc)
@@ -84,8 +81,12 @@ void PackedWeights::clear() {
 
 int64_t PackedWeights::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
+  return held_bytes(nullptr);
+}
+
+int64_t PackedWeights::held_bytes(const c10::TensorImpl* except) const {
   int64_t total = 0;
-  for (const auto& [impl, entry] : entries_) total += entry.packed.nbytes();
+  for (const auto& [impl, entry] : entries_) total += impl == except ? 0 : entry.packed.nbytes();
   return total;
 }
 

@@ -58,6 +58,20 @@ void tile(const Problem& p, int64_t m0, int64_t n0, const uint16_t* panels, int6
   }
   const uint16_t* x = static_cast<const uint16_t*>(p.x) + m0 * p.ldx;
   const int64_t pairs = p.K / 2;
+  // One step: the NP vectors of w at pair q against each row's pair of x (pair_of(i)).
+  auto step = [&](int64_t q, auto pair_of) __attribute__((always_inline)) {
+    __m512bh wv[NP];
+#pragma GCC unroll 4
+    for (int j = 0; j < NP; ++j) {
+      wv[j] = (__m512bh)_mm512_loadu_si512(panels + j * panel_size + q * 2 * kPanelRows);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512bh xv = pair_of(i);
+#pragma GCC unroll 4
+      for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, wv[j]);
+    }
+  };
   int64_t next = ahead.panels != nullptr ? ahead.phase : pairs;  // the next line to prefetch
   for (int64_t q = 0; q < pairs; ++q) {
     if (q == next) {
@@ -69,30 +83,10 @@ void tile(const Problem& p, int64_t m0, int64_t n0, const uint16_t* panels, int6
       }
       next += ahead.every;
     }
-    __m512bh wv[NP];
-#pragma GCC unroll 4
-    for (int j = 0; j < NP; ++j) {
-      wv[j] = (__m512bh)_mm512_loadu_si512(panels + j * panel_size + q * 2 * kPanelRows);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      const __m512bh xv = broadcast_pair(x + i * p.ldx + 2 * q);
-#pragma GCC unroll 4
-      for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, wv[j]);
-    }
+    step(q, [&](int i) { return broadcast_pair(x + i * p.ldx + 2 * q); });
   }
   if (p.K % 2 != 0) {  // the last element, paired with a zero (x's next element is not read)
-    __m512bh wv[NP];
-#pragma GCC unroll 4
-    for (int j = 0; j < NP; ++j) {
-      wv[j] = (__m512bh)_mm512_loadu_si512(panels + j * panel_size + pairs * 2 * kPanelRows);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      const __m512bh xv = (__m512bh)_mm512_set1_epi32(x[i * p.ldx + p.K - 1]);
-#pragma GCC unroll 4
-      for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, wv[j]);
-    }
+    step(pairs, [&](int i) { return (__m512bh)_mm512_set1_epi32(x[i * p.ldx + p.K - 1]); });
   }
   // Each panel's valid outputs (16 but in the last panel of w) and bias, as float32.
   __mmask16 valid[NP];

@@ -63,6 +63,8 @@ class PackedWeights {
   // in a 125M model) would be faulted in 4 KiB pages, ~0.7 s for 250 MB on the VMs measured, on
   // the first request; the decode steps that read them every step then miss the TLB less.
   at::Tensor allocate(int64_t elements, const at::TensorOptions& options);
+  // Bytes of the copies held, but `except`'s (the caller holds mu_).
+  int64_t held_bytes(const c10::TensorImpl* except) const;
 
   const int64_t max_bytes_;
   mutable std::mutex mu_;
