@@ -14,20 +14,22 @@
 # LLAMA_KV (match: KV cache f32 for float32 / bf16 for bfloat16, as flywheel's cache; or a
 # ggml type such as f16, llama.cpp's default), FA (on: llama.cpp flash attention).
 #
-# How each number is made (every figure: best of REPS runs; decode tokens/s = sequences x
-# decode steps / time of those steps, prefill excluded):
+# How each number is made (every figure: best of REPS runs, interleaved: each repetition runs
+# llama.cpp then flywheel at each batch in turn, so that both sample the same minutes of a machine
+# whose speed drifts; decode tokens/s = sequences x decode steps / time of those steps, prefill
+# excluded):
 #   flywheel        `flywheel generate` on the model directory, BATCH distinct NPP-token prompts
 #                   (one per line, --max-slots BATCH, greedy, --ignore-eos). Its own in-process
 #                   timer ("N token(s) in S s": after load, covering prefill + every step +
 #                   writing the JSONL) is read for --max-new-tokens NGEN (S_n) and for
 #                   --max-new-tokens 1 (S_1: load-free prefill + first token + output), and
 #                   decode tok/s = BATCH x (NGEN - 1) / (min S_n - min S_1).
-#   llama.cpp       batch 1: llama-bench -p 0 -n NGEN -r REPS (max of its per-run samples_ts;
-#                   KV f16 for float32: this llama-bench takes no f32 cache type);
-#                   batch > 1: llama-batched-bench -npp NPP -ntg NGEN x REPS -npl BATCH
-#                   (speed_tg = BATCH x NGEN / decode time, random distinct prompts, max over
-#                   the REPS repeats). Column "llama bb" is llama-batched-bench at every batch,
-#                   batch 1 included, as a cross-check of llama-bench.
+#   llama.cpp       batch 1: llama-bench -p 0 -n NGEN -r 1, once per repetition (max of the
+#                   avg_ts; KV f16 for float32: this llama-bench takes no f32 cache type);
+#                   batch > 1: llama-batched-bench -npp NPP -ntg NGEN -npl BATCH, once per
+#                   repetition (speed_tg = BATCH x NGEN / decode time, random distinct prompts,
+#                   max over the repetitions). Column "llama bb" is llama-batched-bench at every
+#                   batch, batch 1 included, as a cross-check of llama-bench.
 #   rollout_bench   flywheel's own benchmark (--models 100M --steps NGEN): tokens/s of NGEN
 #                   engine steps after a warm-up step, best of 3; ITS model is a random
 #                   qwen2 32000/768/2048/12L/12H/4KV with TIED embeddings (100.1M params), not
@@ -116,23 +118,35 @@ for dt in $DTYPES; do
   for t in $THREADS; do
     echo "== $dt, $t thread(s)" | tee -a "$LOG"
 
-    # ---------------- llama.cpp batch 1: llama-bench
+    # The REPS repetitions are interleaved: each runs llama.cpp and then flywheel at every batch,
+    # so that both sample the same minutes of a shared machine whose speed drifts (by 10-30% over
+    # minutes on the VMs measured); each figure is the best of its REPS samples.
+    lbj=$OUT/llama-bench-$dt-t$t.jsonl
+    bbj=$OUT/batched-bench-$dt-t$t.jsonl
+    : > "$lbj"; : > "$bbj"
+    declare -A best_n=() best_1=()
+    for ((r = 0; r < REPS; r++)); do
+      for b in $bs; do
+        if [[ $b == 1 ]]; then  # ---------------- llama.cpp batch 1: llama-bench
+          "$LB" -m "$gguf" -p 0 -n "$NGEN" -t "$t" -r 1 -fa "$FA" -ctk "$lbkv" -ctv "$lbkv" \
+              -o jsonl >> "$lbj" 2>> "$OUT/llama-bench-$dt-t$t.err"
+        fi
+        # ---------------- llama.cpp: llama-batched-bench (batch 1 too, as a cross-check)
+        "$BB" -m "$gguf" -c "$CTX" -npp "$NPP" -ntg "$NGEN" -npl "$b" -t "$t" -tb "$t" -fa "$FA" \
+            -ctk "$kv" -ctv "$kv" --output-format jsonl >> "$bbj" 2>> "$OUT/batched-bench-$dt-t$t.err"
+        # ---------------- flywheel on the same model directory
+        s=$(fw_time "$dir" "$dt" "$t" "$b" "$NGEN")
+        best_n[$b]=$(python3 -c "print(min(float('${best_n[$b]:-inf}'), float('$s')))")
+        s=$(fw_time "$dir" "$dt" "$t" "$b" 1)
+        best_1[$b]=$(python3 -c "print(min(float('${best_1[$b]:-inf}'), float('$s')))")
+      done
+    done
     if grep -qw 1 <<<"$bs"; then
-      j=$OUT/llama-bench-$dt-t$t.jsonl
-      "$LB" -m "$gguf" -p 0 -n "$NGEN" -t "$t" -r "$REPS" -fa "$FA" -ctk "$lbkv" -ctv "$lbkv" -o jsonl \
-          > "$j" 2> "$OUT/llama-bench-$dt-t$t.err"
-      v=$(python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]; print(max(r[-1]['samples_ts']))" "$j" 2>/dev/null || echo nan)
+      v=$(python3 -c "import json,sys; print(max(json.loads(l)['avg_ts'] for l in open(sys.argv[1]) if l.strip()))" "$lbj" 2>/dev/null || echo nan)
       echo "llama-bench $dt t=$t: best tg$NGEN $v tok/s (KV $lbkv)" | tee -a "$LOG"
       printf '%s\t%s\t%s\t%s\t%s\n' "$dt" "$t" 1 llama_bench "$v" >> "$RES"
     fi
-
-    # ---------------- llama.cpp all batches: llama-batched-bench
-    ntg=$(python3 -c "print(','.join(['$NGEN']*$REPS))")
-    npl=$(tr ' ' ',' <<<"$bs" | sed 's/,*$//')
-    j=$OUT/batched-bench-$dt-t$t.jsonl
-    "$BB" -m "$gguf" -c "$CTX" -npp "$NPP" -ntg "$ntg" -npl "$npl" -t "$t" -tb "$t" -fa "$FA" \
-        -ctk "$kv" -ctv "$kv" --output-format jsonl > "$j" 2> "$OUT/batched-bench-$dt-t$t.err"
-    python3 - "$j" "$dt" "$t" >> "$RES" <<'PY'
+    python3 - "$bbj" "$dt" "$t" >> "$RES" <<'PY'
 import json, sys
 best = {}
 for l in open(sys.argv[1]):
@@ -142,19 +156,12 @@ for pl, v in sorted(best.items()):
     print(f"{sys.argv[2]}\t{sys.argv[3]}\t{pl}\tllama_bb\t{v:.2f}")
 PY
     grep -P "^$dt\t$t\t\d+\tllama_bb" "$RES" | awk -v kv="$kv" '{print "llama-batched-bench " $1 " t=" $2 " batch " $3 ": " $5 " tok/s (KV " kv ")"}' | tee -a "$LOG"
-
-    # ---------------- flywheel on the same model directory
     for b in $bs; do
-      best_n=inf; best_1=inf
-      for ((r = 0; r < REPS; r++)); do
-        s=$(fw_time "$dir" "$dt" "$t" "$b" "$NGEN"); best_n=$(python3 -c "print(min(float('$best_n'), float('$s')))")
-        s=$(fw_time "$dir" "$dt" "$t" "$b" 1);       best_1=$(python3 -c "print(min(float('$best_1'), float('$s')))")
-      done
       v=$(python3 -c "
-n, one = float('$best_n'), float('$best_1')
+n, one = float('${best_n[$b]}'), float('${best_1[$b]}')
 d = n - one
 print(f'{$b * ($NGEN - 1) / d:.2f}' if d > 0 else 'nan')")
-      echo "flywheel generate $dt t=$t batch $b: S_$NGEN=$best_n s, S_1=$best_1 s -> $v decode tok/s" | tee -a "$LOG"
+      echo "flywheel generate $dt t=$t batch $b: S_$NGEN=${best_n[$b]} s, S_1=${best_1[$b]} s -> $v decode tok/s" | tee -a "$LOG"
       printf '%s\t%s\t%s\t%s\t%s\n' "$dt" "$t" "$b" flywheel "$v" >> "$RES"
     done
 

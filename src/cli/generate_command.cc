@@ -207,7 +207,7 @@ absl::Status run(const GenerateArgs& args) {
   }
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cerr << absl::StrFormat(
-      "flywheel generate: %d prompt(s), %d token(s) in %.2f s (%.1f tokens/s)%s\n", valid,
+      "flywheel generate: %d prompt(s), %d token(s) in %.3f s (%.1f tokens/s)%s\n", valid,
       engine->stats().generated_tokens, elapsed,
       engine->stats().generated_tokens / std::max(elapsed, 1e-9),
       invalid > 0 ? absl::StrCat("; ", invalid, " invalid line(s) skipped") : "");

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "flywheel/core/status_macros.h"
 #include "flywheel/model/cpu/small_gemm.h"
+#include "flywheel/model/cpu/tensor_arena.h"
 #include "flywheel/model/decoder.h"
 
 namespace flywheel::model {
@@ -157,10 +158,18 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelCo
   std::map<std::string, at::Tensor> by_name;
   std::vector<ParamSpec> specs = decoder_parameter_specs(config);
   for (ParamSpec& spec : lora_parameter_specs(config, options.lora)) specs.push_back(spec);
-  for (const ParamSpec& spec : specs) {
-    at::Tensor p = at::zeros(spec.shape, tensor_options);
-    model->parameters_.emplace_back(spec.name, p);
-    by_name[spec.name] = p;
+  // On the CPU all parameters share one block of memory (huge pages: tensor_arena.h).
+  std::vector<at::Tensor> zeros;
+  if (options.device.is_cpu()) {
+    std::vector<std::vector<int64_t>> shapes;
+    for (const ParamSpec& spec : specs) shapes.push_back(spec.shape);
+    zeros = zeros_in_one_block(shapes, tensor_options);
+  } else {
+    for (const ParamSpec& spec : specs) zeros.push_back(at::zeros(spec.shape, tensor_options));
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    model->parameters_.emplace_back(specs[i].name, zeros[i]);
+    by_name[specs[i].name] = zeros[i];
   }
   // Merged adapters: forwards read a merged copy of each adapted projection (and no adapter).
   const bool merged = options.lora.enabled() && options.lora.merged;
@@ -262,6 +271,25 @@ void DecoderModel::merge_adapters() {
       m.merged.copy_(merge_lora(m.base, m.a, m.b, scale));
     }
   }
+}
+
+void DecoderModel::pack_weights() const {
+  if (packs_ == nullptr) return;
+  // What project() hands small_linear: contiguous weights (past the budget panels() packs none).
+  auto pack = [&](const at::Tensor& w) {
+    if (w.defined() && w.is_contiguous()) packs_->panels(w);
+  };
+  for (const DecoderLayerWeights& l : layers_) {
+    for (const at::Tensor* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.router}) {
+      pack(*w);
+    }
+    for (const ExpertWeights& e : l.experts) {
+      pack(e.gate);
+      pack(e.up);
+      pack(e.down);
+    }
+  }
+  pack(lm_head_);
 }
 
 absl::StatusOr<std::unique_ptr<KvCache>> DecoderModel::make_cache(int64_t slots,

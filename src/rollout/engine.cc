@@ -60,6 +60,7 @@ absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::create(
   FLYWHEEL_ASSIGN_OR_RETURN(std::unique_ptr<model::KvCache> cache,
                             engine->model_->make_cache(options.max_slots, options.max_seq_len));
   engine->cache_ = std::move(cache);
+  engine->model_->pack_weights();  // now, rather than in the first step
   return engine;
 }
 
@@ -124,6 +125,7 @@ void GenerationEngine::apply_pending_update() {
     const auto& params = model_->named_parameters();
     for (const auto& [i, tensor] : staged_->tensors) params[i].second.copy_(tensor);
     model_->merge_adapters();  // merged LoRA adapters follow their parameters
+    model_->pack_weights();    // the packed copies too, rewritten where they are
   }
   version_ = staged_->version;
   staged_.reset();

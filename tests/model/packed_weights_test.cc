@@ -69,12 +69,16 @@ TEST(PackedWeightsTest, RepacksAWeightChangedInPlace) {
   EXPECT_TRUE(at::equal(after, small_linear(x, w, {}, unpacked)));
   EXPECT_EQ(packs.panels(w).data_ptr(), copy);  // rewritten where it was
 
-  // A write through the data pointer is invisible to the version counter: clear() forgets.
+  // A write through the data pointer is invisible to the version counter: after clear() the
+  // weight is packed again, into the same memory.
   const at::Tensor other = bf16_randn({50, 40});
   std::memcpy(w.data_ptr(), other.data_ptr(), other.nbytes());
+  EXPECT_TRUE(at::equal(small_linear(x, w, {}, packed), after));  // still the old copy
   packs.clear();
-  EXPECT_EQ(packs.bytes(), 0);
+  EXPECT_EQ(packs.bytes(), 2 * 64 * 40);  // kept for the next packing (50 rows: 4 panels of 16)
   EXPECT_TRUE(at::equal(small_linear(x, w, {}, packed), small_linear(x, other, {}, unpacked)));
+  EXPECT_EQ(packs.panels(w).data_ptr(), copy);
+  EXPECT_EQ(packs.bytes(), 2 * 64 * 40);
 }
 
 // The copies of freed weights are dropped at the next packing, so that a caller that replaces
@@ -116,20 +120,42 @@ TEST(PackedWeightsTest, StopsPackingPastItsBudget) {
 
 // The decoder's packed weights follow its parameters: a bfloat16 model given new weights in
 // place, as the engine's updates give them, computes what a model loaded with them computes.
+// pack_weights packs every projection up front, and again after an update into the same memory.
 TEST(PackedWeightsTest, DecoderFollowsWeightsUpdatedInPlace) {
   if (!PackedWeights::used_for(at::kBFloat16)) GTEST_SKIP() << "this CPU lacks AVX512-BF16";
   const ModelConfig config = testing::tiny_config("qwen2");
   auto updated = testing::tiny_model(config, at::kBFloat16, /*seed=*/1, /*threads=*/2);
   auto fresh = testing::tiny_model(config, at::kBFloat16, /*seed=*/2, /*threads=*/2);
+  const PackedWeights* packs = updated->packed_weights();
+  ASSERT_NE(packs, nullptr);
+  EXPECT_EQ(packs->bytes(), 0);
+  updated->pack_weights();
+  // Every projection (and the head) in 16-row panels, pairs of k: nothing else.
+  int64_t expected = 0;
+  for (const auto& [name, p] : updated->named_parameters()) {
+    if (p.dim() == 2 && name != "model.embed_tokens.weight") {
+      const int64_t rows = (p.size(0) + 15) / 16 * 16, pairs = (p.size(1) + 1) / 2;
+      expected += 2 * rows * pairs * 2;  // bytes
+    }
+  }
+  EXPECT_EQ(packs->bytes(), expected);
+  const at::Tensor& head = updated->lm_head_weight();
+  const void* head_copy = const_cast<PackedWeights*>(packs)->panels(head).data_ptr();
+
   ForwardBatch batch;
   batch.tokens = at::randint(3, config.vocab_size, {2, 6}, at::kLong);
   batch.positions = at::arange(6, at::kLong).repeat({2, 1});
   batch.segment_ids = at::ones({2, 6}, at::kLong);
   at::NoGradGuard no_grad;
   const at::Tensor first = updated->logits(updated->forward(batch));
+  EXPECT_EQ(packs->bytes(), expected);  // the forward packed nothing more
   const auto& params = updated->named_parameters();
   const auto& sources = fresh->named_parameters();
   for (size_t i = 0; i < params.size(); ++i) params[i].second.copy_(sources[i].second);
+  updated->merge_adapters();  // as the engine's update does: every copy marked stale
+  updated->pack_weights();
+  EXPECT_EQ(packs->bytes(), expected);
+  EXPECT_EQ(const_cast<PackedWeights*>(packs)->panels(head).data_ptr(), head_copy);
   const at::Tensor second = updated->logits(updated->forward(batch));
   EXPECT_FALSE(at::equal(second, first));
   EXPECT_TRUE(at::equal(second, fresh->logits(fresh->forward(batch))));

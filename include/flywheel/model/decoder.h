@@ -223,6 +223,13 @@ class DecoderModel {
   // packed weights (packs_), which in-place writes LibTorch counts (copy_) renew by themselves.
   void merge_adapters();
 
+  // Packs every projection weight the CPU kernels read packed (PackedWeights: bfloat16 on
+  // AVX512-BF16; nothing elsewhere) now rather than in the next forward, so that the first step
+  // after a load or a weight update costs what the others do. The generation engine calls it.
+  void pack_weights() const;
+  // The packed weights (null where the kernels read none packed).
+  const PackedWeights* packed_weights() const { return packs_.get(); }
+
   // Final hidden states [B, T, hidden] (after the last RMSNorm), in the model dtype. Without
   // gradients (or with inputs that need none), CPU projections run in small_gemm.h's
   // kernels (see DecoderOptions::threads), otherwise in LibTorch. A malformed

@@ -23,7 +23,7 @@ at::Tensor PackedWeights::panels(const at::Tensor& w) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(w.unsafeGetTensorImpl());
   if (it != entries_.end() && it->second.data == w.data_ptr() && it->second.sizes == sizes &&
-      it->second.version == version) {
+      it->second.version == version && !it->second.stale) {
     return it->second.packed;
   }
   // A miss: drop the copies of freed weights, then pack w.
@@ -74,9 +74,7 @@ at::Tensor PackedWeights::allocate(int64_t elements, const at::TensorOptions& op
 
 void PackedWeights::clear() {
   std::lock_guard<std::mutex> lock(mu_);
-  entries_.clear();
-  slab_ = at::Tensor();  // freed with the last copy a caller still holds
-  slab_used_ = 0;
+  for (auto& [impl, entry] : entries_) entry.stale = true;
 }
 
 int64_t PackedWeights::bytes() const {

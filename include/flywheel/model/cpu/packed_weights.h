@@ -38,8 +38,9 @@ class PackedWeights {
   // max_bytes.
   at::Tensor panels(const at::Tensor& w);
 
-  // Forgets every packed copy; the next use packs again. For writes that bypass the version
-  // counter (the decoder calls it from merge_adapters, after its owner's in-place updates).
+  // Marks every packed copy stale: the next use of a weight packs it again, into the memory its
+  // copy already holds (no fresh pages). For writes that bypass the version counter (the decoder
+  // calls it from merge_adapters, after its owner's in-place updates).
   void clear();
 
   // Bytes of the packed copies held.
@@ -54,6 +55,7 @@ class PackedWeights {
     const void* data = nullptr;
     std::vector<int64_t> sizes;
     uint32_t version = 0;
+    bool stale = false;  // clear() was called since it was packed
     at::Tensor packed;
   };
 

@@ -1,0 +1,41 @@
+#include "flywheel/model/cpu/tensor_arena.h"
+
+#include <algorithm>
+
+namespace flywheel::model {
+namespace {
+
+constexpr int64_t kAlignment = 64;
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> zeros_in_one_block(const std::vector<std::vector<int64_t>>& shapes,
+                                           const at::TensorOptions& options) {
+  TORCH_CHECK(options.device().is_cpu(), "zeros_in_one_block: CPU tensors only");
+  const int64_t element = static_cast<int64_t>(c10::elementSize(options.dtype().toScalarType()));
+  std::vector<int64_t> offsets;
+  int64_t bytes = 0;
+  for (const std::vector<int64_t>& shape : shapes) {
+    offsets.push_back(bytes);
+    bytes += (numel_of(shape) * element + kAlignment - 1) / kAlignment * kAlignment;
+  }
+  // The block is a byte tensor, so that it comes from LibTorch's CPU allocator (huge pages when
+  // cpu_allocator.h's is installed); every tensor's deleter holds a reference to it.
+  at::Tensor block = at::zeros({std::max<int64_t>(bytes, 1)}, at::TensorOptions(at::kByte));
+  uint8_t* base = block.data_ptr<uint8_t>();
+  std::vector<at::Tensor> tensors;
+  tensors.reserve(shapes.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    tensors.push_back(at::from_blob(
+        base + offsets[i], shapes[i], [block](void*) {}, options));
+  }
+  return tensors;
+}
+
+}  // namespace flywheel::model
