@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "flywheel/model/cpu/tensor_arena.h"
 #include "flywheel/rollout/engine.h"
 
 namespace flywheel::rollout {
@@ -40,12 +41,27 @@ absl::Status GenerationEngine::stage_weights(
     }
     named.emplace_back(it->second, &tensor);
   }
-  // Copies, so that the caller's next in-place change (an optimizer step) is not applied too.
+  // Copies, so that the caller's next in-place change (an optimizer step) is not applied too. On
+  // the CPU in one block (huge pages): one at a time, a bfloat16 100M model's copies took 0.39 s
+  // of fresh 4 KiB pages per version.
   std::vector<std::pair<size_t, at::Tensor>> copies;
   try {
     at::NoGradGuard no_grad;
+    std::vector<std::vector<int64_t>> shapes;
+    bool one_block = !named.empty();
     for (const auto& [i, tensor] : named) {
-      copies.emplace_back(i, at::empty_like(params[i].second).copy_(*tensor));
+      const at::Tensor& p = params[i].second;
+      one_block = one_block && p.device().is_cpu() && p.is_contiguous() &&
+                  p.scalar_type() == params[named.front().first].second.scalar_type();
+      shapes.emplace_back(p.sizes().begin(), p.sizes().end());
+    }
+    std::vector<at::Tensor> room;
+    if (one_block)
+      room = model::empty_in_one_block(shapes, params[named.front().first].second.options());
+    for (size_t k = 0; k < named.size(); ++k) {
+      const auto& [i, tensor] = named[k];
+      at::Tensor copy = one_block ? room[k] : at::empty_like(params[i].second);
+      copies.emplace_back(i, copy.copy_(*tensor));
     }
   } catch (const std::exception& e) {
     return absl::ResourceExhaustedError(

@@ -35,6 +35,19 @@ TEST(TensorArenaTest, TensorsShareOneBlockButNotTheirVersions) {
   }
 }
 
+// empty_in_one_block lays its tensors out as zeros_in_one_block does, without filling them.
+TEST(TensorArenaTest, EmptyTensorsAreLaidOutTheSame) {
+  const std::vector<std::vector<int64_t>> shapes = {{3, 5}, {7}, {100, 3}};
+  std::vector<at::Tensor> t = empty_in_one_block(shapes, at::TensorOptions(at::kBFloat16));
+  ASSERT_EQ(t.size(), shapes.size());
+  const auto* first = static_cast<const char*>(t[0].data_ptr());
+  EXPECT_EQ(static_cast<const char*>(t[1].data_ptr()), first + 64);
+  EXPECT_EQ(static_cast<const char*>(t[2].data_ptr()), first + 128);  // 14 bytes, aligned
+  for (size_t i = 0; i < t.size(); ++i) EXPECT_EQ(t[i].sizes(), at::IntArrayRef(shapes[i])) << i;
+  t[2].copy_(at::ones({100, 3}));
+  EXPECT_TRUE(at::equal(t[2], at::ones({100, 3}, at::kBFloat16)));
+}
+
 // A tensor keeps the block alive when the others are gone.
 TEST(TensorArenaTest, ATensorOutlivesTheOthers) {
   at::Tensor kept;

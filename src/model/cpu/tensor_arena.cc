@@ -13,11 +13,10 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
   return n;
 }
 
-}  // namespace
-
-std::vector<at::Tensor> zeros_in_one_block(const std::vector<std::vector<int64_t>>& shapes,
-                                           const at::TensorOptions& options) {
-  TORCH_CHECK(options.device().is_cpu(), "zeros_in_one_block: CPU tensors only");
+std::vector<at::Tensor> in_one_block(const std::vector<std::vector<int64_t>>& shapes,
+                                     const at::TensorOptions& options, bool zeroed) {
+  TORCH_CHECK(options.device().is_cpu(), "tensors in one block: CPU tensors only, not ",
+              options.device());
   const int64_t element = static_cast<int64_t>(c10::elementSize(options.dtype().toScalarType()));
   std::vector<int64_t> offsets;
   int64_t bytes = 0;
@@ -27,7 +26,8 @@ std::vector<at::Tensor> zeros_in_one_block(const std::vector<std::vector<int64_t
   }
   // The block is a byte tensor, so that it comes from LibTorch's CPU allocator (huge pages when
   // cpu_allocator.h's is installed); every tensor's deleter holds a reference to it.
-  at::Tensor block = at::zeros({std::max<int64_t>(bytes, 1)}, at::TensorOptions(at::kByte));
+  at::Tensor block = at::empty({std::max<int64_t>(bytes, 1)}, at::TensorOptions(at::kByte));
+  if (zeroed) block.zero_();
   uint8_t* base = block.data_ptr<uint8_t>();
   std::vector<at::Tensor> tensors;
   tensors.reserve(shapes.size());
@@ -36,6 +36,18 @@ std::vector<at::Tensor> zeros_in_one_block(const std::vector<std::vector<int64_t
         base + offsets[i], shapes[i], [block](void*) {}, options));
   }
   return tensors;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> empty_in_one_block(const std::vector<std::vector<int64_t>>& shapes,
+                                           const at::TensorOptions& options) {
+  return in_one_block(shapes, options, /*zeroed=*/false);
+}
+
+std::vector<at::Tensor> zeros_in_one_block(const std::vector<std::vector<int64_t>>& shapes,
+                                           const at::TensorOptions& options) {
+  return in_one_block(shapes, options, /*zeroed=*/true);
 }
 
 }  // namespace flywheel::model
