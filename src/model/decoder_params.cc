@@ -261,7 +261,6 @@ void DecoderModel::init_random(uint64_t seed) {
 }
 
 void DecoderModel::merge_adapters() {
-  if (packs_ != nullptr) packs_->clear();  // the parameters may have changed in place
   at::NoGradGuard no_grad;
   const double scale = options_.lora.scale();
   for (MergedProjection& m : merged_) {

@@ -47,21 +47,17 @@ absl::Status GenerationEngine::stage_weights(
   std::vector<std::pair<size_t, at::Tensor>> copies;
   try {
     at::NoGradGuard no_grad;
-    std::vector<std::vector<int64_t>> shapes;
-    bool one_block = !named.empty();
-    for (const auto& [i, tensor] : named) {
-      const at::Tensor& p = params[i].second;
-      one_block = one_block && p.device().is_cpu() && p.is_contiguous() &&
-                  p.scalar_type() == params[named.front().first].second.scalar_type();
-      shapes.emplace_back(p.sizes().begin(), p.sizes().end());
-    }
+    // A model's parameters share one dtype and device (DecoderModel::create).
     std::vector<at::Tensor> room;
-    if (one_block)
+    if (!named.empty() && params[named.front().first].second.device().is_cpu()) {
+      std::vector<std::vector<int64_t>> shapes;
+      for (const auto& [i, tensor] : named) shapes.push_back(params[i].second.sizes().vec());
       room = model::empty_in_one_block(shapes, params[named.front().first].second.options());
+    }
     for (size_t k = 0; k < named.size(); ++k) {
-      const auto& [i, tensor] = named[k];
-      at::Tensor copy = one_block ? room[k] : at::empty_like(params[i].second);
-      copies.emplace_back(i, copy.copy_(*tensor));
+      const size_t i = named[k].first;
+      const at::Tensor copy = room.empty() ? at::empty_like(params[i].second) : room[k];
+      copies.emplace_back(i, copy.copy_(*named[k].second));
     }
   } catch (const std::exception& e) {
     return absl::ResourceExhaustedError(

@@ -152,8 +152,8 @@ TEST(PackedWeightsTest, DecoderFollowsWeightsUpdatedInPlace) {
   const auto& params = updated->named_parameters();
   const auto& sources = fresh->named_parameters();
   for (size_t i = 0; i < params.size(); ++i) params[i].second.copy_(sources[i].second);
-  updated->merge_adapters();  // as the engine's update does: every copy marked stale
-  updated->pack_weights();
+  updated->merge_adapters();  // as the engine's update does
+  updated->pack_weights();    // every weight was written (copy_): repacked where it was
   EXPECT_EQ(packs->bytes(), expected);
   EXPECT_EQ(const_cast<PackedWeights*>(packs)->panels(head).data_ptr(), head_copy);
   const at::Tensor second = updated->logits(updated->forward(batch));

@@ -219,8 +219,9 @@ class DecoderModel {
 
   // Merged LoRA adapters (DecoderOptions::lora.merged): recomputes every adapted projection from
   // the current parameters, W + scale * B A. load() and init_random() call it; callers that
-  // change parameters in place (the engine's weight updates) call it after. It also drops the
-  // packed weights (packs_), which in-place writes LibTorch counts (copy_) renew by themselves.
+  // change parameters in place (the engine's weight updates) call it after. The packed weights
+  // (packs_) follow in-place writes by LibTorch's version counters (copy_, addmm_out): only the
+  // weights written are packed again.
   void merge_adapters();
 
   // Packs every projection weight the CPU kernels read packed (PackedWeights: bfloat16 on

@@ -2,16 +2,12 @@
 
 #include <algorithm>
 
+#include <c10/util/accumulate.h>
+
 namespace flywheel::model {
 namespace {
 
 constexpr int64_t kAlignment = 64;
-
-int64_t numel_of(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
 
 std::vector<at::Tensor> in_one_block(const std::vector<std::vector<int64_t>>& shapes,
                                      const at::TensorOptions& options, bool zeroed) {
@@ -22,7 +18,7 @@ std::vector<at::Tensor> in_one_block(const std::vector<std::vector<int64_t>>& sh
   int64_t bytes = 0;
   for (const std::vector<int64_t>& shape : shapes) {
     offsets.push_back(bytes);
-    bytes += (numel_of(shape) * element + kAlignment - 1) / kAlignment * kAlignment;
+    bytes += (c10::multiply_integers(shape) * element + kAlignment - 1) / kAlignment * kAlignment;
   }
   // The block is a byte tensor, so that it comes from LibTorch's CPU allocator (huge pages when
   // cpu_allocator.h's is installed); every tensor's deleter holds a reference to it.

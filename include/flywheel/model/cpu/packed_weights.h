@@ -39,8 +39,8 @@ class PackedWeights {
   at::Tensor panels(const at::Tensor& w);
 
   // Marks every packed copy stale: the next use of a weight packs it again, into the memory its
-  // copy already holds (no fresh pages). For writes that bypass the version counter (the decoder
-  // calls it from merge_adapters, after its owner's in-place updates).
+  // copy already holds (no fresh pages). For writes that bypass the version counter (through
+  // data_ptr); writes through LibTorch (copy_) need none.
   void clear();
 
   // Bytes of the packed copies held.
